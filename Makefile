@@ -1,0 +1,44 @@
+# The README's commands. Each target installs what it needs first.
+#   make run    install everything, start the whole stack (Ctrl-C stops it)
+#   make test   install everything, run the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test unit lint typecheck render jaeger bench clean
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --require-hashes -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/pricingctl up
+
+test: setup
+	$(PY) -m pytest
+
+unit: setup
+	$(PY) -m pytest tests/unit
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+render: setup
+	$(VENV)/bin/pricingctl routes render
+
+# Regenerate the dependency lock after editing pyproject.toml.
+lock: setup
+	$(VENV)/bin/pip install --quiet uv && $(VENV)/bin/uv pip compile pyproject.toml --extra dev \
+	  --python-version 3.11 --generate-hashes -q -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,32 @@
+"""Settings and hooks shared by every pool's gunicorn config."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from routing.gunicorn import gunicorn_settings, layout_of
+from routing.load import load_routes
+
+log = logging.getLogger("gunicorn.error")
+
+
+def settings_for(pool: str) -> dict[str, Any]:
+    """The top-level settings of `pool`, read from the route config at start-up."""
+    return gunicorn_settings(load_routes(), pool)
+
+
+# --- server hooks ------------------------------------------------------------
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """Per-worker set-up. Runs in the worker after the fork, never in the master:
+    threads and exporters started before the fork would not survive it."""
+    pool_name = os.environ.get("PRICING_POOL", "shared")
+    pool = load_routes().pool(pool_name, layout_of(pool_name))
+    if pool.nice:
+        # Lower priority for CPU pools: when the machine is busy the kernel
+        # runs the I/O pool's greenlets first.
+        os.nice(pool.nice)
+    worker.log.info("worker %s serving pool %s (nice %s)", worker.pid, pool_name, pool.nice)

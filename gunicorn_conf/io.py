@@ -1,0 +1,7 @@
+"""gunicorn config for the io pool: bike and scooter offers, many greenlets per process (I/O-bound work)."""
+
+from gunicorn_conf.common import post_fork, settings_for
+
+globals().update(settings_for("io"))
+
+__all__ = ["post_fork"]

@@ -1,0 +1,7 @@
+"""gunicorn config for the shared layout: one pool serves every endpoint (the "before", for comparison)."""
+
+from gunicorn_conf.common import post_fork, settings_for
+
+globals().update(settings_for("shared"))
+
+__all__ = ["post_fork"]

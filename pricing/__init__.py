@@ -1,0 +1,71 @@
+"""pricingservice's domain and HTTP layer.
+
+`create_app(pool)` builds the Flask app one pool serves: only wiring here;
+each module brings its own `init_app`. Domain errors live in `errors`, their
+HTTP mapping in `problems`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flask import Flask, Response
+
+from routing.gunicorn import layout_of
+from routing.load import load_routes
+from routing.model import RouteConfig
+
+POOL_HEADER = "x-pricing-pool"
+
+
+def create_app(
+    pool: str | None = None,
+    *,
+    config: RouteConfig | None = None,
+    gateway: object | None = None,
+) -> Flask:
+    """The app for `pool` (default: $PRICING_POOL, else "shared").
+
+    `config` defaults to the route config file; `gateway` (the upstream
+    client) defaults to the real one, pointed at the config's upstreams or
+    $PRICING_UPSTREAM_URL.
+    """
+    from pricing import openapi, problems, urls
+    from pricing.upstreams import HttpGateway
+
+    pool = pool or os.environ.get("PRICING_POOL") or "shared"
+    config = config or load_routes()
+    layout = layout_of(pool)
+    config.pool(pool, layout)  # fails early, naming the pool, if it is unknown
+
+    app = Flask(__name__)
+    app.config["PRICING_POOL"] = pool
+    app.config["MAX_CONTENT_LENGTH"] = config.listener.max_request_bytes
+    app.extensions["pricing.routes"] = config
+    app.extensions["pricing.gateway"] = gateway or HttpGateway(
+        os.environ.get("PRICING_UPSTREAM_URL") or config.upstream_base_url
+    )
+    problems.init_app(app)
+    urls.register_routes(app, config, pool, layout)
+    openapi.init_app(app)
+    _warm_up(config, pool, layout)
+
+    @app.after_request
+    def tag_pool(response: Response) -> Response:
+        response.headers[POOL_HEADER] = pool
+        return response
+
+    return app
+
+
+def _warm_up(config: RouteConfig, pool: str, layout: object) -> None:
+    """Build the road graphs before the first request, in pools that quote rides."""
+    from routing.model import Layout
+
+    assert isinstance(layout, Layout)
+    if any(r.endpoint in {"offers.rideshare", "quotes.batch"} for r in config.routes_of(pool, layout)):
+        from pricing.regions import REGIONS
+        from pricing.roadgraph import graph_for
+
+        for region in REGIONS.values():
+            graph_for(region)

@@ -1,0 +1,98 @@
+"""Domain errors. Each maps to one HTTP problem response in `pricing.problems`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    message: str
+
+
+class PricingError(Exception):
+    """Base class: every error the domain raises on purpose."""
+
+    status = 500
+    slug = "internal"
+    title = "Internal error"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidRequest(PricingError):
+    """The request is well-formed HTTP but its fields are wrong."""
+
+    status = 422
+    slug = "invalid-request"
+    title = "Invalid request"
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        names = ", ".join(dict.fromkeys(e.field for e in errors))
+        super().__init__(f"invalid field(s): {names}")
+        self.errors = errors
+
+
+class MalformedBody(PricingError):
+    status = 400
+    slug = "malformed-body"
+    title = "Malformed request body"
+
+
+class UnsupportedMediaType(PricingError):
+    status = 415
+    slug = "unsupported-media-type"
+    title = "Unsupported media type"
+
+
+class OutsideServiceArea(InvalidRequest):
+    slug = "outside-service-area"
+    title = "Outside the service area"
+
+
+class NoVehicleNearby(PricingError):
+    status = 404
+    slug = "no-vehicle-nearby"
+    title = "No vehicle nearby"
+
+
+class NoRoute(PricingError):
+    status = 422
+    slug = "no-route"
+    title = "No route between origin and destination"
+
+
+class Misdirected(PricingError):
+    """The endpoint exists, but in another pool (the request bypassed Envoy's routing)."""
+
+    status = 421
+    slug = "misdirected-request"
+    title = "Misdirected request"
+
+
+@dataclass(frozen=True)
+class UpstreamFailure:
+    """Why one upstream call produced no usable answer."""
+
+    upstream: str
+    reason: str  # "timeout" | "saturated" | "error" | "bad-response"
+    detail: str
+    elapsed_ms: float = field(default=0.0, compare=False)
+
+
+class UpstreamUnavailable(PricingError):
+    """A required upstream failed (503) or ran out of budget (504)."""
+
+    slug = "upstream-unavailable"
+    title = "A required upstream service is unavailable"
+
+    def __init__(self, failure: UpstreamFailure) -> None:
+        super().__init__(f"upstream {failure.upstream!r}: {failure.detail}")
+        self.failure = failure
+        self.status = 504 if failure.reason == "timeout" else 503
+        if failure.reason == "timeout":
+            self.slug = "upstream-timeout"
+            self.title = "A required upstream service did not answer in time"

@@ -1,0 +1,176 @@
+"""Calls to the upstream services: bulkheads, bounded connection pools, one deadline.
+
+Every upstream has its own connection pool and its own concurrency limit
+(bulkhead), so one slow upstream can hold at most its own share of this
+worker's greenlets and connections (the DoorDash lesson): calls beyond the
+limit fail at once instead of queueing behind the slow ones.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import gevent
+import urllib3
+from gevent.lock import BoundedSemaphore
+
+from pricing.deadline import Deadline
+from pricing.errors import UpstreamFailure
+
+Answer = dict[str, Any] | UpstreamFailure
+
+# Seconds the fan-out waits past the deadline for a call that is being cancelled.
+_JOIN_GRACE_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSpec:
+    name: str
+    required: bool
+    # Calls one worker process may have in flight to this upstream; also the
+    # size of its connection pool, so a call never waits for a connection.
+    max_concurrency: int
+
+
+UPSTREAMS: Mapping[str, UpstreamSpec] = {
+    "vehicles": UpstreamSpec("vehicles", required=True, max_concurrency=256),
+    "routing": UpstreamSpec("routing", required=True, max_concurrency=256),
+    "promotions": UpstreamSpec("promotions", required=False, max_concurrency=128),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    upstream: str
+    path: str  # path and query string, already encoded
+
+
+class Gateway(Protocol):
+    """Runs a set of upstream calls in parallel within one deadline."""
+
+    def fetch_all(self, calls: Sequence[Call], deadline: Deadline) -> dict[str, Answer]: ...
+
+
+def spawn_in_context(func: Any, *args: Any) -> gevent.Greenlet:
+    """gevent.spawn, but the greenlet runs in a copy of the caller's context.
+
+    A plain spawned greenlet starts with an empty context: the request's trace
+    context (and anything else in contextvars) would be lost.
+    """
+    return gevent.spawn(contextvars.copy_context().run, func, *args)
+
+
+class HttpGateway:
+    """The real gateway: urllib3 connection pools, one per upstream."""
+
+    def __init__(
+        self,
+        base_url: str,
+        specs: Mapping[str, UpstreamSpec] = UPSTREAMS,
+        overrides: Mapping[str, str] | None = None,
+    ) -> None:
+        overrides = overrides if overrides is not None else _env_overrides(specs)
+        self._specs = specs
+        self._pools: dict[str, urllib3.HTTPConnectionPool] = {}
+        self._bulkheads: dict[str, BoundedSemaphore] = {}
+        for name, spec in specs.items():
+            url = urlsplit(overrides.get(name, base_url))
+            self._pools[name] = urllib3.HTTPConnectionPool(
+                url.hostname or "127.0.0.1",
+                url.port or 80,
+                maxsize=spec.max_concurrency,
+                block=True,
+                retries=False,
+            )
+            self._bulkheads[name] = BoundedSemaphore(spec.max_concurrency)
+
+    def in_flight(self) -> dict[str, int]:
+        """Calls in flight per upstream (for tests and /readyz)."""
+        return {
+            name: self._specs[name].max_concurrency - sem.counter
+            for name, sem in self._bulkheads.items()
+        }
+
+    def fetch_all(self, calls: Sequence[Call], deadline: Deadline) -> dict[str, Answer]:
+        greenlets = [spawn_in_context(self._call, call, deadline) for call in calls]
+        gevent.joinall(greenlets, timeout=deadline.remaining_s() + _JOIN_GRACE_S)
+        answers: dict[str, Answer] = {}
+        for call, greenlet in zip(calls, greenlets, strict=True):
+            if greenlet.successful():
+                answers[call.upstream] = greenlet.value
+            else:
+                greenlet.kill(block=False)
+                answers[call.upstream] = UpstreamFailure(
+                    call.upstream, "timeout", f"no answer within {deadline.budget_ms} ms"
+                )
+        return answers
+
+    def _call(self, call: Call, deadline: Deadline) -> Answer:
+        started = time.monotonic()
+        bulkhead = self._bulkheads[call.upstream]
+        if not bulkhead.acquire(blocking=False):
+            return UpstreamFailure(
+                call.upstream,
+                "saturated",
+                f"{self._specs[call.upstream].max_concurrency} calls already in flight",
+            )
+        try:
+            return self._request(call, deadline, started)
+        finally:
+            bulkhead.release()
+
+    def _request(self, call: Call, deadline: Deadline, started: float) -> Answer:
+        remaining = deadline.remaining_s()
+        if remaining <= 0:
+            return UpstreamFailure(call.upstream, "timeout", "no budget left before the call")
+        # gevent.Timeout bounds the whole call (connect, send, a trickling
+        # body), which urllib3's per-socket-operation timeouts do not.
+        timer = gevent.Timeout(remaining)
+        timer.start()
+        try:
+            response = self._pools[call.upstream].urlopen(
+                "GET",
+                call.path,
+                headers={"accept": "application/json"},
+                retries=False,
+                timeout=urllib3.Timeout(connect=remaining, read=remaining),
+                preload_content=True,
+            )
+        except gevent.Timeout as exc:
+            if exc is not timer:
+                raise
+            return _failure(call, "timeout", f"no answer within {deadline.budget_ms} ms", started)
+        except urllib3.exceptions.HTTPError as exc:
+            return _failure(call, "error", f"{type(exc).__name__}: {exc}", started)
+        finally:
+            timer.close()
+        if response.status != 200:
+            return _failure(call, "error", f"answered HTTP {response.status}", started)
+        try:
+            body = json.loads(response.data)
+        except ValueError:
+            return _failure(call, "bad-response", "answered a body that is not JSON", started)
+        if not isinstance(body, dict):
+            return _failure(call, "bad-response", "answered JSON that is not an object", started)
+        return body
+
+
+def _failure(call: Call, reason: str, detail: str, started: float) -> UpstreamFailure:
+    return UpstreamFailure(call.upstream, reason, detail, (time.monotonic() - started) * 1000)
+
+
+def _env_overrides(specs: Mapping[str, UpstreamSpec]) -> dict[str, str]:
+    """PRICING_UPSTREAM_<NAME>_URL points one upstream elsewhere (tests of faults)."""
+    out = {}
+    for name in specs:
+        value = os.environ.get(f"PRICING_UPSTREAM_{name.upper()}_URL")
+        if value:
+            out[name] = value
+    return out

@@ -1,0 +1,50 @@
+"""Where a pool is chosen: register the URL rules one pool serves, from the route config.
+
+A pool registers only its own routes. The other pools' paths answer 421
+Misdirected Request, so a request that bypassed Envoy (or a stale client
+config) gets a clear answer instead of being served by the wrong pool.
+"""
+
+from __future__ import annotations
+
+from flask import Flask, Response
+
+from pricing.errors import Misdirected
+from pricing.views import ENDPOINTS, EVERY_POOL_ENDPOINTS
+from routing.errors import RouteConfigError
+from routing.model import Layout, Route, RouteConfig
+
+
+def register_routes(app: Flask, config: RouteConfig, pool: str, layout: Layout) -> None:
+    for endpoint, (path, factory) in EVERY_POOL_ENDPOINTS.items():
+        app.add_url_rule(path, endpoint=endpoint, view_func=factory(None), methods=["GET"])
+    every_pool_paths = {path for path, _ in EVERY_POOL_ENDPOINTS.values()}
+    for route in config.routes:
+        if route.path in every_pool_paths:
+            continue
+        if config.pool_of(route, layout) == pool:
+            factory = ENDPOINTS.get(route.endpoint)
+            if factory is None:
+                raise RouteConfigError(
+                    f"route {route.endpoint!r}: the app has no such endpoint "
+                    f"(known: {', '.join(sorted(ENDPOINTS))})"
+                )
+            app.add_url_rule(
+                route.path, endpoint=route.endpoint, view_func=factory(route), methods=list(route.methods)
+            )
+        else:
+            app.add_url_rule(
+                route.path,
+                endpoint=f"misdirected.{route.endpoint}",
+                view_func=_misdirected(route, config.pool_of(route, layout)),
+                methods=list(route.methods),
+            )
+
+
+def _misdirected(route: Route, owner: str):  # type: ignore[no-untyped-def]
+    def view() -> Response:
+        raise Misdirected(
+            f"{route.path} is served by the {owner!r} pool, not this one; send it through Envoy"
+        )
+
+    return view

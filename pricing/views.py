@@ -1,0 +1,141 @@
+"""The endpoints. Each is made from its route (so it knows its own timeout);
+which URL it answers and in which pool comes from the route config, not from here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Response, current_app, request
+
+from pricing.deadline import ENVOY_TIMEOUT_HEADER, Deadline
+from pricing.errors import FieldError, InvalidRequest, NoRoute, PricingError
+from pricing.offers import Mode, build_offer, offer_calls
+from pricing.schemas import BatchRequest, RideshareRequest
+from pricing.upstreams import Gateway
+from pricing.validation import parse_json_body, parse_offer_query, resolve_region
+from routing.model import Route
+
+View = Callable[..., Response]
+ViewFactory = Callable[[Route], View]
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+
+
+def _gateway() -> Gateway:
+    gateway: Gateway = current_app.extensions["pricing.gateway"]
+    return gateway
+
+
+def micromobility_offer(mode: Mode) -> ViewFactory:
+    def factory(route: Route) -> View:
+        def view() -> Response:
+            query = parse_offer_query(request.args.to_dict(flat=False))
+            deadline = Deadline.for_request(
+                route.timeout_ms, request.headers.get(ENVOY_TIMEOUT_HEADER)
+            )
+            answers = _gateway().fetch_all(offer_calls(mode, query), deadline)
+            return json_response(build_offer(mode, query, answers))
+
+        return view
+
+    return factory
+
+
+def _quote(body: RideshareRequest) -> dict[str, Any]:
+    from pricing.fares import NoRouteError, RideshareQuoteInput, quote_rideshare
+    from pricing.geo import LatLng
+
+    origin = LatLng(body.origin.lat, body.origin.lng)
+    destination = LatLng(body.destination.lat, body.destination.lng)
+    region = resolve_region(origin, destination, body.region)
+    requested_at = (body.requested_at or datetime.now(UTC).replace(second=0, microsecond=0))
+    requested_at = requested_at.astimezone(UTC)
+    try:
+        quote = quote_rideshare(RideshareQuoteInput(origin, destination, region, requested_at))
+    except NoRouteError as exc:
+        raise NoRoute(str(exc)) from None
+    return {
+        "mode": "rideshare",
+        "region": quote.region,
+        "price": {"amount_minor": quote.amount_minor, "currency": quote.currency, "discount_minor": 0},
+        "surge_multiplier": quote.surge_multiplier,
+        "trip": {"distance_m": quote.distance_m, "duration_s": quote.duration_s},
+        "requested_at": requested_at.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def rideshare_offer(route: Route) -> View:
+    def view() -> Response:
+        body = parse_json_body(RideshareRequest, request.get_data(cache=False), request.content_type)
+        return json_response(_quote(body))
+
+    return view
+
+
+def quotes_batch(route: Route) -> View:
+    def view() -> Response:
+        body = parse_json_body(BatchRequest, request.get_data(cache=False), request.content_type)
+        items: list[dict[str, Any]] = []
+        for index, item in enumerate(body.quotes):
+            try:
+                items.append({"quote": _quote(item)})
+            except PricingError as exc:
+                items.append({"problem": _item_problem(exc, index)})
+        return json_response({"count": len(items), "quotes": items})
+
+    return view
+
+
+def _item_problem(exc: PricingError, index: int) -> dict[str, Any]:
+    from pricing.problems import PROBLEM_TYPE_PREFIX
+
+    problem: dict[str, Any] = {
+        "type": PROBLEM_TYPE_PREFIX + exc.slug,
+        "title": exc.title,
+        "status": exc.status,
+        "detail": exc.detail,
+    }
+    if isinstance(exc, InvalidRequest):
+        problem["errors"] = [
+            {"field": f"quotes[{index}].{e.field}", "message": e.message} for e in exc.errors
+        ]
+    return problem
+
+
+def healthz(route: Route | None = None) -> View:
+    def view() -> Response:
+        return json_response({"status": "ok", "pool": current_app.config["PRICING_POOL"]})
+
+    return view
+
+
+def openapi(route: Route | None = None) -> View:
+    def view() -> Response:
+        return Response(current_app.extensions["pricing.openapi"], mimetype="application/json")
+
+    return view
+
+
+# Endpoint name -> view factory. routes.toml places each in exactly one pool.
+ENDPOINTS: dict[str, ViewFactory] = {
+    "offers.bike": micromobility_offer("bike"),
+    "offers.scooter": micromobility_offer("scooter"),
+    "offers.rideshare": rideshare_offer,
+    "quotes.batch": quotes_batch,
+}
+
+# Served by every pool at a fixed path: Envoy's health checks and the API
+# description need them wherever the request lands.
+EVERY_POOL_ENDPOINTS: dict[str, tuple[str, Callable[[Route | None], View]]] = {
+    "meta.healthz": ("/healthz", healthz),
+    "meta.readyz": ("/readyz", healthz),
+    "meta.openapi": ("/openapi.json", openapi),
+}
+
+__all__ = ["ENDPOINTS", "EVERY_POOL_ENDPOINTS", "FieldError", "json_response"]

@@ -1,0 +1,84 @@
+"""`pricingctl routes ...`: render envoy.yaml and check the config against the app."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from routing.envoy import render_envoy
+from routing.errors import RouteConfigError
+from routing.load import DEFAULT_ROUTES_PATH, load_routes
+from routing.model import Layout, RouteConfig
+
+DEFAULT_ENVOY_PATH = DEFAULT_ROUTES_PATH.parent / "envoy.yaml"
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    routes = subparsers.add_parser("routes", help="render and check the route config")
+    routes.add_argument("--config", type=Path, default=None, help="route config (routes.toml)")
+    sub = routes.add_subparsers(dest="routes_command", required=True)
+
+    render = sub.add_parser("render", help="write envoy.yaml from the route config")
+    render.add_argument("--layout", choices=[x.value for x in Layout], default="split")
+    render.add_argument("--output", "-o", type=Path, default=None, help="default: envoy.yaml")
+    render.add_argument(
+        "--check", action="store_true", help="exit 1 if the file differs from a fresh render"
+    )
+    render.set_defaults(handler=_render)
+
+    check = sub.add_parser("check", help="check the route config against the Flask endpoints")
+    check.set_defaults(handler=_check)
+
+
+def _load(args: argparse.Namespace) -> RouteConfig:
+    return load_routes(args.config)
+
+
+def _render(args: argparse.Namespace) -> int:
+    config = _load(args)
+    layout = Layout(args.layout)
+    default_out = DEFAULT_ENVOY_PATH if layout is Layout.SPLIT else (
+        DEFAULT_ENVOY_PATH.with_name("envoy.shared.yaml")
+    )
+    output: Path = args.output or default_out
+    text = render_envoy(config, layout)
+    if args.check:
+        try:
+            current = output.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            current = None
+        if current != text:
+            print(
+                f"pricingctl: {output} is stale; run `pricingctl routes render` to regenerate it",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{output} is up to date")
+        return 0
+    output.write_text(text, encoding="utf-8")
+    print(f"wrote {output} ({layout.value} layout, {len(config.routes)} routes)")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from routing.check import check_endpoints
+
+    config = _load(args)
+    from pricing.views import ENDPOINTS, EVERY_POOL_ENDPOINTS
+
+    problems = check_endpoints(config, set(ENDPOINTS), set(EVERY_POOL_ENDPOINTS))
+    for problem in problems:
+        print(f"pricingctl: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    print(f"{len(config.routes)} routes, {len(config.pools)} pools: every endpoint has one pool")
+    return 0
+
+
+def run_guarded(handler: object, args: argparse.Namespace) -> int:
+    try:
+        return int(handler(args))  # type: ignore[operator]
+    except RouteConfigError as exc:
+        print(f"pricingctl: {exc}", file=sys.stderr)
+        return 2

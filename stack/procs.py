@@ -1,0 +1,132 @@
+"""One process: started in its own process group, logged to a file, killed by group."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class StartError(RuntimeError):
+    """A process did not become ready. The message carries the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def http_ok(url: str, timeout_s: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return 200 <= resp.status < 300
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+@dataclass
+class Proc:
+    """A child process in its own session, so stopping it also stops its children."""
+
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    env: Mapping[str, str] | None = None
+    cwd: Path | None = None
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> Proc:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        env = {**os.environ, **(self.env or {})}
+        try:
+            self.popen = subprocess.Popen(
+                list(self.argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            raise StartError(f"{self.name}: command not found: {self.argv[0]}") from None
+        finally:
+            log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None, f"{self.name} was not started"
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_ready(
+        self, ready: Callable[[], bool], timeout_s: float = 30.0, what: str = "ready"
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                code = self.popen.returncode if self.popen else None
+                raise StartError(
+                    f"{self.name} exited with code {code} before it was {what}; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            if ready():
+                return
+            time.sleep(0.05)
+        raise StartError(
+            f"{self.name} was not {what} after {timeout_s:.0f} s; "
+            f"log {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM the whole process group, then SIGKILL what is left."""
+        if self.popen is None:
+            return
+        pgid = self.popen.pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        # Children (gunicorn workers) may outlive their parent by a moment.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)

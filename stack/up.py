@@ -1,0 +1,81 @@
+"""`pricingctl up`: start the stack, print its URL, stop everything on Ctrl-C/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from routing.load import load_routes
+from routing.model import Layout
+from stack.launch import DEFAULT_RUN_DIR, DEFAULT_SIMULATOR_PORT, Stack
+from stack.procs import StartError
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = subparsers.add_parser("up", help="start simulator, pools and Envoy; Ctrl-C stops them")
+    up.add_argument("--layout", choices=[x.value for x in Layout], default="split")
+    up.add_argument("--port", type=int, default=None, help="Envoy listener port (default: routes.toml)")
+    up.add_argument("--config", type=Path, default=None, help="route config (default: routes.toml)")
+    up.add_argument("--simulator-port", type=int, default=DEFAULT_SIMULATOR_PORT)
+    up.add_argument("--simulator-config", type=Path, default=None, help="simulator TOML config")
+    up.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="logs and rendered configs")
+    up.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.port is not None and not 1 <= args.port <= 65535:
+        print(f"pricingctl: --port must be between 1 and 65535, got {args.port}", file=sys.stderr)
+        return 2
+    config = load_routes(args.config)
+    if args.port is not None:
+        config = config.with_ports(listener_port=args.port)
+    stack = Stack(
+        config,
+        Layout(args.layout),
+        run_dir=args.run_dir,
+        simulator_port=args.simulator_port,
+        simulator_config=args.simulator_config,
+    )
+    stopping = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        stopping.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            stack.start()
+        except StartError as exc:
+            first, *rest = str(exc).splitlines()
+            print(f"pricingctl: {first}", file=sys.stderr)
+            if rest:
+                print("\n".join(rest), file=sys.stderr)
+            return 1
+        if stopping.is_set():
+            return 0
+        pools = " ".join(
+            f"{p.name}={p.bind}" for p in stack.config.pools_for(stack.layout)
+        )
+        print(
+            f"pricingservice is up at {stack.url} ({stack.layout.value} layout; pools {pools}; "
+            f"upstreams {stack.simulator_url}; admin {stack.admin_url}; logs {stack.run_dir / 'logs'}). "
+            "Ctrl-C stops it.",
+            flush=True,
+        )
+        while not stopping.wait(0.5):
+            dead = stack.dead()
+            if dead:
+                print(
+                    f"pricingctl: {', '.join(dead)} exited unexpectedly; stopping "
+                    f"(see {stack.run_dir / 'logs'})",
+                    file=sys.stderr,
+                )
+                return 1
+        return 0
+    finally:
+        stack.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
