@@ -1,0 +1,91 @@
+"""Real processes on free ports: the upstream simulator, gunicorn pools, Envoy.
+
+Each stack is started once per module and stopped by process group. When a
+process fails to start, the error carries the tail of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from routing.model import Layout, RouteConfig
+from stack.launch import Stack
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def split_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with Stack.on_free_ports(routes, Layout.SPLIT, tmp_path_factory.mktemp("split")) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def shared_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with Stack.on_free_ports(routes, Layout.SHARED, tmp_path_factory.mktemp("shared")) as stack:
+        yield stack
+
+
+class Reply:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes, elapsed_s: float) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.elapsed_s = elapsed_s
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def http(
+    method: str,
+    url: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 10.0,
+) -> Reply:
+    """One request; HTTP errors are returned, not raised."""
+    import time
+
+    data = None
+    headers = dict(headers or {})
+    if body is not None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        headers.setdefault("content-type", "application/json")
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            payload = resp.read()
+            return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, payload, time.monotonic() - started)
+    except urllib.error.HTTPError as err:
+        payload = err.read()
+        return Reply(err.code, {k.lower(): v for k, v in err.headers.items()}, payload, time.monotonic() - started)
+
+
+def set_upstream(stack: Stack, name: str, **settings: Any) -> None:
+    reply = http("PUT", f"{stack.simulator_url}/_control/upstreams/{name}", settings)
+    assert reply.status == 200, reply.body
+
+
+def reset_upstreams(stack: Stack) -> None:
+    assert http("POST", f"{stack.simulator_url}/_control/reset", {}).status == 200
+
+
+@pytest.fixture
+def fresh_upstreams(split_stack: Stack) -> Iterator[Stack]:
+    reset_upstreams(split_stack)
+    yield split_stack
+    reset_upstreams(split_stack)
+
+
+def write_routes(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
