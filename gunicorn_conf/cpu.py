@@ -1,4 +1,4 @@
-"""gunicorn config for the cpu pool: rideshare quotes, a few greenlets per process (CPU-bound work)."""
+"""gunicorn config for the cpu pool: rideshare quotes, one greenlet per process."""
 
 from gunicorn_conf.common import post_fork, settings_for
 

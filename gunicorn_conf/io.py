@@ -1,4 +1,4 @@
-"""gunicorn config for the io pool: bike and scooter offers, many greenlets per process (I/O-bound work)."""
+"""gunicorn config for the io pool: bike and scooter offers, many greenlets per process."""
 
 from gunicorn_conf.common import post_fork, settings_for
 

@@ -1,4 +1,4 @@
-"""gunicorn config for the shared layout: one pool serves every endpoint (the "before", for comparison)."""
+"""gunicorn config for the shared layout: one pool serves every endpoint (the "before")."""
 
 from gunicorn_conf.common import post_fork, settings_for
 

@@ -63,7 +63,9 @@ def _warm_up(config: RouteConfig, pool: str, layout: object) -> None:
     from routing.model import Layout
 
     assert isinstance(layout, Layout)
-    if any(r.endpoint in {"offers.rideshare", "quotes.batch"} for r in config.routes_of(pool, layout)):
+    if any(
+        r.endpoint in {"offers.rideshare", "quotes.batch"} for r in config.routes_of(pool, layout)
+    ):
         from pricing.regions import REGIONS
         from pricing.roadgraph import graph_for
 

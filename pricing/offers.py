@@ -24,7 +24,10 @@ def offer_calls(mode: Mode, query: OfferQuery) -> list[Call]:
     o, d = query.origin, query.destination
     return [
         Call("vehicles", f"/vehicles/v1/nearby?lat={o.lat}&lng={o.lng}&mode={mode}&limit=5"),
-        Call("routing", f"/routing/v1/eta?origin={o.lat},{o.lng}&destination={d.lat},{d.lng}&mode={mode}"),
+        Call(
+            "routing",
+            f"/routing/v1/eta?origin={o.lat},{o.lng}&destination={d.lat},{d.lng}&mode={mode}",
+        ),
         Call("promotions", f"/promotions/v1/active?user_id={quote(query.user_id)}&mode={mode}"),
     ]
 

@@ -54,15 +54,33 @@ def _problems(*statuses: int) -> dict[str, Any]:
 def _offer_parameters() -> list[dict[str, Any]]:
     latlng = {"type": "string", "pattern": LATLNG_PATTERN, "examples": ["37.7749,-122.4194"]}
     return [
-        {"name": "origin", "in": "query", "required": True, "schema": latlng,
-         "description": "lat,lng in decimal degrees; must lie in a service area"},
-        {"name": "destination", "in": "query", "required": True, "schema": latlng,
-         "description": "lat,lng in decimal degrees; same region as the origin"},
-        {"name": "user_id", "in": "query", "required": True,
-         "schema": {"type": "string", "pattern": schemas.USER_ID_PATTERN}},
-        {"name": "region", "in": "query", "required": False,
-         "schema": {"type": "string", "enum": sorted(REGIONS)},
-         "description": "service area; inferred from the origin when absent"},
+        {
+            "name": "origin",
+            "in": "query",
+            "required": True,
+            "schema": latlng,
+            "description": "lat,lng in decimal degrees; must lie in a service area",
+        },
+        {
+            "name": "destination",
+            "in": "query",
+            "required": True,
+            "schema": latlng,
+            "description": "lat,lng in decimal degrees; same region as the origin",
+        },
+        {
+            "name": "user_id",
+            "in": "query",
+            "required": True,
+            "schema": {"type": "string", "pattern": schemas.USER_ID_PATTERN},
+        },
+        {
+            "name": "region",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "string", "enum": sorted(REGIONS)},
+            "description": "service area; inferred from the origin when absent",
+        },
     ]
 
 
@@ -103,10 +121,7 @@ def _operation(route: Route) -> dict[str, Any]:
 
 def build_spec(config: RouteConfig) -> dict[str, Any]:
     _, defs = models_json_schema(
-        [
-            (m, "validation")
-            for m in (schemas.RideshareRequest, schemas.BatchRequest)
-        ]
+        [(m, "validation") for m in (schemas.RideshareRequest, schemas.BatchRequest)]
         + [
             (m, "serialization")
             for m in (
@@ -128,7 +143,10 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
             op["operationId"] = f"{route.endpoint}.{method.lower()}"
             op["x-pricing-pool"] = route.pool
             paths.setdefault(route.path, {})[method.lower()] = op
-    for path, summary in (("/healthz", "Liveness of this pool"), ("/readyz", "Readiness of this pool")):
+    for path, summary in (
+        ("/healthz", "Liveness of this pool"),
+        ("/readyz", "Readiness of this pool"),
+    ):
         paths[path] = {
             "get": {
                 "operationId": f"meta.{path.strip('/')}",

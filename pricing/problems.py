@@ -65,9 +65,7 @@ def _http_error(exc: HTTPException) -> Response:
     headers = {}
     if status == 405 and exc.valid_methods:  # type: ignore[attr-defined]
         headers["Allow"] = ", ".join(sorted(exc.valid_methods))  # type: ignore[attr-defined]
-    return problem_response(
-        status, exc.name, exc.description or exc.name, headers=headers
-    )
+    return problem_response(status, exc.name, exc.description or exc.name, headers=headers)
 
 
 def _unexpected(exc: Exception) -> Response:

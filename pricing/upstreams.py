@@ -18,11 +18,11 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import gevent
-import urllib3
 from gevent.lock import BoundedSemaphore
 
 from pricing.deadline import Deadline
 from pricing.errors import UpstreamFailure
+from pricing.httpclient import CallObserver, HostClient, HttpClientError
 
 Answer = dict[str, Any] | UpstreamFailure
 
@@ -68,28 +68,33 @@ def spawn_in_context(func: Any, *args: Any) -> gevent.Greenlet:
 
 
 class HttpGateway:
-    """The real gateway: urllib3 connection pools, one per upstream."""
+    """The real gateway: one keep-alive HTTP client per upstream (pricing.httpclient)."""
 
     def __init__(
         self,
         base_url: str,
         specs: Mapping[str, UpstreamSpec] = UPSTREAMS,
         overrides: Mapping[str, str] | None = None,
+        observer: CallObserver | None = None,
     ) -> None:
         overrides = overrides if overrides is not None else _env_overrides(specs)
         self._specs = specs
-        self._pools: dict[str, urllib3.HTTPConnectionPool] = {}
+        self.clients: dict[str, HostClient] = {}
         self._bulkheads: dict[str, BoundedSemaphore] = {}
         for name, spec in specs.items():
             url = urlsplit(overrides.get(name, base_url))
-            self._pools[name] = urllib3.HTTPConnectionPool(
+            self.clients[name] = HostClient(
+                name,
                 url.hostname or "127.0.0.1",
                 url.port or 80,
-                maxsize=spec.max_concurrency,
-                block=True,
-                retries=False,
+                max_idle=spec.max_concurrency,
+                observer=observer,
             )
             self._bulkheads[name] = BoundedSemaphore(spec.max_concurrency)
+
+    def set_observer(self, observer: CallObserver) -> None:
+        for client in self.clients.values():
+            client.observer = observer
 
     def in_flight(self) -> dict[str, int]:
         """Calls in flight per upstream (for tests and /readyz)."""
@@ -130,31 +135,23 @@ class HttpGateway:
         remaining = deadline.remaining_s()
         if remaining <= 0:
             return UpstreamFailure(call.upstream, "timeout", "no budget left before the call")
-        # gevent.Timeout bounds the whole call (connect, send, a trickling
-        # body), which urllib3's per-socket-operation timeouts do not.
+        # One timer bounds the whole call: connect, send, a trickling body.
         timer = gevent.Timeout(remaining)
         timer.start()
         try:
-            response = self._pools[call.upstream].urlopen(
-                "GET",
-                call.path,
-                headers={"accept": "application/json"},
-                retries=False,
-                timeout=urllib3.Timeout(connect=remaining, read=remaining),
-                preload_content=True,
-            )
+            response = self.clients[call.upstream].get(call.path, connect_timeout_s=remaining)
         except gevent.Timeout as exc:
             if exc is not timer:
                 raise
             return _failure(call, "timeout", f"no answer within {deadline.budget_ms} ms", started)
-        except urllib3.exceptions.HTTPError as exc:
-            return _failure(call, "error", f"{type(exc).__name__}: {exc}", started)
+        except HttpClientError as exc:
+            return _failure(call, "error", str(exc), started)
         finally:
             timer.close()
         if response.status != 200:
             return _failure(call, "error", f"answered HTTP {response.status}", started)
         try:
-            body = json.loads(response.data)
+            body = json.loads(response.body)
         except ValueError:
             return _failure(call, "bad-response", "answered a body that is not JSON", started)
         if not isinstance(body, dict):

@@ -30,7 +30,10 @@ def register_routes(app: Flask, config: RouteConfig, pool: str, layout: Layout) 
                     f"(known: {', '.join(sorted(ENDPOINTS))})"
                 )
             app.add_url_rule(
-                route.path, endpoint=route.endpoint, view_func=factory(route), methods=list(route.methods)
+                route.path,
+                endpoint=route.endpoint,
+                view_func=factory(route),
+                methods=list(route.methods),
             )
         else:
             app.add_url_rule(

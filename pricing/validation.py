@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from pricing.errors import FieldError, InvalidRequest, MalformedBody, UnsupportedMediaType
 from pricing.geo import LatLng
-from pricing.regions import DEFAULT_REGION, REGIONS, Region, region_for
+from pricing.regions import REGIONS, Region, region_for
 from pricing.schemas import USER_ID_PATTERN
 
 _USER_ID = re.compile(USER_ID_PATTERN)
@@ -101,12 +101,16 @@ def _latlng(name: str, text: str | None, errors: list[FieldError]) -> LatLng | N
         return None
     parts = text.split(",")
     if len(parts) != 2:
-        errors.append(FieldError(name, "must be 'lat,lng' in decimal degrees, e.g. 37.7749,-122.4194"))
+        errors.append(
+            FieldError(name, "must be 'lat,lng' in decimal degrees, e.g. 37.7749,-122.4194")
+        )
         return None
     try:
         lat, lng = float(parts[0]), float(parts[1])
     except ValueError:
-        errors.append(FieldError(name, "must be 'lat,lng' in decimal degrees, e.g. 37.7749,-122.4194"))
+        errors.append(
+            FieldError(name, "must be 'lat,lng' in decimal degrees, e.g. 37.7749,-122.4194")
+        )
         return None
     if not (math.isfinite(lat) and math.isfinite(lng)):
         errors.append(FieldError(name, "must be finite numbers"))

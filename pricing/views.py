@@ -24,7 +24,9 @@ ViewFactory = Callable[[Route], View]
 
 
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+    return Response(
+        json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json"
+    )
 
 
 def _gateway() -> Gateway:
@@ -54,7 +56,7 @@ def _quote(body: RideshareRequest) -> dict[str, Any]:
     origin = LatLng(body.origin.lat, body.origin.lng)
     destination = LatLng(body.destination.lat, body.destination.lng)
     region = resolve_region(origin, destination, body.region)
-    requested_at = (body.requested_at or datetime.now(UTC).replace(second=0, microsecond=0))
+    requested_at = body.requested_at or datetime.now(UTC).replace(second=0, microsecond=0)
     requested_at = requested_at.astimezone(UTC)
     try:
         quote = quote_rideshare(RideshareQuoteInput(origin, destination, region, requested_at))
@@ -63,7 +65,11 @@ def _quote(body: RideshareRequest) -> dict[str, Any]:
     return {
         "mode": "rideshare",
         "region": quote.region,
-        "price": {"amount_minor": quote.amount_minor, "currency": quote.currency, "discount_minor": 0},
+        "price": {
+            "amount_minor": quote.amount_minor,
+            "currency": quote.currency,
+            "discount_minor": 0,
+        },
         "surge_multiplier": quote.surge_multiplier,
         "trip": {"distance_m": quote.distance_m, "duration_s": quote.duration_s},
         "requested_at": requested_at.isoformat().replace("+00:00", "Z"),
@@ -72,7 +78,9 @@ def _quote(body: RideshareRequest) -> dict[str, Any]:
 
 def rideshare_offer(route: Route) -> View:
     def view() -> Response:
-        body = parse_json_body(RideshareRequest, request.get_data(cache=False), request.content_type)
+        body = parse_json_body(
+            RideshareRequest, request.get_data(cache=False), request.content_type
+        )
         return json_response(_quote(body))
 
     return view

@@ -24,7 +24,9 @@ def check_endpoints(
     for endpoint, count in sorted(counts.items()):
         if count > 1:
             pools = sorted(r.pool for r in config.routes if r.endpoint == endpoint)
-            problems.append(f"endpoint {endpoint!r} is in {count} routes (pools: {', '.join(pools)})")
+            problems.append(
+                f"endpoint {endpoint!r} is in {count} routes (pools: {', '.join(pools)})"
+            )
     for route in config.routes:
         if route.endpoint not in app_endpoints | every_pool_endpoints:
             problems.append(

@@ -38,8 +38,10 @@ def _load(args: argparse.Namespace) -> RouteConfig:
 def _render(args: argparse.Namespace) -> int:
     config = _load(args)
     layout = Layout(args.layout)
-    default_out = DEFAULT_ENVOY_PATH if layout is Layout.SPLIT else (
-        DEFAULT_ENVOY_PATH.with_name("envoy.shared.yaml")
+    default_out = (
+        DEFAULT_ENVOY_PATH
+        if layout is Layout.SPLIT
+        else (DEFAULT_ENVOY_PATH.with_name("envoy.shared.yaml"))
     )
     output: Path = args.output or default_out
     text = render_envoy(config, layout)

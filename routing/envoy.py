@@ -37,9 +37,9 @@ RETRY_AFTER_S = 1
 ACCESS_LOG_FORMAT = (
     '[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" '
     "%RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION%ms "
-    'upstream=%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%ms cluster=%UPSTREAM_CLUSTER% '
-    'pool=%RESP(X-PRICING-POOL)% attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% '
-    'id=%REQ(X-REQUEST-ID)%\n'
+    "upstream=%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%ms cluster=%UPSTREAM_CLUSTER% "
+    "pool=%RESP(X-PRICING-POOL)% attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% "
+    "id=%REQ(X-REQUEST-ID)%\n"
 )
 
 
@@ -154,7 +154,10 @@ def _http_connection_manager(
                         "status_code_filter": {
                             "comparison": {
                                 "op": "EQ",
-                                "value": {"default_value": 503, "runtime_key": "pricing.retry_after_503"},
+                                "value": {
+                                    "default_value": 503,
+                                    "runtime_key": "pricing.retry_after_503",
+                                },
                             }
                         }
                     },
@@ -227,9 +230,7 @@ def _route(config: RouteConfig, route: Route, layout: Layout) -> dict[str, Any]:
             "retriable_request_headers": [
                 {
                     "name": ":method",
-                    "string_match": {
-                        "safe_regex": {"regex": "|".join(sorted(IDEMPOTENT_METHODS))}
-                    },
+                    "string_match": {"safe_regex": {"regex": "|".join(sorted(IDEMPOTENT_METHODS))}},
                 }
             ],
         }

@@ -39,4 +39,7 @@ def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
         "errorlog": "-",
         "loglevel": "info",
         "raw_env": [f"PRICING_POOL={pool.name}"],
+        # gunicorn 27's control socket defaults to one path per user: several
+        # pools (and test stacks) would fight over it, and nothing here uses it.
+        "control_socket_disable": True,
     }

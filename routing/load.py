@@ -97,7 +97,9 @@ def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
     )
     admin_raw = _table(raw, "admin")
     _only(admin_raw, {"address", "port"}, "[admin]")
-    admin = Address(_str(admin_raw, "address", "[admin]"), _int(admin_raw, "port", "[admin]", 1, 65535))
+    admin = Address(
+        _str(admin_raw, "address", "[admin]"), _int(admin_raw, "port", "[admin]", 1, 65535)
+    )
     _require_loopback(admin.host, "[admin].address")
 
     upstreams_raw = _table(raw, "upstreams")
@@ -142,7 +144,9 @@ def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
 def _pool(name: str, body: Any, where: str | None = None) -> Pool:
     where = where or f"[pools.{name}]"
     if name == SHARED_POOL and where != "[shared]":
-        raise RouteConfigError(f"{where}: the name {SHARED_POOL!r} is reserved for the shared layout")
+        raise RouteConfigError(
+            f"{where}: the name {SHARED_POOL!r} is reserved for the shared layout"
+        )
     if not _NAME.match(name):
         raise RouteConfigError(f"{where}: pool names are lower-case identifiers, got {name!r}")
     if not isinstance(body, Mapping):

@@ -41,7 +41,9 @@ class Stack:
     procs: dict[str, Proc] = field(default_factory=dict)
 
     @classmethod
-    def on_free_ports(cls, config: RouteConfig, layout: Layout, run_dir: Path, **kw: object) -> Stack:
+    def on_free_ports(
+        cls, config: RouteConfig, layout: Layout, run_dir: Path, **kw: object
+    ) -> Stack:
         """A stack whose every listener is on a port the kernel picked (tests, benchmark)."""
         names = [p.name for p in config.pools] + [config.shared.name]
         moved = config.with_ports(
@@ -74,7 +76,11 @@ class Stack:
 
     def check_ports(self) -> None:
         wanted = [
-            ("Envoy listener", self.config.listener.address.host, self.config.listener.address.port),
+            (
+                "Envoy listener",
+                self.config.listener.address.host,
+                self.config.listener.address.port,
+            ),
             ("Envoy admin", self.config.admin.host, self.config.admin.port),
             ("upstream simulator", "127.0.0.1", self.simulator_port),
             *(
@@ -146,7 +152,13 @@ class Stack:
             "--bind",
             str(bind),
         ]
-        proc = Proc(f"pool-{pool}", argv, self._log(f"pool-{pool}"), env=self.pool_env(pool), cwd=PROJECT_ROOT).start()
+        proc = Proc(
+            f"pool-{pool}",
+            argv,
+            self._log(f"pool-{pool}"),
+            env=self.pool_env(pool),
+            cwd=PROJECT_ROOT,
+        ).start()
         self.procs[f"pool-{pool}"] = proc
         proc.wait_ready(lambda: http_ok(f"{self.pool_url(pool)}/healthz"), timeout_s, "serving")
 

@@ -121,10 +121,8 @@ class Proc:
         pgid = self.popen.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
         # Children (gunicorn workers) may outlive their parent by a moment.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)

@@ -17,11 +17,15 @@ from stack.procs import StartError
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up = subparsers.add_parser("up", help="start simulator, pools and Envoy; Ctrl-C stops them")
     up.add_argument("--layout", choices=[x.value for x in Layout], default="split")
-    up.add_argument("--port", type=int, default=None, help="Envoy listener port (default: routes.toml)")
+    up.add_argument(
+        "--port", type=int, default=None, help="Envoy listener port (default: routes.toml)"
+    )
     up.add_argument("--config", type=Path, default=None, help="route config (default: routes.toml)")
     up.add_argument("--simulator-port", type=int, default=DEFAULT_SIMULATOR_PORT)
     up.add_argument("--simulator-config", type=Path, default=None, help="simulator TOML config")
-    up.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="logs and rendered configs")
+    up.add_argument(
+        "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="logs and rendered configs"
+    )
     up.set_defaults(handler=run)
 
 
@@ -56,12 +60,11 @@ def run(args: argparse.Namespace) -> int:
             return 1
         if stopping.is_set():
             return 0
-        pools = " ".join(
-            f"{p.name}={p.bind}" for p in stack.config.pools_for(stack.layout)
-        )
+        pools = " ".join(f"{p.name}={p.bind}" for p in stack.config.pools_for(stack.layout))
         print(
             f"pricingservice is up at {stack.url} ({stack.layout.value} layout; pools {pools}; "
-            f"upstreams {stack.simulator_url}; admin {stack.admin_url}; logs {stack.run_dir / 'logs'}). "
+            f"upstreams {stack.simulator_url}; admin {stack.admin_url}; "
+            f"logs {stack.run_dir / 'logs'}). "
             "Ctrl-C stops it.",
             flush=True,
         )

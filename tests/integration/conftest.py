@@ -64,10 +64,20 @@ def http(
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             payload = resp.read()
-            return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, payload, time.monotonic() - started)
+            return Reply(
+                resp.status,
+                {k.lower(): v for k, v in resp.headers.items()},
+                payload,
+                time.monotonic() - started,
+            )
     except urllib.error.HTTPError as err:
         payload = err.read()
-        return Reply(err.code, {k.lower(): v for k, v in err.headers.items()}, payload, time.monotonic() - started)
+        return Reply(
+            err.code,
+            {k.lower(): v for k, v in err.headers.items()},
+            payload,
+            time.monotonic() - started,
+        )
 
 
 def set_upstream(stack: Stack, name: str, **settings: Any) -> None:

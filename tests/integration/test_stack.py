@@ -38,7 +38,9 @@ def test_each_endpoint_is_served_by_its_pool(split_stack: Stack, routes: RouteCo
         assert (route.endpoint, status, pool) == (route.endpoint, 200, route.pool)
 
 
-def test_shared_layout_serves_everything_from_one_pool(shared_stack: Stack, routes: RouteConfig) -> None:
+def test_shared_layout_serves_everything_from_one_pool(
+    shared_stack: Stack, routes: RouteConfig
+) -> None:
     for route in routes.routes:
         status, pool = call_endpoint(shared_stack.url, route.endpoint)
         assert (route.endpoint, status, pool) == (route.endpoint, 200, "shared")

@@ -50,8 +50,18 @@ def test_up_serves_then_sigterm_leaves_no_process(tmp_path: Path) -> None:
     config, port = routes_on_free_ports(tmp_path)
     marker = f"PRICINGCTL_TEST_{uuid.uuid4().hex}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stack.cli", "up", "--config", str(config),
-         "--simulator-port", str(free_port()), "--run-dir", str(tmp_path / "run")],
+        [
+            sys.executable,
+            "-m",
+            "stack.cli",
+            "up",
+            "--config",
+            str(config),
+            "--simulator-port",
+            str(free_port()),
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -60,8 +70,14 @@ def test_up_serves_then_sigterm_leaves_no_process(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # blocks until up (or dead)
-        assert f"pricingservice is up at http://127.0.0.1:{port}" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
-        reply = http("GET", f"http://127.0.0.1:{port}/v1/offers/bike?origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u1")
+        assert f"pricingservice is up at http://127.0.0.1:{port}" in line, (
+            line,
+            proc.stderr.read() if proc.poll() is not None else "",
+        )
+        reply = http(
+            "GET",
+            f"http://127.0.0.1:{port}/v1/offers/bike?origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u1",
+        )
         assert reply.status == 200
         started = marked_pids(marker)
         # pricingctl, simulator, 2 gunicorn masters + 3 workers, Envoy
@@ -84,8 +100,18 @@ def test_up_refuses_a_taken_port_with_one_line(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "stack.cli", "up", "--config", str(config), "--port", str(port),
-             "--run-dir", str(tmp_path / "run")],
+            [
+                sys.executable,
+                "-m",
+                "stack.cli",
+                "up",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+                "--run-dir",
+                str(tmp_path / "run"),
+            ],
             capture_output=True,
             text=True,
             timeout=30,
@@ -102,7 +128,9 @@ def test_bad_route_config_is_one_line(tmp_path: Path) -> None:
     bad.write_text(DEFAULT_ROUTES_PATH.read_text().replace('pool = "io"', 'pool = "gpu"', 1))
     result = subprocess.run(
         [sys.executable, "-m", "stack.cli", "up", "--config", str(bad)],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1

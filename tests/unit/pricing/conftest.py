@@ -17,8 +17,22 @@ from routing.model import RouteConfig
 
 VEHICLES = {
     "vehicles": [
-        {"id": "bike-far", "mode": "bike", "lat": 37.77, "lng": -122.41, "battery_pct": 90, "distance_m": 300},
-        {"id": "bike-near", "mode": "bike", "lat": 37.77, "lng": -122.41, "battery_pct": 55, "distance_m": 130},
+        {
+            "id": "bike-far",
+            "mode": "bike",
+            "lat": 37.77,
+            "lng": -122.41,
+            "battery_pct": 90,
+            "distance_m": 300,
+        },
+        {
+            "id": "bike-near",
+            "mode": "bike",
+            "lat": 37.77,
+            "lng": -122.41,
+            "battery_pct": 55,
+            "distance_m": 130,
+        },
     ]
 }
 ROUTE = {"mode": "bike", "distance_m": 1840, "duration_s": 520}

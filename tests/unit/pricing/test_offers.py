@@ -32,7 +32,9 @@ def test_scooter_uses_scooter_rates(io_client: FlaskClient) -> None:
     assert body["price"]["amount_minor"] + body["price"]["discount_minor"] == 100 + 42 * 9
 
 
-def test_promotions_failure_degrades_the_offer(io_client: FlaskClient, gateway: FakeGateway) -> None:
+def test_promotions_failure_degrades_the_offer(
+    io_client: FlaskClient, gateway: FakeGateway
+) -> None:
     gateway.fail("promotions", "timeout")
     response = io_client.get(f"/v1/offers/bike?{SF}")
     assert response.status_code == 200
@@ -68,7 +70,9 @@ def test_required_upstream_timeout_is_504(io_client: FlaskClient, gateway: FakeG
     assert problem(response)["type"].endswith("upstream-timeout")
 
 
-def test_malformed_upstream_answer_is_503_not_500(io_client: FlaskClient, gateway: FakeGateway) -> None:
+def test_malformed_upstream_answer_is_503_not_500(
+    io_client: FlaskClient, gateway: FakeGateway
+) -> None:
     gateway.answers["vehicles"] = {"vehicles": [{"id": "x"}]}
     response = io_client.get(f"/v1/offers/bike?{SF}")
     assert response.status_code == 503

@@ -87,7 +87,9 @@ def test_nan_in_json_is_rejected(cpu_client: FlaskClient) -> None:
         ("x" * 70_000, "application/json", 413),
     ],
 )
-def test_malformed_bodies(cpu_client: FlaskClient, data: str, content_type: str | None, status: int) -> None:
+def test_malformed_bodies(
+    cpu_client: FlaskClient, data: str, content_type: str | None, status: int
+) -> None:
     response = cpu_client.post("/v1/offers/rideshare", data=data, content_type=content_type)
     assert response.status_code == status
     problem(response)

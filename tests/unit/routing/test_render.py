@@ -29,7 +29,7 @@ def test_render_check_fails_on_a_stale_file(tmp_path: Path) -> None:
     result = subprocess.run(cli, capture_output=True, text=True)
     assert result.returncode == 1
     assert "is stale" in result.stderr
-    subprocess.run(cli[:-3] + ["--output", str(stale)], check=True, capture_output=True)
+    subprocess.run([*cli[:-3], "--output", str(stale)], check=True, capture_output=True)
     assert subprocess.run(cli, capture_output=True).returncode == 0
 
 
@@ -69,7 +69,10 @@ def test_circuit_breakers_match_each_pools_capacity() -> None:
         assert breaker["max_connections"] == pool.workers * pool.worker_connections
         assert breaker["max_requests"] == pool.workers * pool.worker_connections
         assert breaker["max_pending_requests"] == pool.max_pending
-        assert clusters[f"{pool.name}_pool"]["health_checks"][0]["http_health_check"]["path"] == "/healthz"
+        assert (
+            clusters[f"{pool.name}_pool"]["health_checks"][0]["http_health_check"]["path"]
+            == "/healthz"
+        )
 
 
 def test_shared_layout_sends_everything_to_one_pool_of_the_same_size() -> None:
