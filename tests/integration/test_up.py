@@ -80,8 +80,8 @@ def test_up_serves_then_sigterm_leaves_no_process(tmp_path: Path) -> None:
         )
         assert reply.status == 200
         started = marked_pids(marker)
-        # pricingctl, simulator, 2 gunicorn masters + 3 workers, Envoy
-        assert len(started) >= 8, started
+        # pricingctl, simulator, 2 gunicorn masters + 4 workers, Envoy
+        assert len(started) >= 9, started
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         deadline = time.monotonic() + 10
