@@ -94,7 +94,7 @@ def edited(old: str, new: str) -> str:
             edited("worker_connections = 1 ", "worker_connections = 0 "),
             "[pools.cpu]: worker_connections must be between 1",
         ),
-        (edited("workers = 1\n", "workers = true\n"), "[pools.io]: workers must be an integer"),
+        (edited("workers = 2\n", "workers = true\n"), "[pools.cpu]: workers must be an integer"),
         (edited("nice = 5", "nice = -5"), "[pools.cpu]: nice must be between 0 and 19"),
         (
             edited(

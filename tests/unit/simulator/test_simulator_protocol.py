@@ -289,3 +289,25 @@ def test_hang_never_answers_and_connection_loss_cancels_timers(sim: Simulator) -
     assert transport.out == b""
     conn.connection_lost(None)
     assert sim.errors["vehicles"] == 1
+    [record] = request(sim, "GET", "/_control/records").json()["records"]
+    assert record["fault"] == "hang"
+    assert record["sent_ns"] is None and record["status"] is None
+
+
+def test_records_escape_odd_traceparents(sim: Simulator) -> None:
+    send(sim, get(VEHICLES, b'traceparent: "quoted"\\'))
+    [record] = request(sim, "GET", "/_control/records").json()["records"]
+    assert record["traceparent"] == '"quoted"\\'
+    assert record["fault"] is None
+
+
+def test_half_closed_client_still_gets_its_answers(loop: asyncio.AbstractEventLoop) -> None:
+    sim = Simulator(DEFAULT_CONFIG, rng=random.Random(1))
+    sim.loop = loop
+    conn, transport = connect(sim)
+    conn.data_received(get(VEHICLES) + get(VEHICLES))
+    assert conn.eof_received() is True  # keep the connection to answer
+    assert not transport.closed
+    loop.run_until_complete(asyncio.sleep(0.2))
+    assert [r.status for r in parse_replies(bytes(transport.out))] == [200, 200]
+    assert transport.closed
