@@ -29,4 +29,20 @@ def post_fork(server: Any, worker: Any) -> None:
         # Lower priority for CPU pools: when the machine is busy the kernel
         # runs the I/O pool's greenlets first.
         os.nice(pool.nice)
-    worker.log.info("worker %s serving pool %s (nice %s)", worker.pid, pool_name, pool.nice)
+    from tracing import server as tracing
+
+    traced = tracing.setup_worker(pool_name)
+    worker.log.info(
+        "worker %s serving pool %s (nice %s, tracing %s)",
+        worker.pid,
+        pool_name,
+        pool.nice,
+        traced.settings.mode.value if traced else "off",
+    )
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """Flush the spans this worker still holds."""
+    from tracing import server as tracing
+
+    tracing.shutdown_worker()

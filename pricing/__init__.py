@@ -32,6 +32,7 @@ def create_app(
     """
     from pricing import openapi, problems, urls
     from pricing.upstreams import HttpGateway
+    from tracing import server as tracing
 
     pool = pool or os.environ.get("PRICING_POOL") or "shared"
     config = config or load_routes()
@@ -42,8 +43,10 @@ def create_app(
     app.config["PRICING_POOL"] = pool
     app.config["MAX_CONTENT_LENGTH"] = config.listener.max_request_bytes
     app.extensions["pricing.routes"] = config
+    # Spans for this app, when the worker set tracing up (gunicorn post_fork).
+    observer = tracing.init_app(app)
     app.extensions["pricing.gateway"] = gateway or HttpGateway(
-        os.environ.get("PRICING_UPSTREAM_URL") or config.upstream_base_url
+        os.environ.get("PRICING_UPSTREAM_URL") or config.upstream_base_url, observer=observer
     )
     problems.init_app(app)
     urls.register_routes(app, config, pool, layout)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from routing.envoy import cluster_name, render_envoy
 from routing.model import Layout, RouteConfig
+from stack import jaeger
+from stack.jaeger import JaegerPorts
 from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +40,20 @@ class Stack:
     simulator_port: int = DEFAULT_SIMULATOR_PORT
     simulator_config: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Start Jaeger and send every span there (Envoy's too); otherwise the pools
+    # write OTLP JSON lines to span_file.
+    with_jaeger: bool = False
+    jaeger_ports: JaegerPorts | None = None  # None: free ports
     procs: dict[str, Proc] = field(default_factory=dict)
+
+    @property
+    def span_file(self) -> Path:
+        return self.run_dir / "spans.jsonl"
+
+    @property
+    def jaeger_url(self) -> str | None:
+        """Jaeger's query API, once started."""
+        return self.jaeger_ports.query_url if self.with_jaeger and self.jaeger_ports else None
 
     @classmethod
     def on_free_ports(
@@ -96,6 +111,8 @@ class Stack:
         self.check_ports()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
+            if self.with_jaeger:
+                self._start_jaeger(timeout_s)
             self._start_simulator(timeout_s)
             for pool in self.config.pools_for(self.layout):
                 self._start_pool(pool.name, timeout_s)
@@ -125,6 +142,12 @@ class Stack:
     def _log(self, name: str) -> Path:
         return self.run_dir / "logs" / f"{name}.log"
 
+    def _start_jaeger(self, timeout_s: float) -> None:
+        proc, self.jaeger_ports = jaeger.start(
+            self.run_dir / "jaeger", ports=self.jaeger_ports, timeout_s=timeout_s
+        )
+        self.procs["jaeger"] = proc
+
     def _start_simulator(self, timeout_s: float) -> None:
         argv = [sys.executable, "-m", "simulator", "--bind", f"127.0.0.1:{self.simulator_port}"]
         if self.simulator_config is not None:
@@ -134,12 +157,15 @@ class Stack:
         proc.wait_ready(lambda: http_ok(f"{self.simulator_url}/healthz"), timeout_s, "serving")
 
     def pool_env(self, pool: str) -> dict[str, str]:
-        return {
+        env = {
             "PRICING_ROUTES": self.config.source,
             "PRICING_POOL": pool,
             "PRICING_UPSTREAM_URL": self.simulator_url,
-            **self.extra_env,
+            "PRICING_SPAN_FILE": str(self.span_file),
         }
+        if self.with_jaeger and self.jaeger_ports is not None:
+            env["PRICING_OTLP_ENDPOINT"] = self.jaeger_ports.otlp_http_url
+        return {**env, **self.extra_env}
 
     def _start_pool(self, pool: str, timeout_s: float) -> None:
         bind = self.config.pool(pool, self.layout).bind
@@ -167,7 +193,12 @@ class Stack:
 
     def _start_envoy(self, timeout_s: float) -> None:
         path = self.envoy_config_path()
-        path.write_text(render_envoy(self.config, self.layout), encoding="utf-8")
+        collector = None
+        if self.with_jaeger and self.jaeger_ports is not None:
+            collector = (self.jaeger_ports.host, self.jaeger_ports.otlp_grpc)
+        path.write_text(
+            render_envoy(self.config, self.layout, tracing_collector=collector), encoding="utf-8"
+        )
         argv = [
             envoy_binary(),
             "--config-path",

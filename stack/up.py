@@ -10,8 +10,10 @@ from pathlib import Path
 
 from routing.load import load_routes
 from routing.model import Layout
+from stack import jaeger
+from stack.jaeger import JaegerPorts
 from stack.launch import DEFAULT_RUN_DIR, DEFAULT_SIMULATOR_PORT, Stack
-from stack.procs import StartError
+from stack.procs import StartError, port_in_use
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,6 +31,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     up.set_defaults(handler=run)
 
 
+def _jaeger_ports() -> JaegerPorts:
+    """Jaeger's usual ports when they are free (so its API is where people look), else any."""
+    usual = JaegerPorts.defaults()
+    ports = (usual.otlp_grpc, usual.otlp_http, usual.query_http, usual.query_grpc)
+    if any(port_in_use(usual.host, p) for p in ports):
+        return JaegerPorts.free()
+    return usual
+
+
 def run(args: argparse.Namespace) -> int:
     if args.port is not None and not 1 <= args.port <= 65535:
         print(f"pricingctl: --port must be between 1 and 65535, got {args.port}", file=sys.stderr)
@@ -36,12 +47,21 @@ def run(args: argparse.Namespace) -> int:
     config = load_routes(args.config)
     if args.port is not None:
         config = config.with_ports(listener_port=args.port)
+    with_jaeger = args.jaeger == "on" or (args.jaeger == "auto" and jaeger.cached_binary())
+    if args.jaeger == "on" and jaeger.cached_binary() is None:
+        print(
+            f"pricingctl: Jaeger is not built; run `make jaeger` ({jaeger.BUILD_SCRIPT}) first",
+            file=sys.stderr,
+        )
+        return 1
     stack = Stack(
         config,
         Layout(args.layout),
         run_dir=args.run_dir,
         simulator_port=args.simulator_port,
         simulator_config=args.simulator_config,
+        with_jaeger=bool(with_jaeger),
+        jaeger_ports=_jaeger_ports() if with_jaeger else None,
     )
     stopping = threading.Event()
 
@@ -61,10 +81,15 @@ def run(args: argparse.Namespace) -> int:
         if stopping.is_set():
             return 0
         pools = " ".join(f"{p.name}={p.bind}" for p in stack.config.pools_for(stack.layout))
+        traces = (
+            f"traces in Jaeger {stack.jaeger_url}"
+            if stack.jaeger_url
+            else f"spans in {stack.span_file}"
+        )
         print(
             f"pricingservice is up at {stack.url} ({stack.layout.value} layout; pools {pools}; "
             f"upstreams {stack.simulator_url}; admin {stack.admin_url}; "
-            f"logs {stack.run_dir / 'logs'}). "
+            f"{traces}; logs {stack.run_dir / 'logs'}). "
             "Ctrl-C stops it.",
             flush=True,
         )

@@ -1,0 +1,137 @@
+"""The hub-block detector: its check with a fake clock and heartbeat, then a real block
+seen by the real watcher thread, and a fork."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import gevent
+import pytest
+
+from tracing.hub_block import HubBlockDetector, HubBlocked
+from tracing.instrumentor import GeventTimingInstrumentor
+from tracing.labels import set_greenlet_label
+
+MS = 1_000_000
+RIDESHARE = "POST /v1/offers/rideshare"
+
+
+class Beats:
+    def __init__(self) -> None:
+        self.now_ns = 1000 * MS
+        self.beat_ns = 1000 * MS
+
+    def clock(self) -> int:
+        return self.now_ns
+
+    def heartbeat(self) -> int:
+        return self.beat_ns
+
+
+def detector_on(beats: Beats) -> tuple[HubBlockDetector, list[HubBlocked]]:
+    events: list[HubBlocked] = []
+    detector = HubBlockDetector(
+        beats.heartbeat, lambda: RIDESHARE, threshold_s=0.1, clock_ns=beats.clock
+    )
+    detector.register(events.append)
+    return detector, events
+
+
+def test_reports_a_block_when_seen_and_again_with_its_length_when_over() -> None:
+    beats = Beats()
+    detector, events = detector_on(beats)
+    beats.now_ns += 80 * MS
+    assert detector.check() is None  # silent, but not for long enough
+    beats.now_ns += 40 * MS
+    seen = detector.check()
+    assert seen is not None and seen.ongoing
+    assert seen.blocked_s == pytest.approx(0.120)
+    assert seen.label == RIDESHARE
+    beats.now_ns += 300 * MS
+    assert detector.check() is None  # still blocked: one event per block
+    beats.beat_ns += 350 * MS  # the hub is back
+    over = detector.check()
+    assert over is not None and not over.ongoing
+    assert over.blocked_s == pytest.approx(0.350)
+    assert events == [seen, over]
+
+
+def test_a_steady_heartbeat_is_never_a_block() -> None:
+    beats = Beats()
+    detector, events = detector_on(beats)
+    for _ in range(50):
+        beats.now_ns += 20 * MS
+        beats.beat_ns = beats.now_ns - 5 * MS
+        detector.check()
+    assert events == []
+
+
+def test_a_failing_callback_does_not_stop_the_others() -> None:
+    beats = Beats()
+    detector, events = detector_on(beats)
+
+    def broken(event: HubBlocked) -> None:
+        raise RuntimeError("callback")
+
+    detector.unregister(events.append)
+    detector.register(broken)
+    detector.register(events.append)
+    beats.now_ns += 200 * MS
+    detector.check()
+    assert len(events) == 1
+
+
+def test_real_block_is_caught_with_stack_and_label() -> None:
+    inst = GeventTimingInstrumentor(loop_lag_interval_s=0.010, hub_block_threshold_s=0.050)
+    inst.instrument()
+    events: list[HubBlocked] = []
+    try:
+        assert inst.hub_block is not None
+        inst.hub_block.register(events.append)
+        gevent.sleep(0.050)
+
+        def block_the_hub() -> None:
+            set_greenlet_label(RIDESHARE)
+            time.sleep(0.300)  # not monkey-patched: the whole hub stops
+
+        gevent.spawn(block_the_hub).join()
+        deadline = time.monotonic() + 2
+        while len(events) < 2 and time.monotonic() < deadline:
+            gevent.sleep(0.010)
+    finally:
+        inst.uninstrument()
+    seen, over = events[:2]
+    assert seen.ongoing and seen.label == RIDESHARE
+    assert any("block_the_hub" in frame for frame in seen.stack)
+    assert not over.ongoing
+    assert 0.250 <= over.blocked_s <= 0.400
+
+
+def test_the_watcher_restarts_in_a_forked_child() -> None:
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        from tracing.hub_block import HubBlockDetector
+
+        # A heartbeat that never beats: a running watcher reports a block at once.
+        detector = HubBlockDetector(lambda: 0, lambda: None, threshold_s=0.05)
+        detector.start()
+        pid = os.fork()
+        if pid == 0:
+            events = []
+            detector.register(events.append)
+            before = detector.running
+            detector.ensure_running()
+            deadline = time.monotonic() + 2
+            while not events and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os._exit(0 if (not before and detector.running and events) else 1)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status) or (0 if detector.running else 2))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], timeout=10, capture_output=True)
+    assert result.returncode == 0, result.stderr.decode()

@@ -1,0 +1,69 @@
+"""`pricingctl traces`: where each upstream call's time went, from Jaeger or the span file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tracing.report import render_table, summarize, waterfall
+from tracing.settings import DEFAULT_SPAN_FILE
+from tracing.spans import SpanSourceError, from_file, from_jaeger
+
+DEFAULT_JAEGER_URL = "http://127.0.0.1:16686"
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    traces = subparsers.add_parser(
+        "traces",
+        help="per endpoint and upstream: network time, scheduling delay, culprits",
+    )
+    source = traces.add_mutually_exclusive_group()
+    source.add_argument(
+        "--jaeger",
+        default=DEFAULT_JAEGER_URL,
+        help=f"Jaeger query URL (default {DEFAULT_JAEGER_URL})",
+    )
+    source.add_argument(
+        "--file",
+        type=Path,
+        nargs="?",
+        const=DEFAULT_SPAN_FILE,
+        default=None,
+        help=f"read the OTLP JSON-lines span file instead (default {DEFAULT_SPAN_FILE})",
+    )
+    traces.add_argument("--trace-id", help="print one trace as a waterfall")
+    traces.add_argument("--limit", type=int, default=200, help="traces to read from Jaeger")
+    traces.add_argument("--lookback", default="1h", help="how far back Jaeger looks (e.g. 15m, 2h)")
+    traces.add_argument("--json", action="store_true", help="machine-readable output")
+    traces.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        print("pricingctl: --limit must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        if args.file is not None:
+            spans = from_file(args.file, trace_id=args.trace_id)
+        else:
+            spans = from_jaeger(
+                args.jaeger, limit=args.limit, lookback=args.lookback, trace_id=args.trace_id
+            )
+    except SpanSourceError as exc:
+        hint = "" if args.file is not None else " (start it with `pricingctl up`, or use --file)"
+        print(f"pricingctl: {exc}{hint}", file=sys.stderr)
+        return 1
+    if args.trace_id:
+        if args.json:
+            print(json.dumps([s.__dict__ for s in spans], indent=1))
+        else:
+            print(waterfall(spans))
+        return 0
+    rows = summarize(spans)
+    if args.json:
+        print(json.dumps({"rows": [r.as_dict() for r in rows]}, indent=1))
+    else:
+        print(render_table(rows))
+    return 0

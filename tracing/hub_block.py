@@ -1,0 +1,183 @@
+"""Hub-block detector: notice code that holds the hub without yielding.
+
+Some code blocks the whole process and gevent cannot patch it: a C extension's blocking
+call, an unpatched library, a greenlet computing for 300 ms. A real OS thread (taken with
+``gevent.monkey.get_original``, so it runs even in a monkey-patched worker) watches the hub
+heartbeat (greenlet switches and loop-lag ticks). When it goes stale for longer than the
+threshold, the thread captures the hub thread's stack and the running greenlet's label,
+and publishes a :class:`HubBlocked` event to the registered callbacks: once when the block
+is detected (``ongoing=True``) and once when it ends, with its real length.
+
+Callbacks run on the watcher thread: keep them short and thread-safe (logging, a metric).
+Limits: a C call that holds the GIL also stops this thread, so such a block is only seen
+once it is over (``ongoing=False``, no stack of the culprit); many short hogs that yield
+in between never look like a block: the loop-lag gauge sees those.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from tracing.hook_errors import swallow
+from tracing.labels import UNKNOWN_LABEL
+
+#: Default threshold: a hub silent for longer than this is blocked (seconds).
+DEFAULT_THRESHOLD_S: Final = 0.1
+
+#: Frames of the hub thread's stack kept in an event.
+STACK_LIMIT: Final = 30
+
+
+@dataclass(frozen=True, slots=True)
+class HubBlocked:
+    """The hub did not switch or tick for ``blocked_s`` seconds."""
+
+    blocked_s: float
+    #: True when published while the block was still going on (``blocked_s`` so far).
+    ongoing: bool
+    #: Label of the greenlet that was running when the block was detected.
+    label: str
+    #: Formatted frames of the hub thread when the block was detected, outermost first.
+    stack: tuple[str, ...]
+    pid: int
+
+
+HubBlockedCallback = Callable[[HubBlocked], None]
+
+
+class HubBlockDetector:
+    """Watches a heartbeat from a real OS thread; fork-safe (restart with ``start()``)."""
+
+    def __init__(
+        self,
+        heartbeat_ns: Callable[[], int],
+        running_label: Callable[[], str | None],
+        *,
+        threshold_s: float = DEFAULT_THRESHOLD_S,
+        check_interval_s: float | None = None,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        if threshold_s <= 0:
+            raise ValueError(f"hub block threshold_s must be positive, got {threshold_s}")
+        self._heartbeat_ns = heartbeat_ns
+        self._running_label = running_label
+        self.threshold_s = threshold_s
+        self._threshold_ns = int(threshold_s * 1_000_000_000)
+        # Checking 5x per threshold bounds the error of a reported duration to a fifth of it.
+        self.check_interval_s = threshold_s / 5 if check_interval_s is None else check_interval_s
+        self._clock_ns = clock_ns
+        self._callbacks: list[HubBlockedCallback] = []
+        # The open block: the last heartbeat before it, and what was captured.
+        self._block_since_ns: int | None = None
+        self._block_label = UNKNOWN_LABEL
+        self._block_stack: tuple[str, ...] = ()
+        self._hub_thread_ident: int | None = None
+        # Which process runs the watcher, and which start() it belongs to: a thread whose
+        # generation is stale (stopped, or restarted) exits at its next check.
+        self._thread_pid: int | None = None
+        self._generation = 0
+        self._running = False
+
+    # -- callbacks ----------------------------------------------------------------------
+
+    def register(self, callback: HubBlockedCallback) -> None:
+        if callback not in self._callbacks:
+            self._callbacks.append(callback)
+
+    def unregister(self, callback: HubBlockedCallback) -> None:
+        if callback in self._callbacks:
+            self._callbacks.remove(callback)
+
+    def _publish(self, event: HubBlocked) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback(event)
+            except Exception as exc:
+                swallow("hub block callback", exc)
+
+    # -- the check (pure: fake clock and heartbeat in tests) ----------------------------
+
+    def check(self) -> HubBlocked | None:
+        """Look at the heartbeat once; publish and return an event if there is one."""
+        now = self._clock_ns()
+        beat = self._heartbeat_ns()
+        since = self._block_since_ns
+        event = None
+        if since is None:
+            if now - beat > self._threshold_ns:
+                self._block_since_ns = beat
+                self._block_label = self._running_label() or UNKNOWN_LABEL
+                self._block_stack = self._hub_stack()
+                event = HubBlocked(
+                    (now - beat) / 1e9, True, self._block_label, self._block_stack, os.getpid()
+                )
+        elif beat != since:
+            # The hub is back. The newest beat is at most one check interval after the
+            # block ended, so the duration is over-reported by at most that much.
+            self._block_since_ns = None
+            event = HubBlocked(
+                (beat - since) / 1e9, False, self._block_label, self._block_stack, os.getpid()
+            )
+        if event is not None:
+            self._publish(event)
+        return event
+
+    def _hub_stack(self) -> tuple[str, ...]:
+        ident = self._hub_thread_ident
+        frame = sys._current_frames().get(ident) if ident is not None else None
+        if frame is None:
+            return ()
+        return tuple(traceback.format_stack(frame, limit=STACK_LIMIT))
+
+    # -- the watcher thread -------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """True when a watcher thread runs in this process."""
+        return self._running and self._thread_pid == os.getpid()
+
+    def start(self) -> None:
+        """Start the watcher thread for this process (idempotent; call from the hub's
+        thread). After a fork the thread is gone: calling ``start()`` again restarts it."""
+        if self.running:
+            return
+        from gevent.monkey import get_original
+
+        get_ident, start_new_thread = get_original("_thread", ["get_ident", "start_new_thread"])
+        self._hub_thread_ident = get_ident()
+        self._block_since_ns = None
+        self._generation += 1
+        self._thread_pid = os.getpid()
+        self._running = True
+        start_new_thread(self._run, (self._generation, self._thread_pid))
+
+    def ensure_running(self) -> None:
+        """Restart the watcher in a forked child whose parent had one running. Cheap
+        enough for a periodic hub timer (one getpid)."""
+        if self._running and self._thread_pid != os.getpid():
+            self.start()
+
+    def stop(self) -> None:
+        """Ask the watcher thread to exit at its next check."""
+        self._running = False
+        self._generation += 1
+
+    def _run(self, generation: int, pid: int) -> None:
+        from gevent.monkey import get_original
+
+        # The real sleep: under monkey patching time.sleep would try to use the hub.
+        (sleep,) = get_original("time", ["sleep"])
+        while self._generation == generation and os.getpid() == pid:
+            sleep(self.check_interval_s)
+            if self._generation != generation:
+                break
+            try:
+                self.check()
+            except Exception as exc:
+                swallow("hub block check", exc)

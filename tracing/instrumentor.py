@@ -1,0 +1,168 @@
+"""``GeventTimingInstrumentor``: installs and removes everything the measurement needs.
+
+Like an OpenTelemetry contrib instrumentor: ``instrument()`` twice is harmless, and
+``uninstrument()`` puts back exactly what it replaced (gevent's socket methods, the greenlet
+trace function it chained to). Create and call it in each worker process, after the fork
+(gunicorn ``post_fork``), from the thread that runs the hub.
+
+What it installs:
+
+- socket hooks (``tracing.socket_hooks``): per-wait network/delay split;
+- the thread-pool hook (``tracing.threadpool_hook``): when DNS work finished;
+- the switch tracer and its log (``tracing.switch_tracer``, ``tracing.switchlog``): delay
+  of non-socket yields and the culprits' labels;
+- optionally the loop-lag gauge (``tracing.loop_lag``) and the hub-block detector
+  (``tracing.hub_block``), whose heartbeat is the newer of the last switch and the last tick.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import gevent
+from gevent.monkey import get_original
+
+from tracing import (
+    call_timing,
+    hub_block,
+    kernel_rx,
+    loop_lag,
+    socket_hooks,
+    switchlog,
+    threadpool_hook,
+)
+from tracing.hub_block import HubBlockDetector
+from tracing.labels import tag_of
+from tracing.loop_lag import LoopLagGauge
+from tracing.switch_tracer import SwitchTracer
+
+logger = logging.getLogger("tracing")
+
+# The OS thread's id even under monkey patching (patched, it is the greenlet's id).
+(_os_thread_ident,) = get_original("_thread", ["get_ident"])
+
+# One instrumentor at a time per process: two would chain their patches.
+_active: GeventTimingInstrumentor | None = None
+
+
+class GeventTimingInstrumentor:
+    """Instrument gevent sockets and greenlet switches for per-call timing.
+
+    Tunables (seconds): ``culprit_threshold_s`` is the smallest delay piece whose culprits
+    are named; ``loop_lag_interval_s`` the gauge's period (None: no gauge);
+    ``hub_block_threshold_s`` the silence that counts as a blocked hub (None: no detector;
+    it needs the gauge as heartbeat when the process is idle).
+    """
+
+    def __init__(
+        self,
+        *,
+        culprit_threshold_s: float = call_timing.CULPRIT_THRESHOLD_S,
+        switch_log_size: int = switchlog.DEFAULT_SIZE,
+        loop_lag_interval_s: float | None = loop_lag.DEFAULT_INTERVAL_S,
+        hub_block_threshold_s: float | None = hub_block.DEFAULT_THRESHOLD_S,
+    ) -> None:
+        if culprit_threshold_s < 0:
+            raise ValueError(f"culprit_threshold_s must be >= 0, got {culprit_threshold_s}")
+        if hub_block_threshold_s is not None and loop_lag_interval_s is None:
+            raise ValueError("hub_block_threshold_s needs loop_lag_interval_s (its heartbeat)")
+        if (
+            hub_block_threshold_s is not None
+            and loop_lag_interval_s is not None
+            and loop_lag_interval_s >= hub_block_threshold_s
+        ):
+            raise ValueError(
+                f"loop_lag_interval_s ({loop_lag_interval_s}) must be shorter than "
+                f"hub_block_threshold_s ({hub_block_threshold_s}): an idle hub would look "
+                "blocked between two ticks"
+            )
+        self.culprit_threshold_s = culprit_threshold_s
+        self.switch_log = switchlog.SwitchLog(switch_log_size)
+        self._tracer = SwitchTracer(self.switch_log)
+        self._loop_lag_interval_s = loop_lag_interval_s
+        self._hub_block_threshold_s = hub_block_threshold_s
+        #: The loop-lag gauge while instrumented (if enabled).
+        self.loop_lag: LoopLagGauge | None = None
+        #: The hub-block detector while instrumented (if enabled): ``register()`` on it.
+        self.hub_block: HubBlockDetector | None = None
+        self._thread_ident: int | None = None
+
+    @property
+    def is_instrumented(self) -> bool:
+        return _active is self
+
+    def instrument(self) -> None:
+        """Install the hooks (idempotent). Call from the hub's thread, after the fork."""
+        global _active
+        if _active is self:
+            return
+        if _active is not None:
+            logger.warning("another GeventTimingInstrumentor is active; not instrumenting")
+            return
+        self._thread_ident = _os_thread_ident()
+        socket_hooks.install()
+        problems = socket_hooks.verify()
+        if problems:
+            socket_hooks.uninstall()
+            raise RuntimeError(
+                "gevent socket hooks did not take (gevent changed?): " + "; ".join(problems)
+            )
+        threadpool_hook.install()
+        kernel_rx.hold_timestamping()
+        hub = gevent.get_hub()
+        tag_of(hub)  # labelled "<hub>" before the first switch is logged
+        self._tracer.install()
+        call_timing.configure(self.switch_log, self.culprit_threshold_s)
+        if self._loop_lag_interval_s is not None:
+            detector = None
+            if self._hub_block_threshold_s is not None:
+                detector = HubBlockDetector(
+                    self._heartbeat_ns,
+                    self._running_label,
+                    threshold_s=self._hub_block_threshold_s,
+                )
+            self.loop_lag = LoopLagGauge(
+                self._loop_lag_interval_s,
+                loop=hub.loop,
+                on_tick=None if detector is None else detector.ensure_running,
+            )
+            self.loop_lag.start()
+            if detector is not None:
+                detector.start()
+                self.hub_block = detector
+        _active = self
+
+    def uninstrument(self) -> None:
+        """Restore everything :meth:`instrument` replaced (idempotent)."""
+        global _active
+        if _active is not self:
+            return
+        if _os_thread_ident() != self._thread_ident:
+            raise RuntimeError("uninstrument() must run on the thread that called instrument()")
+        if self.hub_block is not None:
+            self.hub_block.stop()
+            self.hub_block = None
+        if self.loop_lag is not None:
+            self.loop_lag.stop()
+            self.loop_lag = None
+        call_timing.configure(None, self.culprit_threshold_s)
+        if not self._tracer.uninstall():
+            logger.warning(
+                "another greenlet tracer was installed after ours; ours stays in its chain, "
+                "disabled"
+            )
+        threadpool_hook.uninstall()
+        socket_hooks.uninstall()
+        kernel_rx.release_timestamping()
+        _active = None
+
+    # -- heartbeat for the hub-block detector (called on the watcher thread) -------------
+
+    def _heartbeat_ns(self) -> int:
+        last = self.switch_log.last()
+        tick = self.loop_lag.last_tick_ns if self.loop_lag is not None else 0
+        return max(tick, last[0] if last is not None else 0)
+
+    def _running_label(self) -> str | None:
+        last = self.switch_log.last()
+        return None if last is None else last[1]

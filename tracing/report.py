@@ -1,0 +1,160 @@
+"""Per endpoint and per upstream: where the time of the calls went, and who caused delay."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tracing import attributes
+from tracing.spans import Span
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def parse_culprits(raw: Any) -> list[tuple[str, float]]:
+    """`["POST /v1/offers/rideshare=0.2728", ...]` -> [(label, seconds), ...]."""
+    out = []
+    for item in raw or []:
+        label, sep, seconds = str(item).rpartition("=")
+        if not sep:
+            continue
+        try:
+            out.append((label, float(seconds)))
+        except ValueError:
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    kind: str  # "endpoint" | "upstream"
+    name: str
+    count: int
+    duration_p50_ms: float | None
+    duration_p99_ms: float | None
+    network_p50_ms: float | None
+    network_p99_ms: float | None
+    delay_p50_ms: float | None
+    delay_p99_ms: float | None
+    top_culprits: tuple[tuple[str, float], ...]  # (label, total seconds)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["top_culprits"] = [{"label": label, "seconds": s} for label, s in self.top_culprits]
+        return d
+
+
+def summarize(spans: Iterable[Span], top: int = 3) -> list[Row]:
+    groups: dict[tuple[str, str], list[Span]] = defaultdict(list)
+    for span in spans:
+        if span.service == "envoy":
+            continue  # Envoy's span is the whole request again, seen from the proxy
+        if span.kind == "server":
+            groups[("endpoint", span.name)].append(span)
+        elif span.kind == "client":
+            groups[("upstream", span.name)].append(span)
+    rows = []
+    for (kind, name), members in sorted(groups.items()):
+        durations = [s.duration_us / 1000 for s in members]
+        network = _ms(members, attributes.NETWORK_DURATION)
+        delay = _ms(members, attributes.SCHEDULING_DELAY)
+        culprits: dict[str, float] = defaultdict(float)
+        for span in members:
+            for label, seconds in parse_culprits(
+                span.attributes.get(attributes.SCHEDULING_CULPRITS)
+            ):
+                culprits[label] += seconds
+        rows.append(
+            Row(
+                kind=kind,
+                name=name,
+                count=len(members),
+                duration_p50_ms=percentile(durations, 50),
+                duration_p99_ms=percentile(durations, 99),
+                network_p50_ms=percentile(network, 50),
+                network_p99_ms=percentile(network, 99),
+                delay_p50_ms=percentile(delay, 50),
+                delay_p99_ms=percentile(delay, 99),
+                top_culprits=tuple(sorted(culprits.items(), key=lambda kv: -kv[1])[:top]),
+            )
+        )
+    return rows
+
+
+def _ms(spans: Iterable[Span], key: str) -> list[float]:
+    out = []
+    for span in spans:
+        value = span.attributes.get(key)
+        if isinstance(value, int | float):
+            out.append(float(value) * 1000)
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def render_table(rows: Sequence[Row]) -> str:
+    if not rows:
+        return "no spans of pricingservice yet: send some traffic first"
+    header = (
+        f"{'':9}{'name':30}{'count':>6}  {'dur p50':>8}{'p99':>8}  {'net p50':>8}{'p99':>8}"
+        f"  {'sched p50':>9}{'p99':>8}  top culprits (s of delay caused)"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        culprits = ", ".join(f"{label}={s:.3f}" for label, s in row.top_culprits) or "-"
+        lines.append(
+            f"{row.kind:9}{row.name[:29]:30}{row.count:>6}  {_fmt(row.duration_p50_ms):>8}"
+            f"{_fmt(row.duration_p99_ms):>8}  {_fmt(row.network_p50_ms):>8}"
+            f"{_fmt(row.network_p99_ms):>8}  {_fmt(row.delay_p50_ms):>9}"
+            f"{_fmt(row.delay_p99_ms):>8}  {culprits}"
+        )
+    lines.append(
+        "times in ms; net = network + upstream time (kernel receive time), "
+        "sched = waiting for the gevent hub after the bytes arrived"
+    )
+    return "\n".join(lines)
+
+
+def waterfall(spans: Sequence[Span]) -> str:
+    """One trace as an indented tree, each call with its network / scheduling split."""
+    if not spans:
+        return "empty trace"
+    by_id = {s.span_id: s for s in spans}
+    children: dict[str | None, list[Span]] = defaultdict(list)
+    for span in spans:
+        parent = span.parent_id if span.parent_id in by_id else None
+        children[parent].append(span)
+    start = min(s.start_us for s in spans)
+    lines = [f"trace {spans[0].trace_id}  ({len(spans)} spans; offsets and durations in ms)"]
+
+    def walk(span: Span, depth: int) -> None:
+        offset = (span.start_us - start) / 1000
+        line = (
+            f"{offset:8.1f} {span.duration_us / 1000:8.1f}  {'  ' * depth}"
+            f"{span.service}: {span.name} [{span.kind}]"
+        )
+        net = span.attributes.get(attributes.NETWORK_DURATION)
+        delay = span.attributes.get(attributes.SCHEDULING_DELAY)
+        if isinstance(net, int | float) and isinstance(delay, int | float):
+            line += f"  net {net * 1000:.1f} / sched {delay * 1000:.1f}"
+        culprits = parse_culprits(span.attributes.get(attributes.SCHEDULING_CULPRITS))
+        if culprits:
+            line += "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in culprits)
+        lines.append(line)
+        for child in sorted(children.get(span.span_id, []), key=lambda s: s.start_us):
+            walk(child, depth + 1)
+
+    for root in sorted(children[None], key=lambda s: s.start_us):
+        walk(root, 0)
+    return "\n".join(lines)

@@ -1,0 +1,192 @@
+"""Per-worker OpenTelemetry set-up and the server side of each request.
+
+`setup_worker(pool)` runs in gunicorn's `post_fork`, never in the master:
+the exporter thread and the gevent hooks must belong to the worker process.
+`init_app(app)` then instruments the Flask app the worker builds: a server
+span per request (opentelemetry-instrumentation-flask, W3C traceparent from
+Envoy), the greenlet labelled with its route template, and the request's
+summed scheduling delay set on its server span.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+
+from tracing import attributes
+from tracing.client import (
+    RequestTotals,
+    TracingCallObserver,
+    request_totals,
+    server_span_attributes,
+)
+from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
+from tracing.hook_errors import swallow
+from tracing.labels import set_greenlet_label
+from tracing.settings import Mode, TracingSettings
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "pricingservice"
+POOL_ATTR = "pricing.pool"
+# Hub blocks longer than this are reported with their stack (seconds).
+HUB_BLOCK_THRESHOLD_S = 0.1
+
+
+@dataclass
+class WorkerTracing:
+    pool: str
+    settings: TracingSettings
+    provider: TracerProvider
+    processor: ThreadedSpanProcessor
+    instrumentor: Any | None  # GeventTimingInstrumentor when mode is FULL
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        return self.provider.get_tracer("pricingservice")
+
+
+_worker: WorkerTracing | None = None
+
+
+def current() -> WorkerTracing | None:
+    return _worker
+
+
+def setup_worker(pool: str, settings: TracingSettings | None = None) -> WorkerTracing | None:
+    """Set up tracing for this worker process. Never raises: a broken tracing set-up
+    logs and leaves the worker serving without spans."""
+    global _worker
+    try:
+        settings = settings or TracingSettings.from_env()
+    except ValueError as exc:
+        log.error("tracing disabled: %s", exc)
+        return None
+    if settings.mode is Mode.OFF:
+        return None
+    try:
+        resource = Resource.create(
+            {
+                "service.name": SERVICE_NAME,
+                "service.instance.id": f"{pool}-{os.getpid()}",
+                POOL_ATTR: pool,
+            }
+        )
+        provider = TracerProvider(resource=resource)
+        processor = ThreadedSpanProcessor(_exporter(settings))
+        provider.add_span_processor(processor)
+        instrumentor = None
+        if settings.mode is Mode.FULL:
+            from tracing.instrumentor import GeventTimingInstrumentor
+
+            instrumentor = GeventTimingInstrumentor(hub_block_threshold_s=HUB_BLOCK_THRESHOLD_S)
+            instrumentor.instrument()
+            if instrumentor.hub_block is not None:
+                instrumentor.hub_block.register(_log_hub_block)
+        _worker = WorkerTracing(pool, settings, provider, processor, instrumentor)
+        return _worker
+    except Exception:
+        log.exception("tracing set-up failed; serving without spans")
+        return None
+
+
+def _exporter(settings: TracingSettings) -> Any:
+    if settings.otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(
+            endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/traces", timeout=5
+        )
+    return JsonLinesFileExporter(settings.span_file)
+
+
+# Seconds between two logged hub blocks of the same route: a CPU-heavy route in
+# a shared pool blocks the hub on every request, and one stack says it all.
+HUB_BLOCK_LOG_INTERVAL_S = 30.0
+_last_block_log: dict[str, float] = {}
+hub_blocks_total: dict[str, int] = {}
+
+
+def _log_hub_block(event: Any) -> None:
+    """Runs on the detector's OS thread. Each block is published twice: when it is
+    detected (with the hub's stack) and when it ends (with its real length)."""
+    import time
+
+    label = getattr(event, "label", None) or "<unknown>"
+    if not getattr(event, "ongoing", False):
+        hub_blocks_total[label] = hub_blocks_total.get(label, 0) + 1
+        return
+    now = time.monotonic()
+    if now - _last_block_log.get(label, -HUB_BLOCK_LOG_INTERVAL_S) < HUB_BLOCK_LOG_INTERVAL_S:
+        return
+    _last_block_log[label] = now
+    log.warning(
+        "hub blocked for %.0f ms so far by %s (CPU work, or a C call gevent cannot patch; "
+        "%d earlier blocks by this route; one stack per route per %.0f s):\n%s",
+        getattr(event, "blocked_s", 0.0) * 1000,
+        label,
+        hub_blocks_total.get(label, 0),
+        HUB_BLOCK_LOG_INTERVAL_S,
+        "".join(getattr(event, "stack", ()) or ()),
+    )
+
+
+def shutdown_worker() -> None:
+    """Flush and stop (gunicorn `worker_exit`)."""
+    global _worker
+    worker, _worker = _worker, None
+    if worker is None:
+        return
+    try:
+        worker.provider.shutdown()
+        if worker.instrumentor is not None:
+            worker.instrumentor.uninstrument()
+    except Exception:
+        log.warning("tracing shutdown failed", exc_info=True)
+
+
+def init_app(app: Any) -> TracingCallObserver | None:
+    """Instrument a Flask app; returns the upstream-call observer, or None when off."""
+    worker = _worker
+    if worker is None:
+        return None
+    from flask import request
+    from opentelemetry.instrumentation.flask import FlaskInstrumentor
+
+    measure = worker.instrumentor is not None
+    FlaskInstrumentor().instrument_app(
+        app, tracer_provider=worker.provider, excluded_urls="healthz,readyz,metrics"
+    )
+
+    @app.before_request
+    def _begin() -> None:
+        try:
+            rule = request.url_rule
+            label = f"{request.method} {rule.rule}" if rule is not None else "<no route>"
+            set_greenlet_label(label)
+            request_totals.set(RequestTotals())
+        except Exception as exc:
+            swallow("begin request", exc)
+
+    @app.after_request
+    def _end(response: Any) -> Any:
+        try:
+            totals = request_totals.get()
+            if measure and totals is not None and totals.calls:
+                trace.get_current_span().set_attributes(server_span_attributes(totals))
+            request_totals.set(None)
+            set_greenlet_label(None)
+        except Exception as exc:
+            swallow("end request", exc)
+        return response
+
+    return TracingCallObserver(worker.tracer, measure=measure)
+
+
+__all__ = ["attributes", "current", "init_app", "setup_worker", "shutdown_worker"]

@@ -1,0 +1,107 @@
+"""The greenlet switch tracer: feeds the switch log and the measured greenlets.
+
+Installed with ``greenlet.settrace`` (per OS thread: install it from the hub's thread), and
+chained to whatever tracer was there before, e.g. gevent's monitor. It runs on every switch,
+so it does the minimum: one clock read, one tag lookup per side, one deque append; more only
+for greenlets with an active call measurement.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import greenlet
+
+from tracing import labels
+from tracing.call_timing import measuring
+from tracing.hook_errors import swallow
+from tracing.labels import TAG_ATTR, tag_of
+from tracing.switchlog import SwitchLog
+
+TraceFunction = Callable[[str, Any], Any]
+
+
+def _make_trace(log: SwitchLog, previous: TraceFunction | None, enabled: list[bool]) -> Any:
+    # Everything the hot path touches is bound to a local name here, once.
+    append = log.append
+    clock = time.monotonic_ns
+    find = getattr
+    attr = TAG_ATTR
+    active = measuring
+
+    def trace(event: str, args: Any) -> None:
+        if (event == "switch" or event == "throw") and enabled[0]:
+            try:
+                origin, target = args
+                now = clock()
+                target_tag = find(target, attr, None)
+                if target_tag is None:
+                    target_tag = tag_of(target)
+                append((now, target_tag.label))
+                if active[0]:
+                    origin_tag = find(origin, attr, None)
+                    if origin_tag is not None:
+                        call = origin_tag.call
+                        if call is not None:
+                            if call.in_socket_wait:  # the socket hook dates this one
+                                call.out_since_send = True
+                            else:
+                                call.on_switch_out(origin, now)
+                    call = target_tag.call
+                    if call is not None:
+                        call.last_in_ns = now
+                        if call.out_ns is not None:
+                            call.on_switch_in(now)
+            except Exception as exc:
+                # An exception escaping a greenlet trace function fails the switch itself.
+                swallow("greenlet switch tracer", exc)
+        if previous is not None:
+            previous(event, args)
+
+    return trace
+
+
+class SwitchTracer:
+    """Install/uninstall the switch tracer on the current OS thread."""
+
+    def __init__(self, log: SwitchLog) -> None:
+        self.log = log
+        self._trace: TraceFunction | None = None
+        self._previous: TraceFunction | None = None
+        self._enabled = [False]
+
+    @property
+    def installed(self) -> bool:
+        return self._trace is not None
+
+    def install(self) -> None:
+        """Install on the current thread, chaining to the previous tracer (idempotent)."""
+        if self._trace is not None:
+            return
+        self._previous = greenlet.gettrace()
+        # A fresh flag per install: a disabled tracer left in someone's chain stays off.
+        self._enabled = [True]
+        self._trace = _make_trace(self.log, self._previous, self._enabled)
+        greenlet.settrace(self._trace)
+        labels.current_label_listener = self._on_relabel
+
+    def _on_relabel(self, label: str | None) -> None:
+        if self._enabled[0]:
+            self.log.append((time.monotonic_ns(), label))
+
+    def uninstall(self) -> bool:
+        """Restore the previous tracer. Returns False when another tracer was installed
+        on top of ours: ours then stays in the chain, disabled, forwarding only."""
+        if self._trace is None:
+            return True
+        self._enabled[0] = False
+        if labels.current_label_listener == self._on_relabel:
+            labels.current_label_listener = None
+        restored = greenlet.gettrace() is self._trace
+        if restored:
+            greenlet.settrace(self._previous)
+        self._trace = None
+        self._previous = None
+        return restored
