@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test unit lint typecheck render jaeger bench clean
+.PHONY: setup run test unit lint render jaeger lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,16 @@ $(STAMP): requirements.lock pyproject.toml
 setup: $(STAMP)
 
 run: setup
+	@$(MAKE) --no-print-directory jaeger || echo "make: Jaeger could not be built; spans go to .run/spans.jsonl"
 	$(VENV)/bin/pricingctl up
 
-test: setup
+test: setup jaeger
 	$(PY) -m pytest
+
+# Jaeger v2 built from its Go module; cached under ~/.cache/pricingservice, so
+# only the first run pays (about 4-9 minutes on 2 cores).
+jaeger:
+	@deploy/jaeger/build.sh >/dev/null
 
 unit: setup
 	$(PY) -m pytest tests/unit

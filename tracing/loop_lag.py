@@ -9,6 +9,7 @@ not a per-call number: per call it was off by tens of ms in measurements; use
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -18,6 +19,28 @@ from tracing.hook_errors import swallow
 #: Default period of the timer (seconds). Lag below this is mostly invisible to a gauge
 #: sampled by a metrics exporter anyway.
 DEFAULT_INTERVAL_S: Final = 0.05
+
+
+#: Upper bounds of the lag histogram's buckets (seconds); the last bucket is +Inf.
+LAG_BUCKETS_S: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class LagHistogram:
+    """Cumulative-bucket histogram of tick lags (Prometheus style), cheap to update."""
+
+    __slots__ = ("counts", "sum_s")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LAG_BUCKETS_S) + 1)
+        self.sum_s = 0.0
+
+    def observe(self, lag_s: float) -> None:
+        self.counts[bisect.bisect_left(LAG_BUCKETS_S, lag_s)] += 1
+        self.sum_s += lag_s
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
 
 
 class LoopLagGauge:
@@ -46,6 +69,8 @@ class LoopLagGauge:
         #: Monotonic time (ns) of the last tick: the hub heartbeat.
         self.last_tick_ns = 0
         self.ticks = 0
+        #: Every tick's lag, for a histogram metric.
+        self.histogram = LagHistogram()
 
     @property
     def running(self) -> bool:
@@ -59,9 +84,6 @@ class LoopLagGauge:
             import gevent
 
             self._loop = gevent.get_hub().loop
-        # ref=False: the gauge must not keep the loop alive (gevent.wait() would never
-        # return in a process that is otherwise done).
-        self._timer = self._loop.timer(self.interval_s, 0.0, ref=False)
         self.last_tick_ns = self._clock_ns()
         self._arm()
 
@@ -80,13 +102,24 @@ class LoopLagGauge:
         if update_now is not None:
             update_now()
         self._due_ns = self._clock_ns() + self._interval_ns
+        # A fresh one-shot timer per tick: restarting the timer from inside its own
+        # callback makes gevent's libev loop fire it again at once, thousands of
+        # times a second. ref=False: the gauge must not keep the loop alive
+        # (gevent.wait() would never return in a process that is otherwise done).
+        previous, self._timer = self._timer, self._loop.timer(self.interval_s, 0.0, ref=False)
         self._timer.start(self._tick)
+        if previous is not None:
+            previous.stop()
+            close = getattr(previous, "close", None)
+            if close is not None:
+                close()
 
     def _tick(self) -> None:
         try:
             now = self._clock_ns()
             lag = max(now - self._due_ns, 0)
             self.last_lag_s = lag / 1_000_000_000
+            self.histogram.observe(self.last_lag_s)
             if lag > self._max_lag_ns:
                 self._max_lag_ns = lag
             self.last_tick_ns = now

@@ -186,6 +186,14 @@ def init_app(app: Any) -> TracingCallObserver | None:
             swallow("end request", exc)
         return response
 
+    from flask import Response
+
+    from tracing import metrics
+
+    def _metrics() -> Response:
+        return Response(metrics.render(worker), mimetype=None, content_type=metrics.CONTENT_TYPE)
+
+    app.add_url_rule(metrics.METRICS_PATH, endpoint="meta.metrics", view_func=_metrics)
     return TracingCallObserver(worker.tracer, measure=measure)
 
 

@@ -60,16 +60,17 @@ def test_lag_is_how_late_the_tick_came() -> None:
     loop, clock, ticks = FakeLoop(), FakeClock(), []
     gauge = LoopLagGauge(0.05, loop=loop, clock_ns=clock, on_tick=lambda: ticks.append(1))
     gauge.start()
-    (timer,) = loop.timers
     assert loop.refs == [False]  # must not keep the loop alive
     clock.now_ns = 50 * MS + 7 * MS
-    timer.fire()
+    loop.timers[-1].fire()
     assert gauge.last_lag_s == pytest.approx(0.007)
-    assert timer.callback is not None  # re-armed
+    # Re-armed with a fresh timer; the fired one is closed.
+    assert loop.timers[-1].callback is not None and loop.timers[0].closed
     clock.now_ns += 50 * MS + 120 * MS
-    timer.fire()
+    loop.timers[-1].fire()
     clock.now_ns += 50 * MS
-    timer.fire()
+    loop.timers[-1].fire()
+    assert all(ref is False for ref in loop.refs)
     assert gauge.last_lag_s == 0.0
     assert gauge.take_max_lag_s() == pytest.approx(0.120)
     assert gauge.take_max_lag_s() == 0.0  # reset by reading
@@ -95,8 +96,8 @@ def test_a_failing_tick_listener_does_not_stop_the_gauge() -> None:
 
     gauge = LoopLagGauge(0.05, loop=loop, clock_ns=clock, on_tick=broken)
     gauge.start()
-    loop.timers[0].fire()
-    assert loop.timers[0].callback is not None
+    loop.timers[-1].fire()
+    assert loop.timers[-1].callback is not None
 
 
 def test_rejects_a_non_positive_interval() -> None:
@@ -117,5 +118,16 @@ def test_real_hub_shows_a_blocking_greenlet() -> None:
         gevent.spawn(block).join()
         gevent.sleep(0.030)
         assert gauge.take_max_lag_s() > 0.050
+    finally:
+        gauge.stop()
+
+
+def test_real_hub_ticks_once_per_interval() -> None:
+    # Regression: re-arming a timer from its own callback made it fire continuously.
+    gauge = LoopLagGauge(0.050)
+    gauge.start()
+    try:
+        gevent.sleep(0.5)
+        assert 4 <= gauge.ticks <= 12, gauge.ticks
     finally:
         gauge.stop()
