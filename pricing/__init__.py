@@ -13,7 +13,7 @@ from flask import Flask, Response
 
 from routing.gunicorn import layout_of
 from routing.load import load_routes
-from routing.model import RouteConfig
+from routing.model import Layout, RouteConfig
 
 POOL_HEADER = "x-pricing-pool"
 
@@ -61,11 +61,8 @@ def create_app(
     return app
 
 
-def _warm_up(config: RouteConfig, pool: str, layout: object) -> None:
+def _warm_up(config: RouteConfig, pool: str, layout: Layout) -> None:
     """Build the road graphs before the first request, in pools that quote rides."""
-    from routing.model import Layout
-
-    assert isinstance(layout, Layout)
     if any(
         r.endpoint in {"offers.rideshare", "quotes.batch"} for r in config.routes_of(pool, layout)
     ):

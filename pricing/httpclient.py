@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from gevent import socket
 
@@ -38,17 +39,23 @@ class HttpResponse:
     body: bytes
 
 
-class CallObserver:
-    """Hook for tracing: wraps each call; may add headers (e.g. traceparent).
+class Observed(Protocol):
+    """What an observer hands back for one call: headers to add, and the status it
+    is told once the reply arrived."""
 
-    The default does nothing. `call()` returns a context manager whose value is
-    a dict of extra request headers; `response()` is told the status.
+    headers: dict[str, str]
+    status: int | None
+
+
+class CallObserver(Protocol):
+    """Hook for tracing: wraps each call, may add headers (traceparent).
+
+    `tracing.client.TracingCallObserver` is one; pricing does not import it.
     """
 
     def call(
         self, upstream: str, method: str, host: str, port: int, path: str
-    ) -> AbstractContextManager[ObservedCall]:
-        return _null_call()
+    ) -> AbstractContextManager[Observed]: ...
 
 
 class ObservedCall:
@@ -59,8 +66,17 @@ class ObservedCall:
         self.status: int | None = None
 
 
+class NullObserver:
+    """The default: no tracing, no extra headers."""
+
+    def call(
+        self, upstream: str, method: str, host: str, port: int, path: str
+    ) -> AbstractContextManager[Observed]:
+        return _null_call()
+
+
 @contextmanager
-def _null_call() -> Iterator[ObservedCall]:
+def _null_call() -> Iterator[Observed]:
     yield ObservedCall()
 
 
@@ -91,7 +107,7 @@ class HostClient:
         self.host = host
         self.port = port
         self.max_idle = max_idle
-        self.observer = observer or CallObserver()
+        self.observer: CallObserver = observer or NullObserver()
         self._idle: list[Connection] = []
         self._host_header = f"{host}:{port}"
 

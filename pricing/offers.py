@@ -49,7 +49,7 @@ def build_offer(mode: Mode, query: OfferQuery, answers: Mapping[str, Answer]) ->
         raise NoVehicleNearby(f"no {mode} is available near the origin")
     try:
         vehicle = min(candidates, key=lambda v: v["distance_m"])
-        vehicle_out = {
+        vehicle_out: dict[str, Any] = {
             "id": str(vehicle["id"]),
             "battery_pct": int(vehicle["battery_pct"]),
             "distance_m": int(vehicle["distance_m"]),

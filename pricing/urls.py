@@ -7,6 +7,8 @@ config) gets a clear answer instead of being served by the wrong pool.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flask import Flask, Response
 
 from pricing.errors import Misdirected
@@ -16,8 +18,8 @@ from routing.model import Layout, Route, RouteConfig
 
 
 def register_routes(app: Flask, config: RouteConfig, pool: str, layout: Layout) -> None:
-    for endpoint, (path, factory) in EVERY_POOL_ENDPOINTS.items():
-        app.add_url_rule(path, endpoint=endpoint, view_func=factory(None), methods=["GET"])
+    for endpoint, (path, meta_factory) in EVERY_POOL_ENDPOINTS.items():
+        app.add_url_rule(path, endpoint=endpoint, view_func=meta_factory(None), methods=["GET"])
     every_pool_paths = {path for path, _ in EVERY_POOL_ENDPOINTS.values()}
     for route in config.routes:
         if route.path in every_pool_paths:
@@ -44,7 +46,7 @@ def register_routes(app: Flask, config: RouteConfig, pool: str, layout: Layout) 
             )
 
 
-def _misdirected(route: Route, owner: str):  # type: ignore[no-untyped-def]
+def _misdirected(route: Route, owner: str) -> Callable[[], Response]:
     def view() -> Response:
         raise Misdirected(
             f"{route.path} is served by the {owner!r} pool, not this one; send it through Envoy"
