@@ -80,7 +80,7 @@ class TracingCallObserver:
                 try:
                     if observed.status is not None:
                         span.set_attribute("http.response.status_code", observed.status)
-                        if observed.status >= 500:
+                        if observed.status >= 400:  # client spans: 4xx is an error too
                             span.set_status(Status(StatusCode.ERROR))
                     if measurement is not None:
                         timing = measurement.finish()

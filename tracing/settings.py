@@ -27,7 +27,7 @@ class TracingSettings:
 
     @classmethod
     def from_env(cls) -> TracingSettings:
-        raw = os.environ.get(TRACING_ENV, "full").strip().lower()
+        raw = (os.environ.get(TRACING_ENV) or "full").strip().lower()
         aliases = {
             "0": "off",
             "false": "off",

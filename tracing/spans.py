@@ -107,7 +107,8 @@ _KIND_NAMES = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consu
 
 def from_file(path: Path, *, trace_id: str | None = None) -> list[Span]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # Undecodable bytes fail their own line below (path:line), not the whole read.
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         raise SpanSourceError(f"no span file at {path} (is the service running?)") from None
     except OSError as exc:

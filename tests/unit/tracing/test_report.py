@@ -1,0 +1,305 @@
+"""The `pricingctl traces` report: percentiles, culprits, the table and the waterfall."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tracing import attributes
+from tracing.report import Row, parse_culprits, percentile, render_table, summarize, waterfall
+from tracing.spans import Span
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+_ids = iter(range(1, 1_000_000))
+
+
+def span(
+    name: str,
+    kind: str,
+    *,
+    duration_ms: float = 10.0,
+    start_ms: float = 0.0,
+    service: str = "pricingservice",
+    span_id: str | None = None,
+    parent_id: str | None = None,
+    net: float | None = None,
+    sched: float | None = None,
+    culprits: list[str] | None = None,
+    **extra: Any,
+) -> Span:
+    attrs: dict[str, Any] = dict(extra)
+    if net is not None:
+        attrs[attributes.NETWORK_DURATION] = net
+    if sched is not None:
+        attrs[attributes.SCHEDULING_DELAY] = sched
+    if culprits is not None:
+        attrs[attributes.SCHEDULING_CULPRITS] = culprits
+    return Span(
+        trace_id=TRACE,
+        span_id=span_id or format(next(_ids), "016x"),
+        parent_id=parent_id,
+        service=service,
+        name=name,
+        kind=kind,
+        start_us=int(1_700_000_000_000_000 + start_ms * 1000),
+        duration_us=int(duration_ms * 1000),
+        attributes=attrs,
+    )
+
+
+# --- percentile --------------------------------------------------------------------
+
+
+def test_percentile_of_nothing_is_none() -> None:
+    assert percentile([], 50) is None
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ([7.0], 50, 7.0),
+        ([7.0], 99, 7.0),
+        ([10.0, 20.0], 50, 10.0),  # nearest rank: ceil(0.5 * 2) = 1st
+        ([20.0, 10.0], 50, 10.0),  # order of the input does not matter
+        ([10.0, 20.0], 51, 20.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.0),
+        ([float(v) for v in range(1, 11)], 90, 9.0),
+        ([float(v) for v in range(1, 101)], 99, 99.0),  # p99 of 100 calls is not the max
+        ([float(v) for v in range(1, 101)], 50, 50.0),
+        ([float(v) for v in range(1, 101)], 100, 100.0),
+        ([5.0, 1.0, 3.0], 0, 1.0),
+    ],
+)
+def test_percentile_is_nearest_rank(values: list[float], q: float, expected: float) -> None:
+    assert percentile(values, q) == expected
+
+
+@given(
+    st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=200),
+    st.integers(min_value=1, max_value=100),
+)
+def test_percentile_matches_the_nearest_rank_definition(values: list[float], q: int) -> None:
+    ordered = sorted(values)
+    result = percentile(values, q)
+    assert result is not None
+    # The smallest value with at least q% of the values at or below it.
+    at_or_below = len([v for v in ordered if v <= result])
+    assert result in values
+    assert at_or_below * 100 >= q * len(values)
+    smaller = [v for v in ordered if v < result]
+    assert len(smaller) * 100 < q * len(values)
+
+
+# --- parse_culprits ----------------------------------------------------------------
+
+
+def test_parse_culprits_reads_label_and_seconds() -> None:
+    assert parse_culprits(["POST /v1/offers/rideshare=0.2728", "<hub>=0.001"]) == [
+        ("POST /v1/offers/rideshare", 0.2728),
+        ("<hub>", 0.001),
+    ]
+
+
+def test_parse_culprits_splits_at_the_last_equals_sign() -> None:
+    assert parse_culprits(["GET /v1/x?a=b=0.5"]) == [("GET /v1/x?a=b", 0.5)]
+
+
+def test_parse_culprits_ignores_malformed_items() -> None:
+    raw = ["no separator", "label=not-a-number", None, 42, "ok=1.5", "trailing="]
+    assert parse_culprits(raw) == [("ok", 1.5)]
+
+
+@pytest.mark.parametrize("raw", [None, [], ()])
+def test_parse_culprits_of_nothing_is_empty(raw: Any) -> None:
+    assert parse_culprits(raw) == []
+
+
+# --- summarize ---------------------------------------------------------------------
+
+
+def sample() -> list[Span]:
+    return [
+        span("GET /v1/offers/bike", "server", duration_ms=400),
+        span("GET /v1/offers/bike", "server", duration_ms=100),
+        span("POST /v1/offers/rideshare", "server", duration_ms=50),
+        span(
+            "GET /vehicles/v1/nearby",
+            "client",
+            duration_ms=383,
+            net=0.110,
+            sched=0.273,
+            culprits=["POST /v1/offers/rideshare=0.2", "<hub>=0.05"],
+        ),
+        span(
+            "GET /vehicles/v1/nearby",
+            "client",
+            duration_ms=60,
+            net=0.050,
+            sched=0.010,
+            culprits=["<hub>=0.3", "GET /v1/offers/scooter=0.01"],
+        ),
+        span("GET /routing/v1/route", "client", duration_ms=20, net=0.02, sched=0.0),
+        span("ingress", "server", service="envoy", duration_ms=999),
+        span("GET /v1/offers/bike", "server", service="envoy", duration_ms=999),
+        span("compute surge", "internal"),
+    ]
+
+
+def test_summarize_groups_endpoints_and_upstreams_and_skips_envoy() -> None:
+    rows = {(r.kind, r.name): r for r in summarize(sample())}
+    assert set(rows) == {
+        ("endpoint", "GET /v1/offers/bike"),
+        ("endpoint", "POST /v1/offers/rideshare"),
+        ("upstream", "GET /vehicles/v1/nearby"),
+        ("upstream", "GET /routing/v1/route"),
+    }
+    bike = rows[("endpoint", "GET /v1/offers/bike")]
+    assert bike.count == 2  # Envoy's span of the same request is not counted
+    assert bike.duration_p50_ms == 100.0
+    assert bike.duration_p99_ms == 400.0
+    assert bike.network_p50_ms is None  # no split on server spans without upstream calls
+    vehicles = rows[("upstream", "GET /vehicles/v1/nearby")]
+    assert vehicles.count == 2
+    assert vehicles.network_p50_ms == pytest.approx(50.0)
+    assert vehicles.network_p99_ms == pytest.approx(110.0)
+    assert vehicles.delay_p50_ms == pytest.approx(10.0)
+    assert vehicles.delay_p99_ms == pytest.approx(273.0)
+
+
+def test_summarize_lists_endpoints_before_upstreams() -> None:
+    kinds = [r.kind for r in summarize(sample())]
+    assert kinds == sorted(kinds)
+    assert kinds[0] == "endpoint" and kinds[-1] == "upstream"
+
+
+def test_summarize_sums_culprits_across_calls_largest_first() -> None:
+    rows = {r.name: r for r in summarize(sample())}
+    culprits = rows["GET /vehicles/v1/nearby"].top_culprits
+    assert [label for label, _ in culprits] == [
+        "<hub>",
+        "POST /v1/offers/rideshare",
+        "GET /v1/offers/scooter",
+    ]
+    assert [s for _, s in culprits] == pytest.approx([0.35, 0.2, 0.01])
+    assert rows["GET /routing/v1/route"].top_culprits == ()
+
+
+def test_summarize_keeps_only_the_top_culprits() -> None:
+    rows = summarize(sample(), top=1)
+    vehicles = next(r for r in rows if r.name == "GET /vehicles/v1/nearby")
+    assert [label for label, _ in vehicles.top_culprits] == ["<hub>"]
+
+
+def test_summarize_ignores_non_numeric_timing_attributes() -> None:
+    (row,) = summarize([span("GET /x", "client", net="fast", sched=None)])  # type: ignore[arg-type]
+    assert row.network_p50_ms is None and row.delay_p50_ms is None
+
+
+def test_summarize_of_nothing_is_empty() -> None:
+    assert summarize([]) == []
+
+
+def test_row_as_dict_is_json_shaped() -> None:
+    row = next(r for r in summarize(sample()) if r.name == "GET /vehicles/v1/nearby")
+    d = row.as_dict()
+    assert d["kind"] == "upstream" and d["count"] == 2
+    assert d["top_culprits"][0] == {"label": "<hub>", "seconds": pytest.approx(0.35)}
+
+
+# --- render_table ------------------------------------------------------------------
+
+
+def test_render_table_without_spans_says_so() -> None:
+    assert render_table([]) == "no spans of pricingservice yet: send some traffic first"
+
+
+def test_render_table_shows_each_row_with_its_numbers() -> None:
+    text = render_table(summarize(sample()))
+    lines = text.splitlines()
+    assert "top culprits" in lines[0]
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert vehicles.startswith("upstream")
+    assert "<hub>=0.350" in vehicles
+    assert "POST /v1/offers/rideshare=0.200" in vehicles
+    assert "273.0" in vehicles and "110.0" in vehicles
+    bike = next(line for line in lines if "GET /v1/offers/bike" in line)
+    assert bike.startswith("endpoint")
+    assert " - " in bike  # no network split for an endpoint without one
+    assert lines[-1].startswith("times in ms")
+
+
+def test_render_table_cuts_long_names_and_keeps_columns_aligned() -> None:
+    rows = [
+        Row("endpoint", "GET /" + "x" * 60, 1, 1.0, 1.0, None, None, None, None, ()),
+        Row("upstream", "GET /y", 12345, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, ()),
+    ]
+    lines = render_table(rows).splitlines()
+    assert len(lines[2]) == len(lines[3])
+
+
+# --- waterfall ---------------------------------------------------------------------
+
+
+def trace_spans() -> list[Span]:
+    return [
+        span(
+            "GET /vehicles/v1/nearby",
+            "client",
+            span_id="c1",
+            parent_id="s1",
+            start_ms=2,
+            duration_ms=383,
+            net=0.110,
+            sched=0.2728,
+            culprits=["POST /v1/offers/rideshare=0.2728"],
+        ),
+        span("ingress", "server", service="envoy", span_id="e1", start_ms=0, duration_ms=410),
+        span("GET /v1/offers/bike", "server", span_id="s1", parent_id="e1", start_ms=1),
+        span("GET /routing/v1/route", "client", span_id="c2", parent_id="s1", start_ms=3),
+    ]
+
+
+def test_waterfall_indents_children_under_their_parent_in_start_order() -> None:
+    lines = waterfall(trace_spans()).splitlines()
+    assert lines[0].startswith(f"trace {TRACE}  (4 spans")
+    body = lines[1:]
+    assert len(body) == 4
+    # Roots first, then each span's children in start order, whatever the input order.
+    expected = [
+        "envoy: ingress [server]",
+        "pricingservice: GET /v1/offers/bike [server]",
+        "pricingservice: GET /vehicles/v1/nearby [client]",
+        "pricingservice: GET /routing/v1/route [client]",
+    ]
+    columns = []
+    for line, text in zip(body, expected, strict=True):
+        assert text in line
+        columns.append(line.index(text))
+    root, server, vehicles, routing = columns
+    assert server == root + 2
+    assert vehicles == routing == server + 2
+
+
+def test_waterfall_shows_offsets_and_the_split_of_client_calls() -> None:
+    lines = waterfall(trace_spans()).splitlines()
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert vehicles.split()[:2] == ["2.0", "383.0"]  # ms after the trace began, duration
+    assert "net 110.0 / sched 272.8" in vehicles
+    assert "<- POST /v1/offers/rideshare 272.8" in vehicles
+    server = next(line for line in lines if "GET /v1/offers/bike" in line)
+    assert "net" not in server and "<-" not in server
+
+
+def test_waterfall_puts_spans_with_a_missing_parent_at_the_root() -> None:
+    orphan = span("GET /x", "client", span_id="o1", parent_id="not-in-trace", start_ms=5)
+    lines = waterfall([*trace_spans(), orphan]).splitlines()
+    line = next(line for line in lines if "GET /x" in line)
+    root = next(line for line in lines if "envoy: ingress" in line)
+    assert line.index("pricingservice:") == root.index("envoy:")
+
+
+def test_waterfall_of_nothing() -> None:
+    assert waterfall([]) == "empty trace"

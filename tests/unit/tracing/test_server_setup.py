@@ -1,0 +1,173 @@
+"""Per-worker tracing set-up and the server spans of a real Flask app (no network)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Flask
+
+import tracing.server
+from pricing import create_app
+from routing.load import load_routes
+from routing.model import RouteConfig
+from tests.unit.pricing.conftest import FakeGateway
+from tracing.client import TracingCallObserver
+from tracing.settings import TRACING_ENV, Mode, TracingSettings
+from tracing.spans import Span, from_file
+
+BIKE = "/v1/offers/bike?origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
+TRACEPARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT_PARENT = "00f067aa0ba902b7"
+
+
+@pytest.fixture(autouse=True)
+def _reset_worker() -> Iterator[None]:
+    tracing.server.shutdown_worker()
+    yield
+    tracing.server.shutdown_worker()
+
+
+@pytest.fixture(scope="module")
+def config() -> RouteConfig:
+    return load_routes()
+
+
+@pytest.fixture
+def span_file(tmp_path: Path) -> Path:
+    return tmp_path / "spans.jsonl"
+
+
+@pytest.fixture
+def worker(span_file: Path) -> tracing.server.WorkerTracing:
+    settings = TracingSettings(mode=Mode.SPANS, otlp_endpoint=None, span_file=span_file)
+    worker = tracing.server.setup_worker("io", settings)
+    assert worker is not None
+    return worker
+
+
+def io_app(config: RouteConfig) -> Flask:
+    app = create_app("io", config=config, gateway=FakeGateway())
+    app.config["TESTING"] = True
+    return app
+
+
+def flushed(worker: tracing.server.WorkerTracing, span_file: Path) -> list[Span]:
+    assert worker.processor.force_flush(5000)
+    return from_file(span_file) if span_file.exists() else []
+
+
+def test_setup_worker_returns_the_worker_and_makes_it_current(
+    worker: tracing.server.WorkerTracing, span_file: Path
+) -> None:
+    assert isinstance(worker, tracing.server.WorkerTracing)
+    assert tracing.server.current() is worker
+    assert worker.pool == "io"
+    assert worker.settings.span_file == span_file
+    assert worker.instrumentor is None  # SPANS: no gevent timing instrumentation
+    resource = worker.provider.resource.attributes
+    assert resource["service.name"] == "pricingservice"
+    assert resource["pricing.pool"] == "io"
+
+
+def test_server_span_is_named_after_the_route_template(
+    worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
+) -> None:
+    client = io_app(config).test_client()
+    response = client.get(BIKE)
+    assert response.status_code == 200, response.data
+    (span,) = flushed(worker, span_file)
+    assert span.name == "GET /v1/offers/bike"  # not the raw URL with its query string
+    assert span.kind == "server"
+    assert span.service == "pricingservice"
+    assert span.attributes["http.route"] == "/v1/offers/bike"
+    # Old or stable HTTP semantic conventions, depending on OTEL_SEMCONV_STABILITY_OPT_IN.
+    status = span.attributes.get(
+        "http.response.status_code", span.attributes.get("http.status_code")
+    )
+    assert status == 200
+
+
+def test_server_span_continues_the_trace_of_the_incoming_traceparent(
+    worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
+) -> None:
+    client = io_app(config).test_client()
+    traceparent = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-01"
+    assert client.get(BIKE, headers={"traceparent": traceparent}).status_code == 200
+    (span,) = flushed(worker, span_file)
+    assert span.trace_id == TRACEPARENT_TRACE
+    assert span.parent_id == TRACEPARENT_PARENT
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_health_checks_are_not_traced(
+    worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig, path: str
+) -> None:
+    client = io_app(config).test_client()
+    assert client.get(path).status_code == 200
+    assert client.get(BIKE).status_code == 200
+    names = [s.name for s in flushed(worker, span_file)]
+    assert names == ["GET /v1/offers/bike"]
+
+
+def test_init_app_returns_a_span_making_observer(
+    worker: tracing.server.WorkerTracing, span_file: Path
+) -> None:
+    observer = tracing.server.init_app(Flask(__name__))
+    assert isinstance(observer, TracingCallObserver)
+    with observer.call("vehicles", "GET", "127.0.0.1", 8200, "/vehicles/v1/nearby?x=1") as obs:
+        obs.status = 200
+    (span,) = flushed(worker, span_file)
+    assert (span.name, span.kind) == ("GET /vehicles/v1/nearby", "client")
+    assert "gevent.network.duration" not in span.attributes  # SPANS mode does not measure
+
+
+def test_shutdown_worker_flushes_and_forgets_the_worker(
+    worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
+) -> None:
+    assert io_app(config).test_client().get(BIKE).status_code == 200
+    tracing.server.shutdown_worker()
+    assert tracing.server.current() is None
+    assert [s.name for s in from_file(span_file)] == ["GET /v1/offers/bike"]
+    assert tracing.server.init_app(Flask(__name__)) is None
+
+
+def test_mode_off_sets_nothing_up(tmp_path: Path) -> None:
+    settings = TracingSettings(mode=Mode.OFF, otlp_endpoint=None, span_file=tmp_path / "s")
+    assert tracing.server.setup_worker("io", settings) is None
+    assert tracing.server.current() is None
+    assert tracing.server.init_app(Flask(__name__)) is None
+    assert not (tmp_path / "s").exists()
+
+
+def test_mode_off_app_still_serves(tmp_path: Path, config: RouteConfig) -> None:
+    settings = TracingSettings(mode=Mode.OFF, otlp_endpoint=None, span_file=tmp_path / "s")
+    tracing.server.setup_worker("io", settings)
+    assert io_app(config).test_client().get(BIKE).status_code == 200
+
+
+def test_broken_env_logs_and_returns_none(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(TRACING_ENV, "bogus")
+    with caplog.at_level(logging.ERROR, logger="tracing.server"):
+        assert tracing.server.setup_worker("io") is None
+    assert tracing.server.current() is None
+    assert "tracing disabled" in caplog.text
+    assert TRACING_ENV in caplog.text
+
+
+def test_unusable_span_file_logs_and_returns_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    settings = TracingSettings(
+        mode=Mode.SPANS, otlp_endpoint=None, span_file=blocker / "sub" / "spans.jsonl"
+    )
+    with caplog.at_level(logging.ERROR, logger="tracing.server"):
+        assert tracing.server.setup_worker("io", settings) is None
+    assert "serving without spans" in caplog.text
+    assert tracing.server.current() is None

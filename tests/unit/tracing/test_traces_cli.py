@@ -1,0 +1,184 @@
+"""`pricingctl traces --file`: the table, JSON, one trace's waterfall, and clear failures."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanKind
+
+from stack.cli import main
+from tracing import attributes
+from tracing.export import JsonLinesFileExporter
+
+CULPRIT = "POST /v1/offers/rideshare=0.272800"
+
+
+@pytest.fixture
+def span_file(tmp_path: Path) -> tuple[Path, list[str]]:
+    """Three bike offers, each calling vehicles and routing; returns the file and trace ids."""
+    path = tmp_path / "spans.jsonl"
+    provider = TracerProvider(resource=Resource.create({"service.name": "pricingservice"}))
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesFileExporter(path)))
+    tracer = provider.get_tracer("test")
+    trace_ids = []
+    for i in range(3):
+        with tracer.start_as_current_span("GET /v1/offers/bike", kind=SpanKind.SERVER) as server:
+            trace_ids.append(format(server.get_span_context().trace_id, "032x"))
+            with tracer.start_as_current_span(
+                "GET /vehicles/v1/nearby",
+                kind=SpanKind.CLIENT,
+                attributes={
+                    attributes.NETWORK_DURATION: 0.110 + i / 1000,
+                    attributes.SCHEDULING_DELAY: 0.2728,
+                    attributes.SCHEDULING_CULPRITS: [CULPRIT],
+                },
+            ):
+                pass
+            with tracer.start_as_current_span(
+                "GET /routing/v1/route",
+                kind=SpanKind.CLIENT,
+                attributes={attributes.NETWORK_DURATION: 0.02, attributes.SCHEDULING_DELAY: 0.0},
+            ):
+                pass
+    provider.shutdown()
+    return path, trace_ids
+
+
+def test_table_per_endpoint_and_upstream(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = span_file
+    assert main(["traces", "--file", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.splitlines()
+    assert "top culprits" in lines[0]
+    endpoint = next(line for line in lines if "GET /v1/offers/bike" in line)
+    assert endpoint.split()[:4] == ["endpoint", "GET", "/v1/offers/bike", "3"]
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert vehicles.startswith("upstream")
+    assert "272.8" in vehicles  # scheduling delay, ms
+    assert "POST /v1/offers/rideshare=0.818" in vehicles  # 3 x 0.2728 s caused
+    assert any("GET /routing/v1/route" in line for line in lines)
+
+
+def test_json_rows(span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    path, _ = span_file
+    assert main(["traces", "--file", str(path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    rows = {row["name"]: row for row in document["rows"]}
+    assert set(rows) == {"GET /v1/offers/bike", "GET /vehicles/v1/nearby", "GET /routing/v1/route"}
+    vehicles = rows["GET /vehicles/v1/nearby"]
+    assert vehicles["kind"] == "upstream"
+    assert vehicles["count"] == 3
+    assert vehicles["delay_p50_ms"] == pytest.approx(272.8)
+    assert vehicles["network_p50_ms"] == pytest.approx(111.0)
+    assert vehicles["top_culprits"] == [
+        {"label": "POST /v1/offers/rideshare", "seconds": pytest.approx(0.8184)}
+    ]
+    assert rows["GET /v1/offers/bike"]["kind"] == "endpoint"
+
+
+def test_trace_id_prints_the_waterfall(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, trace_ids = span_file
+    assert main(["traces", "--file", str(path), "--trace-id", trace_ids[1]]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"trace {trace_ids[1]}  (3 spans")
+    assert "pricingservice: GET /v1/offers/bike [server]" in lines[1]
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert "net 111.0 / sched 272.8" in vehicles
+    assert "<- POST /v1/offers/rideshare 272.8" in vehicles
+    assert vehicles.index("pricingservice:") == lines[1].index("pricingservice:") + 2
+
+
+def test_trace_id_with_json_lists_its_spans(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, trace_ids = span_file
+    assert main(["traces", "--file", str(path), "--trace-id", trace_ids[0], "--json"]) == 0
+    spans = json.loads(capsys.readouterr().out)
+    assert len(spans) == 3
+    assert {s["trace_id"] for s in spans} == {trace_ids[0]}
+    assert {s["kind"] for s in spans} == {"server", "client"}
+
+
+def test_missing_file_exits_1_with_one_line_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.jsonl"
+    assert main(["traces", "--file", str(missing)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("pricingctl: ")
+    assert str(missing) in err
+    assert "Traceback" not in err
+
+
+def test_unknown_trace_id_exits_1(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = span_file
+    assert main(["traces", "--file", str(path), "--trace-id", "0" * 32]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not found" in err
+
+
+def test_malformed_file_exits_1_naming_the_line(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = span_file
+    with path.open("a") as f:
+        f.write("{truncated\n")
+    lines = len(path.read_text().splitlines())
+    assert main(["traces", "--file", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"pricingctl: {path}:{lines}: not an OTLP JSON line\n"
+
+
+def test_empty_file_prints_the_friendly_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "spans.jsonl"
+    path.write_text("")
+    assert main(["traces", "--file", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "no spans of pricingservice yet: send some traffic first"
+    )
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_limit_below_one_exits_2(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str], limit: str
+) -> None:
+    path, _ = span_file
+    assert main(["traces", "--file", str(path), "--limit", limit]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "pricingctl: --limit must be at least 1\n"
+
+
+def test_unreachable_jaeger_exits_1_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert main(["traces", "--jaeger", f"http://127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "cannot reach Jaeger" in err
+    assert "--file" in err  # tells the user the other source
+
+
+def test_file_and_jaeger_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["traces", "--file", "x", "--jaeger", "http://127.0.0.1:1"])
+    assert info.value.code == 2
+    assert "not allowed with" in capsys.readouterr().err
