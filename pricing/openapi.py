@@ -19,7 +19,7 @@ from pricing.regions import REGIONS
 from routing.model import Route, RouteConfig
 
 API_VERSION = "1.0.0"
-LATLNG_PATTERN = r"^-?[0-9]{1,3}(\.[0-9]{1,10})?,-?[0-9]{1,3}(\.[0-9]{1,10})?$"
+LATLNG_PATTERN = schemas.LATLNG_PATTERN
 
 _PROBLEM_STATUSES = {
     400: "Malformed request (bad JSON)",
@@ -143,17 +143,9 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
             op["operationId"] = f"{route.endpoint}.{method.lower()}"
             op["x-pricing-pool"] = route.pool
             paths.setdefault(route.path, {})[method.lower()] = op
-    for path, summary in (
-        ("/healthz", "Liveness of this pool"),
-        ("/readyz", "Readiness of this pool"),
-    ):
-        paths[path] = {
-            "get": {
-                "operationId": f"meta.{path.strip('/')}",
-                "summary": summary,
-                "responses": {"200": {"description": "ok", "content": _json(schemas.Health)}},
-            }
-        }
+    # /healthz and /readyz are not listed: every pool answers them on its own
+    # address for Envoy's health checks, but Envoy does not route them (a
+    # client would get 404). The description says so instead.
     paths["/openapi.json"] = {
         "get": {
             "operationId": "meta.openapi",
@@ -173,7 +165,9 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
             "version": API_VERSION,
             "description": "Prices bike, scooter and rideshare offers. Errors are RFC 9457 "
             "problem details (application/problem+json). Every response names the pool "
-            "that served it in the x-pricing-pool header.",
+            "that served it in the x-pricing-pool header. Each pool also answers "
+            "GET /healthz and /readyz (schema Health) on its own loopback address, for "
+            "Envoy's health checks; they are not routed through Envoy.",
         },
         "paths": paths,
         "components": {"schemas": defs.get("$defs", {})},

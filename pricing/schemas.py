@@ -7,14 +7,28 @@ response models here, so the description cannot drift from the behaviour.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
 
 from pricing.regions import REGIONS
 
 MAX_BATCH_QUOTES = 16
 USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+# `lat,lng` in a query string: plain decimal degrees, ASCII digits only.
+LATLNG_PATTERN = r"^-?[0-9]{1,3}(\.[0-9]{1,10})?,-?[0-9]{1,3}(\.[0-9]{1,10})?$"
+# Pickup times outside this window are refused (422): surge needs local time
+# arithmetic that overflows near datetime's own limits (year 1 and 9999).
+REQUESTED_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+REQUESTED_AT_MAX = datetime(2100, 1, 1, tzinfo=UTC)
 
 RegionName = Literal[tuple(REGIONS)]  # type: ignore[valid-type]
 UserId = Annotated[str, StringConstraints(pattern=USER_ID_PATTERN)]
@@ -38,8 +52,26 @@ class RideshareRequest(_Strict):
     )
     requested_at: AwareDatetime | None = Field(
         default=None,
-        description="pickup time (RFC 3339 with offset); surge depends on it. Default: now",
+        description="pickup time (RFC 3339 with offset), from 1970 up to (not including) "
+        "2100 UTC; surge depends on it. Default: now",
     )
+
+    @field_validator("requested_at")
+    @classmethod
+    def _within_window(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        # Compare as offsets from the window's start: converting a datetime near
+        # year 1 or 9999 to UTC would itself overflow.
+        try:
+            inside = REQUESTED_AT_MIN <= value < REQUESTED_AT_MAX
+        except OverflowError:
+            inside = False
+        if not inside:
+            raise ValueError(
+                f"must be from {REQUESTED_AT_MIN:%Y-%m-%d} up to {REQUESTED_AT_MAX:%Y-%m-%d} (UTC)"
+            )
+        return value
 
 
 class BatchRequest(_Strict):

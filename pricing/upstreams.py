@@ -37,12 +37,16 @@ class UpstreamSpec:
     # Calls one worker process may have in flight to this upstream; also the
     # size of its connection pool, so a call never waits for a connection.
     max_concurrency: int
+    # An optional upstream is not worth the whole offer budget: past this it is
+    # dropped (the offer is degraded) instead of holding the greenlet and its
+    # connection until the deadline. None: the request's deadline alone.
+    max_wait_ms: int | None = None
 
 
 UPSTREAMS: Mapping[str, UpstreamSpec] = {
     "vehicles": UpstreamSpec("vehicles", required=True, max_concurrency=256),
     "routing": UpstreamSpec("routing", required=True, max_concurrency=256),
-    "promotions": UpstreamSpec("promotions", required=False, max_concurrency=128),
+    "promotions": UpstreamSpec("promotions", required=False, max_concurrency=128, max_wait_ms=150),
 }
 
 
@@ -73,10 +77,11 @@ class HttpGateway:
     def __init__(
         self,
         base_url: str,
-        specs: Mapping[str, UpstreamSpec] = UPSTREAMS,
+        specs: Mapping[str, UpstreamSpec] | None = None,
         overrides: Mapping[str, str] | None = None,
         observer: CallObserver | None = None,
     ) -> None:
+        specs = specs if specs is not None else specs_from_env(UPSTREAMS)
         overrides = overrides if overrides is not None else _env_overrides(specs)
         self._specs = specs
         self.clients: dict[str, HostClient] = {}
@@ -135,6 +140,9 @@ class HttpGateway:
         remaining = deadline.remaining_s()
         if remaining <= 0:
             return UpstreamFailure(call.upstream, "timeout", "no budget left before the call")
+        cap_ms = self._specs[call.upstream].max_wait_ms
+        if cap_ms is not None:
+            remaining = min(remaining, cap_ms / 1000)
         # One timer bounds the whole call: connect, send, a trickling body.
         timer = gevent.Timeout(remaining)
         timer.start()
@@ -143,7 +151,8 @@ class HttpGateway:
         except gevent.Timeout as exc:
             if exc is not timer:
                 raise
-            return _failure(call, "timeout", f"no answer within {deadline.budget_ms} ms", started)
+            waited_ms = round(remaining * 1000)
+            return _failure(call, "timeout", f"no answer within {waited_ms} ms", started)
         except HttpClientError as exc:
             return _failure(call, "error", str(exc), started)
         finally:
@@ -161,6 +170,25 @@ class HttpGateway:
 
 def _failure(call: Call, reason: str, detail: str, started: float) -> UpstreamFailure:
     return UpstreamFailure(call.upstream, reason, detail, (time.monotonic() - started) * 1000)
+
+
+def specs_from_env(specs: Mapping[str, UpstreamSpec]) -> dict[str, UpstreamSpec]:
+    """PRICING_UPSTREAM_<NAME>_MAX_WAIT_MS overrides an upstream's wait cap (0: none)."""
+    from dataclasses import replace
+
+    out = dict(specs)
+    for name, spec in specs.items():
+        raw = os.environ.get(f"PRICING_UPSTREAM_{name.upper()}_MAX_WAIT_MS")
+        if raw is None:
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(
+                f"PRICING_UPSTREAM_{name.upper()}_MAX_WAIT_MS must be an integer, got {raw!r}"
+            ) from None
+        out[name] = replace(spec, max_wait_ms=value if value > 0 else None)
+    return out
 
 
 def _env_overrides(specs: Mapping[str, UpstreamSpec]) -> dict[str, str]:

@@ -13,9 +13,11 @@ from pydantic import BaseModel, ValidationError
 from pricing.errors import FieldError, InvalidRequest, MalformedBody, UnsupportedMediaType
 from pricing.geo import LatLng
 from pricing.regions import REGIONS, Region, region_for
-from pricing.schemas import USER_ID_PATTERN
+from pricing.schemas import LATLNG_PATTERN, USER_ID_PATTERN
 
+# Matched with fullmatch: `$` alone also matches before a trailing newline.
 _USER_ID = re.compile(USER_ID_PATTERN)
+_LATLNG = re.compile(LATLNG_PATTERN)
 _MAX_PARAM_CHARS = 64
 
 M = TypeVar("M", bound=BaseModel)
@@ -51,7 +53,7 @@ def parse_offer_query(args: Mapping[str, Sequence[str]]) -> OfferQuery:
     origin = _latlng("origin", single("origin"), errors)
     destination = _latlng("destination", single("destination"), errors)
     user_id = single("user_id")
-    if user_id is not None and not _USER_ID.match(user_id):
+    if user_id is not None and not _USER_ID.fullmatch(user_id):
         errors.append(FieldError("user_id", "must be 1-64 characters of A-Z a-z 0-9 _ -"))
         user_id = None
     region_name = single("region", required=False)
@@ -100,7 +102,9 @@ def _latlng(name: str, text: str | None, errors: list[FieldError]) -> LatLng | N
     if text is None:
         return None
     parts = text.split(",")
-    if len(parts) != 2:
+    # The documented shape only (ASCII digits, no exponent, spaces or `nan`):
+    # float() alone would also take "1e1", " 37.7", "1_0" or full-width digits.
+    if len(parts) != 2 or not _LATLNG.fullmatch(text):
         errors.append(
             FieldError(name, "must be 'lat,lng' in decimal degrees, e.g. 37.7749,-122.4194")
         )

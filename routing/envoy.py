@@ -33,6 +33,11 @@ RETRY_BUDGET_PERCENT = 20.0
 MIN_RETRY_CONCURRENCY = 3
 # Retry-After (seconds) on Envoy's own 503s (circuit breaker open, no healthy pool).
 RETRY_AFTER_S = 1
+# Request headers Envoy accepts (its default is 100). gunicorn refuses a request
+# with more than 100 header fields with an HTML 431 of its own; Envoy adds a few
+# (x-forwarded-*, x-request-id, x-envoy-*, traceparent), so it must refuse first,
+# with its problem+json 431.
+MAX_REQUEST_HEADERS = 80
 
 ACCESS_LOG_FORMAT = (
     '[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" '
@@ -134,7 +139,10 @@ def _http_connection_manager(
         "request_headers_timeout": "10s",
         "request_timeout": "30s",
         "stream_idle_timeout": "30s",
-        "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
+        "common_http_protocol_options": {
+            "headers_with_underscores_action": "REJECT_REQUEST",
+            "max_headers_count": MAX_REQUEST_HEADERS,
+        },
         "access_log": [
             {
                 "name": "envoy.access_loggers.stdout",
@@ -295,12 +303,20 @@ def _cluster(pool: Pool) -> dict[str, Any]:
                 "http_health_check": {"path": "/healthz"},
             }
         ],
-        # Eject on connection-level failures only: the app's own 503/504 for a
-        # failed upstream say nothing about the pool's health.
+        # A pool is one address: "panic mode" (route to it even when it fails its
+        # health checks) would only turn a dead or frozen pool into a timeout per
+        # request. With it off, Envoy answers 503 at once until the pool is back.
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0.0}},
+        # Outliers are detected and counted (connection-level failures only: the
+        # app's own 503/504 for a failed upstream say nothing about the pool's
+        # health) but never ejected: a pool is one host, and route timeouts under
+        # overload count as local-origin failures, so ejecting it would turn a
+        # brownout into 5 s of "no healthy upstream". A dead pool refuses
+        # connections (503 at once) and a frozen one fails its health checks.
         "outlier_detection": {
             "split_external_local_origin_errors": True,
             "consecutive_local_origin_failure": 5,
-            "enforcing_consecutive_local_origin_failure": 100,
+            "enforcing_consecutive_local_origin_failure": 0,
             "enforcing_consecutive_5xx": 0,
             "enforcing_consecutive_gateway_failure": 0,
             "enforcing_success_rate": 0,

@@ -39,6 +39,11 @@ def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
         "errorlog": "-",
         "loglevel": "info",
         "raw_env": [f"PRICING_POOL={pool.name}"],
+        # Envoy bounds the request line and headers (max_request_headers_kb) and
+        # answers problem+json; the pool must never refuse first with its own
+        # HTML error. (0 means "no limit" for the line, not for a field.)
+        "limit_request_line": 0,
+        "limit_request_field_size": config.listener.max_request_headers_kb * 1024,
         # gunicorn 27's control socket defaults to one path per user: several
         # pools (and test stacks) would fight over it, and nothing here uses it.
         "control_socket_disable": True,

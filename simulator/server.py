@@ -237,6 +237,7 @@ class Simulator:
         if kind == NORMAL and settings.error_rate and self.rng.random() < settings.error_rate:
             kind = ERROR
         if kind == HANG:  # never answer; the connection stays open until the client goes
+            conn.hung = True
             self.errors[name] += 1
             self.records.append((name, received_ns, None, 0.0, None, traceparent, "hang"))
             return
@@ -501,7 +502,17 @@ class HttpProtocol(asyncio.BufferedProtocol):
     trickled one (cancelled if the client goes away).
     """
 
-    __slots__ = ("buf", "busy", "continued", "eof", "processing", "sim", "timer", "transport")
+    __slots__ = (
+        "buf",
+        "busy",
+        "continued",
+        "eof",
+        "hung",
+        "processing",
+        "sim",
+        "timer",
+        "transport",
+    )
 
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim
@@ -511,6 +522,7 @@ class HttpProtocol(asyncio.BufferedProtocol):
         self.processing = False
         self.continued = False
         self.eof = False  # the client half-closed; close once its requests are answered
+        self.hung = False  # a "hang" fault: nothing will ever be answered here
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -563,6 +575,8 @@ class HttpProtocol(asyncio.BufferedProtocol):
                 self.close()
 
     def eof_received(self) -> bool | None:
+        if self.hung:
+            return None  # nothing will be answered: the client went, so close (no CLOSE_WAIT)
         if self.busy or self.buf:
             self.eof = True
             return True  # keep the write side open for the answers still owed

@@ -26,6 +26,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     up.add_argument("--simulator-port", type=int, default=DEFAULT_SIMULATOR_PORT)
     up.add_argument("--simulator-config", type=Path, default=None, help="simulator TOML config")
     up.add_argument(
+        "--jaeger",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="auto: start Jaeger when it is built (make jaeger); off: spans go to a file",
+    )
+    up.add_argument(
         "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="logs and rendered configs"
     )
     up.set_defaults(handler=run)

@@ -11,7 +11,6 @@ from gevent.server import StreamServer
 from pricing.httpclient import HostClient, HttpClientError
 
 
-
 def ok(body: bytes = b'{"a":1}', extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
 
@@ -121,7 +120,7 @@ def test_refused_connection_is_a_client_error() -> None:
     server.start()
     port = server.server_port
     server.stop()
-    with pytest.raises(HttpClientError, match="connect to 127.0.0.1"):
+    with pytest.raises(HttpClientError, match=r"connect to 127\.0\.0\.1"):
         HostClient("t", "127.0.0.1", port, max_idle=1).get("/")
 
 

@@ -1,0 +1,495 @@
+"""Bad input, through the real Envoy: the API is fuzzed from its own /openapi.json
+(schemathesis, positive and negative generation) and hit with hand-written
+malformed requests. No 5xx; every 4xx is an application/problem+json naming the
+problem; responses conform to the spec; size limits answer 413/431/422 both at
+Envoy and in the app.
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client as httpclient
+import json
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from stack.launch import Stack
+from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
+
+pytestmark = pytest.mark.integration
+
+PROBLEM_JSON = "application/problem+json"
+FAST = {"dist": "fixed", "ms": 1}
+RIDE: dict[str, Any] = {
+    "origin": {"lat": 37.7749, "lng": -122.4194},
+    "destination": {"lat": 37.8049, "lng": -122.4094},
+    "user_id": "u-42",
+    "requested_at": "2026-11-20T17:30:00Z",
+}
+OFFER_QUERY = "origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-42"
+
+# Generated cases per operation and generation mode (schemathesis stops early
+# when an operation has fewer distinct inputs, e.g. /healthz).
+EXAMPLES = {
+    "GET /v1/offers/bike": 90,
+    "GET /v1/offers/scooter": 60,
+    "POST /v1/offers/rideshare": 90,
+    "POST /v1/quotes/batch": 40,
+}
+OTHER_EXAMPLES = 5
+FUZZ_BUDGET_S = 150.0  # a hard cap on the whole generated run
+
+
+@pytest.fixture(scope="module")
+def stack(split_stack: Stack) -> Iterator[Stack]:
+    """The split stack with every upstream answering in ~1 ms: no 503/504 expected."""
+    reset_upstreams(split_stack)
+    for name in ("vehicles", "routing", "promotions"):
+        set_upstream(split_stack, name, latency=FAST)
+    yield split_stack
+    reset_upstreams(split_stack)
+
+
+# --- what a client may rely on for every error ------------------------------------
+
+
+def problem_issues(status: int, content_type: str, body: bytes) -> list[str]:
+    """Why an error response is not a proper problem document (empty: it is)."""
+    if not content_type.startswith(PROBLEM_JSON):
+        return [f"{status} has content-type {content_type!r}, not {PROBLEM_JSON}"]
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return [f"{status} body is not JSON: {body[:120]!r}"]
+    issues = []
+    if not isinstance(doc, dict):
+        return [f"{status} problem is not an object: {doc!r}"]
+    if doc.get("status") != status:
+        issues.append(f"problem status {doc.get('status')!r} != HTTP {status}")
+    for key in ("type", "title"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            issues.append(f"{status} problem has no {key!r}: {doc}")
+    if not isinstance(doc.get("detail"), str):  # may be empty: RFC 9457 makes it optional
+        issues.append(f"{status} problem has no 'detail' string: {doc}")
+    if status == 422:
+        errors = doc.get("errors")
+        if not errors or not all(isinstance(e, dict) and e.get("field") for e in errors):
+            issues.append(f"422 problem does not name the invalid field(s): {doc}")
+    return issues
+
+
+def assert_problem(reply: Reply, status: int, *, field: str | None = None) -> dict[str, Any]:
+    content_type = reply.headers.get("content-type", "")
+    assert reply.status == status, (reply.status, reply.body[:300])
+    assert problem_issues(reply.status, content_type, reply.body) == []
+    doc: dict[str, Any] = reply.json()
+    if field is not None:
+        fields = [e["field"] for e in doc["errors"]]
+        assert any(f == field or f.startswith(field) for f in fields), (field, fields)
+    return doc
+
+
+# --- schemathesis ------------------------------------------------------------------
+
+
+def move_into_service_area(case: Any, data: Any) -> None:
+    """Most generated coordinates lie outside every service area (a cheap 422); move
+    most positive cases into one region, so pricing itself gets fuzzed."""
+    from hypothesis import strategies as st
+
+    from pricing.regions import REGIONS
+
+    def trip() -> tuple[str, tuple[float, float], tuple[float, float]]:
+        name = data.draw(st.sampled_from(sorted(REGIONS)))
+        box = REGIONS[name].bbox
+
+        def point() -> tuple[float, float]:
+            return data.draw(st.floats(box.south, box.north)), data.draw(
+                st.floats(box.west, box.east)
+            )
+
+        return name, point(), point()
+
+    def fix(params: dict[str, Any], as_text: bool) -> None:
+        if data.draw(st.booleans()):  # Hypothesis's simplest draw, False, moves the trip
+            return
+        name, (olat, olng), (dlat, dlng) = trip()
+        if as_text:
+            params["origin"] = f"{olat:.6f},{olng:.6f}"
+            params["destination"] = f"{dlat:.6f},{dlng:.6f}"
+        else:
+            params["origin"] = {"lat": olat, "lng": olng}
+            params["destination"] = {"lat": dlat, "lng": dlng}
+        if "region" in params:
+            params["region"] = name
+
+    if case.operation.method.upper() == "GET":
+        if isinstance(case.query, dict) and "origin" in case.query:
+            fix(case.query, as_text=True)
+    elif isinstance(case.body, dict) and isinstance(case.body.get("quotes"), list):
+        for item in case.body["quotes"]:
+            if isinstance(item, dict):
+                fix(item, as_text=False)
+    elif isinstance(case.body, dict):
+        fix(case.body, as_text=False)
+
+
+@dataclass
+class FuzzTally:
+    cases: collections.Counter[str] = field(default_factory=collections.Counter)
+    statuses: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
+    failures: dict[str, str] = field(default_factory=dict)  # distinct kind -> example
+
+    def fail(self, kind: str, example: str) -> None:
+        self.failures.setdefault(kind, example)
+
+
+@pytest.mark.slow
+def test_generated_requests_never_break_the_service(stack: Stack) -> None:
+    import hypothesis
+    import requests
+    import schemathesis
+    from hypothesis import HealthCheck, Phase, given
+    from hypothesis import strategies as st
+    from schemathesis import GenerationMode
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.core.failures import FailureGroup
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        negative_data_rejection,
+        response_headers_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    checks = [
+        not_a_server_error,
+        status_code_conformance,
+        content_type_conformance,
+        response_schema_conformance,
+        response_headers_conformance,
+        negative_data_rejection,
+    ]
+    schema = schemathesis.openapi.from_url(f"{stack.url}/openapi.json", timeout=10)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {op.label for op in operations} >= set(EXAMPLES), [op.label for op in operations]
+    tally = FuzzTally()
+    session = requests.Session()
+    started = time.monotonic()
+
+    def run(operation: Any, mode: GenerationMode, examples: int) -> None:
+        @hypothesis.settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],  # no shrinking against a live server
+            suppress_health_check=list(HealthCheck),
+            print_blob=False,
+        )
+        @given(case=operation.as_strategy(generation_mode=mode), data=st.data())
+        def one(case: Any, data: st.DataObject) -> None:
+            if time.monotonic() - started > FUZZ_BUDGET_S:
+                return
+            if mode is GenerationMode.POSITIVE:
+                move_into_service_area(case, data)
+            label = f"{mode.value} {operation.label}"
+            response = case.call(base_url=stack.url, session=session, timeout=10)
+            status = response.status_code
+            tally.cases[label] += 1
+            tally.statuses[(label, status)] += 1
+            curl = case.as_curl_command()
+            try:
+                case.validate_response(response, checks=checks)
+            except FailureGroup as group:
+                for failure in group.exceptions:
+                    tally.fail(f"{operation.label}: {failure.title}", f"{curl}\n{failure.message}")
+            if status >= 400:
+                content_type = (response.headers.get("content-type") or [""])[0]
+                for issue in problem_issues(status, content_type, response.content):
+                    tally.fail(f"{operation.label}: {issue.split(':')[0]}", f"{curl}\n{issue}")
+
+        try:
+            one()
+        except hypothesis.errors.Unsatisfiable:
+            # No negative input exists for an operation without parameters or body.
+            assert mode is GenerationMode.NEGATIVE and operation.label not in EXAMPLES
+
+    for operation in operations:
+        examples = EXAMPLES.get(operation.label, OTHER_EXAMPLES)
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            run(operation, mode, examples)
+    elapsed = time.monotonic() - started
+    total = sum(tally.cases.values())
+    by_status = collections.Counter(status for (_, status) in tally.statuses.elements())
+    print(f"\nfuzz: {total} cases in {elapsed:.1f} s; statuses {dict(sorted(by_status.items()))}")
+    for label, count in tally.cases.items():
+        statuses = {s: n for (lbl, s), n in sorted(tally.statuses.items()) if lbl == label}
+        print(f"  {label}: {count} cases, statuses {statuses}")
+    assert not tally.failures, "\n\n".join(f"{k}\n{v}" for k, v in tally.failures.items())
+    assert total >= 400, f"only {total} cases ran in {elapsed:.0f} s (budget {FUZZ_BUDGET_S} s)"
+    assert by_status[500] == by_status[502] == by_status[503] == by_status[504] == 0
+
+
+# --- hand-written malformed requests ----------------------------------------------
+
+
+def raw(
+    stack: Stack,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    *,
+    chunked: bool = False,
+    to: str | None = None,
+) -> Reply:
+    """One request through http.client, for what urllib will not send (chunked
+    bodies, no content type, any bytes); `to` sends it straight to a pool."""
+    host, port = (to or stack.url).removeprefix("http://").split(":")
+    conn = httpclient.HTTPConnection(host, int(port), timeout=10)
+    started = time.monotonic()
+    try:
+        conn.request(
+            method,
+            path,
+            body=iter([body]) if chunked and body is not None else body,
+            headers=headers or {},
+            encode_chunked=chunked,
+        )
+        resp = conn.getresponse()
+        payload = resp.read()
+        hdrs = {k.lower(): v for k, v in resp.getheaders()}
+        return Reply(resp.status, hdrs, payload, time.monotonic() - started)
+    finally:
+        conn.close()
+
+
+def offer_path(query: str, mode: str = "bike") -> str:
+    return f"/v1/offers/{mode}?{query}"
+
+
+GOOD_POINTS = "origin=37.7700,-122.4200&destination=37.7849,-122.4094"
+
+# (query, the field the 422 must name)
+BAD_QUERIES = [
+    ("", "origin"),
+    ("origin=abc,def&destination=37.78,-122.41&user_id=u", "origin"),  # wrong type
+    ("origin=37.77&destination=37.78,-122.41&user_id=u", "origin"),  # one number
+    ("origin=1e308,1e308&destination=37.78,-122.41&user_id=u", "origin"),  # huge
+    ("origin=99999999999999999999999,0&destination=37.78,-122.41&user_id=u", "origin"),
+    ("origin=nan,nan&destination=37.78,-122.41&user_id=u", "origin"),
+    ("origin=inf,-inf&destination=37.78,-122.41&user_id=u", "origin"),
+    ("origin=37.77,%20-122.42&destination=37.78,-122.41&user_id=u", "origin"),  # space
+    ("origin=%EF%BC%93%EF%BC%97.77,-122.42&destination=37.78,-122.41&user_id=u", "origin"),
+    ("origin=37.77,-122.42,1&destination=37.78,-122.41&user_id=u", "origin"),
+    ("origin=%00&destination=37.78,-122.41&user_id=u", "origin"),  # NUL
+    (f"{GOOD_POINTS}&user_id=%F0%9F%9A%B2", "user_id"),  # unicode (a bike emoji)
+    (f"{GOOD_POINTS}&user_id=u-1%0A", "user_id"),  # trailing newline
+    (f"{GOOD_POINTS}&user_id=" + "x" * 2000, "user_id"),  # absurdly long
+    (f"{GOOD_POINTS}&user_id=", "user_id"),  # empty
+    (f"{GOOD_POINTS}&user_id", "user_id"),  # no value at all
+    (f"{GOOD_POINTS}&user_id=a&user_id=b", "user_id"),  # repeated
+    (f"{GOOD_POINTS}&user_id=u" + "&origin=37.77,-122.42" * 150, "origin"),  # repeated x150
+    (f"{GOOD_POINTS}&user_id=u&region=atlantis", "region"),
+    (f"{GOOD_POINTS}&user_id=u&region=", "region"),
+    (f"{GOOD_POINTS}&user_id=u&region=nyc", "origin"),  # both ends outside nyc
+    ("origin=0,0&destination=0,0&user_id=u", "origin"),  # no service area there
+]
+
+
+@pytest.mark.parametrize(("query", "field"), BAD_QUERIES, ids=range(len(BAD_QUERIES)))
+def test_bad_offer_query_is_a_422_problem_naming_the_field(
+    stack: Stack, query: str, field: str
+) -> None:
+    reply = raw(stack, "GET", offer_path(query, "scooter"))
+    assert_problem(reply, 422, field=field)
+    assert reply.headers["x-pricing-pool"] == "io"
+
+
+def test_absurd_but_harmless_query_parameters_are_ignored(stack: Stack) -> None:
+    # Unknown parameters are allowed (OpenAPI query parameters are open), even many.
+    junk = "&".join(f"junk{i}=%FF%FE{i}" for i in range(200))
+    reply = raw(stack, "GET", offer_path(f"{GOOD_POINTS}&user_id=u-1&{junk}"))
+    assert reply.status == 200, reply.body[:300]
+    assert reply.json()["mode"] == "bike"
+
+
+RIDE_BAD_BODIES: list[tuple[Any, int, str | None]] = [
+    # (body, status, field the 422 names)
+    ({**RIDE, "origin": {"lat": "37.7", "lng": -122.4}}, 422, "origin.lat"),  # wrong type
+    ({**RIDE, "user_id": 42}, 422, "user_id"),
+    ({**RIDE, "origin": [37.7, -122.4]}, 422, "origin"),
+    ({k: v for k, v in RIDE.items() if k != "user_id"}, 422, "user_id"),  # missing
+    ({**RIDE, "origin": {"lat": 37.7}}, 422, "origin.lng"),
+    ({**RIDE, "origin": {"lat": 1e308, "lng": 0}}, 422, "origin.lat"),  # huge
+    ({**RIDE, "origin": {"lat": -1e-320, "lng": 1e-320}}, 422, "origin"),  # subnormal
+    ({**RIDE, "user_id": "ü🚲\u202e"}, 422, "user_id"),  # unicode
+    ({**RIDE, "user_id": "u" * 10_000}, 422, "user_id"),
+    ({**RIDE, "region": "atlantis"}, 422, "region"),
+    ({**RIDE, "region": 7}, 422, "region"),
+    ({**RIDE, "surprise": {"nested": [1, 2, 3]}}, 422, "surprise"),  # unknown field
+    ({**RIDE, "requested_at": "2026-11-21T10:00:00"}, 422, "requested_at"),  # no offset
+    ({**RIDE, "requested_at": "2026-13-45T99:00:00Z"}, 422, "requested_at"),
+    ({**RIDE, "requested_at": "9999-12-31T23:59:59-14:00"}, 422, "requested_at"),  # overflow
+    ({**RIDE, "requested_at": "0001-01-01T00:00:00+14:00"}, 422, "requested_at"),
+    ({**RIDE, "requested_at": 1_700_000_000}, 422, "requested_at"),
+    (None, 422, "body"),  # JSON null
+    ([], 422, "body"),
+    ("a string", 422, "body"),
+    (b"", 400, None),  # empty body
+    (b"{", 400, None),  # bad JSON
+    (b'{"origin": {"lat": NaN, "lng": Infinity}}', 422, "origin.lat"),
+    (b'{"origin": {"lat": 1' + b"0" * 5000 + b', "lng": 0}}', 400, None),  # 10**5000
+    (b"\xff\xfe{}", 400, None),  # not UTF-8
+    (b'{"user_id": "\\ud800"}', 400, None),  # lone surrogate
+    (b"[" * 30_000 + b"]" * 30_000, 400, None),  # nesting bomb (under the size limit)
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"), RIDE_BAD_BODIES, ids=range(len(RIDE_BAD_BODIES))
+)
+def test_bad_rideshare_body_is_a_4xx_problem(
+    stack: Stack, body: Any, status: int, field: str | None
+) -> None:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    reply = raw(stack, "POST", "/v1/offers/rideshare", data, {"content-type": "application/json"})
+    assert_problem(reply, status, field=field)
+    assert reply.headers["x-pricing-pool"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; b=x",
+        "application/jsonx",
+        "json",
+    ],
+)
+def test_wrong_content_type_is_415(stack: Stack, content_type: str | None) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    reply = raw(stack, "POST", "/v1/offers/rideshare", json.dumps(RIDE).encode(), headers)
+    doc = assert_problem(reply, 415)
+    assert "application/json" in doc["detail"]
+
+
+def test_wrong_method_is_405_with_allow(stack: Stack) -> None:
+    for method, path, allowed in (
+        ("POST", offer_path(f"{GOOD_POINTS}&user_id=u"), "GET"),
+        ("DELETE", "/v1/offers/scooter", "GET"),
+        ("GET", "/v1/offers/rideshare", "POST"),
+        ("PUT", "/v1/quotes/batch", "POST"),
+    ):
+        reply = raw(stack, method, path, b"{}" if method != "GET" else None)
+        assert_problem(reply, 405)
+        assert allowed in reply.headers["allow"]
+
+
+def test_batch_length_is_limited_to_16_with_a_422(stack: Stack) -> None:
+    from pricing.schemas import MAX_BATCH_QUOTES
+
+    ok = http("POST", f"{stack.url}/v1/quotes/batch", {"quotes": [RIDE] * MAX_BATCH_QUOTES})
+    assert ok.status == 200
+    assert ok.json()["count"] == MAX_BATCH_QUOTES
+    for quotes in ([RIDE] * (MAX_BATCH_QUOTES + 1), [], [{"user_id": "u"}] * 600):
+        reply = http("POST", f"{stack.url}/v1/quotes/batch", {"quotes": quotes})
+        doc = assert_problem(reply, 422, field="quotes")
+        assert reply.elapsed_s < 5  # refused before any quote is priced
+    # A bad item inside a valid batch is that item's problem, by index.
+    bad = {**RIDE, "origin": {"lat": "x", "lng": 0}}
+    reply = http("POST", f"{stack.url}/v1/quotes/batch", {"quotes": [RIDE, bad]})
+    doc = assert_problem(reply, 422, field="quotes[1].origin.lat")
+    assert doc["status"] == 422
+    reply = http("POST", f"{stack.url}/v1/quotes/batch", {"quotes": {"a": RIDE}})
+    assert_problem(reply, 422, field="quotes")
+
+
+# --- limits at Envoy and in the app -----------------------------------------------
+
+
+def test_oversized_body_is_413_from_envoy_and_from_the_app(stack: Stack) -> None:
+    limit = stack.config.listener.max_request_bytes
+    big = json.dumps({**RIDE, "pad": "x" * (limit + 1000)}).encode()
+    headers = {"content-type": "application/json"}
+    # Envoy's buffer filter, with and without a content-length.
+    for chunked in (False, True):
+        reply = raw(stack, "POST", "/v1/offers/rideshare", big, headers, chunked=chunked)
+        doc = assert_problem(reply, 413)
+        assert "x-pricing-pool" not in reply.headers  # Envoy answered, the pool never saw it
+        assert doc["instance"] == "/v1/offers/rideshare"
+    # The app enforces the same limit when reached directly (e.g. a misrouted request).
+    for path in ("/v1/offers/rideshare", "/v1/quotes/batch"):
+        reply = raw(stack, "POST", path, big, headers, to=stack.pool_url("cpu"))
+        assert_problem(reply, 413)
+        assert reply.headers["x-pricing-pool"] == "cpu"
+    # Just under the limit is not refused for its size.
+    fits = json.dumps({**RIDE, "pad": "x" * (limit - 2000)}).encode()
+    reply = raw(stack, "POST", "/v1/offers/rideshare", fits, headers)
+    assert_problem(reply, 422, field="pad")
+
+
+def test_oversized_headers_are_431_from_envoy(stack: Stack) -> None:
+    path = offer_path(f"{GOOD_POINTS}&user_id=u-1")
+    kb = stack.config.listener.max_request_headers_kb
+    too_big = {f"x-pad-{i}": "y" * 1000 for i in range(kb + 2)}
+    reply = raw(stack, "GET", path, headers=too_big)
+    assert_problem(reply, 431)
+    from routing.envoy import MAX_REQUEST_HEADERS
+
+    # Envoy's count limit, below gunicorn's (100), so the pool's HTML 431 never shows.
+    for count in (MAX_REQUEST_HEADERS + 1, 97, 150):
+        reply = raw(stack, "GET", path, headers={f"x-h{i}": "1" for i in range(count)})
+        assert_problem(reply, 431)
+    many = {f"x-h{i}": "1" for i in range(MAX_REQUEST_HEADERS - 10)}
+    assert raw(stack, "GET", path, headers=many).status == 200
+    reply = raw(stack, "GET", path, headers={"x_underscore": "1"})  # rejected by policy
+    assert_problem(reply, 400)
+    # A URL longer than every header budget.
+    reply = raw(stack, "GET", path + "&pad=" + "p" * (kb * 1024 + 10))
+    assert_problem(reply, 431)
+
+
+def test_requests_envoy_admits_never_get_an_html_error_from_the_pool(stack: Stack) -> None:
+    path = offer_path(f"{GOOD_POINTS}&user_id=u-1")
+    replies = {
+        "one 10 KB header": raw(stack, "GET", path, headers={"x-pad": "y" * 10_000}),
+        "a 6 KB URL": raw(stack, "GET", path + "&pad=" + "p" * 6000),
+        "a 5 KB user_id": raw(stack, "GET", offer_path(f"{GOOD_POINTS}&user_id=" + "x" * 5000)),
+        "origin given 300 times": raw(
+            stack, "GET", offer_path(f"{GOOD_POINTS}&user_id=u" + "&origin=1,2" * 300)
+        ),
+        "500 unknown parameters": raw(
+            stack, "GET", path + "&" + "&".join(f"junk{i}=%FF{i}" for i in range(500))
+        ),
+    }
+    wrong = {
+        what: (reply.status, reply.headers.get("content-type"), reply.body[:120])
+        for what, reply in replies.items()
+        if reply.status != 200
+        and problem_issues(reply.status, reply.headers.get("content-type", ""), reply.body)
+    }
+    assert wrong == {}
+
+
+def test_envoy_answers_unknown_paths_and_garbage_with_problems(stack: Stack) -> None:
+    for path in ("/", "/v1", "/v1/offers/bike/extra", "/%2e%2e/etc/passwd", "/v1/offers/%00"):
+        reply = raw(stack, "GET", path)
+        assert reply.status in (400, 404), (path, reply.status)
+        assert_problem(reply, reply.status)
+    # Not HTTP at all: Envoy closes or answers 400, and keeps serving.
+    with socket.create_connection(
+        tuple(stack.url.removeprefix("http://").split(":")),
+        timeout=5,  # type: ignore[arg-type]
+    ) as sock:
+        sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64 + b"\r\n\r\n")
+        answer = sock.recv(4096)
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 400")
+    assert http("GET", f"{stack.url}{offer_path(f'{GOOD_POINTS}&user_id=u-1')}").status == 200

@@ -1,0 +1,511 @@
+"""Overload: offer traffic at several times the io pool's capacity is shed fast
+(Envoy's circuit breakers answer 503 with Retry-After), admitted requests keep a
+bounded latency, every process's memory stays bounded, and the stack recovers
+by itself within seconds.
+
+This module also holds the small tools the other robustness tests share: an
+open-loop load client (asyncio, one connection per request, bounded in count
+and time) and views of the stack's processes (children, RSS, TCP sockets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from routing.load import load_routes
+from routing.model import Layout, RouteConfig
+from stack.launch import Stack, wait_until
+from tests.integration.conftest import http, reset_upstreams, set_upstream
+
+pytestmark = pytest.mark.integration
+
+OFFER_QUERY = "origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-{i}"
+RIDE_BODY = (
+    b'{"origin":{"lat":37.7749,"lng":-122.4194},"destination":{"lat":37.8049,'
+    b'"lng":-122.4094},"user_id":"u-42","requested_at":"2026-11-20T17:30:00Z"}'
+)
+
+
+# --- the load client -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one request saw. status 0: no HTTP answer at all (refused, reset, timeout)."""
+
+    index: int
+    sent_at_s: float  # since the run started
+    status: int
+    elapsed_s: float
+    headers: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+def get_request(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: pricing\r\nConnection: close\r\n\r\n".encode()
+
+
+def post_json(path: str, body: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: pricing\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def offer_request(i: int, mode: str = "bike") -> bytes:
+    return get_request(f"/v1/offers/{mode}?{OFFER_QUERY.format(i=i)}")
+
+
+async def _exchange(host: str, port: int, request: bytes, timeout_s: float) -> tuple:
+    started = time.monotonic()
+    writer = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ", 2)[1])
+            headers = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(":")
+                if sep:
+                    headers[name.strip().lower()] = value.strip()
+            if "content-length" in headers:
+                await reader.readexactly(int(headers["content-length"]))
+            else:
+                await reader.read()
+            return status, time.monotonic() - started, headers, ""
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+        return 0, time.monotonic() - started, {}, f"{type(exc).__name__}: {exc}"
+    except TimeoutError:
+        return 0, time.monotonic() - started, {}, f"no answer within {timeout_s} s"
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+async def _open_loop(
+    url: str,
+    make: Callable[[int], bytes],
+    rate_per_s: float,
+    count: int,
+    timeout_s: float,
+) -> list[Outcome]:
+    host, port = url.removeprefix("http://").split(":")
+    start = time.monotonic()
+
+    async def one(i: int) -> Outcome:
+        sent_at = time.monotonic() - start
+        status, elapsed, headers, error = await _exchange(host, int(port), make(i), timeout_s)
+        return Outcome(i, sent_at, status, elapsed, headers, error)
+
+    tasks = []
+    for i in range(count):
+        delay = start + i / rate_per_s - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i)))
+    return list(await asyncio.gather(*tasks))
+
+
+def open_loop(
+    url: str,
+    make: Callable[[int], bytes],
+    *,
+    rate_per_s: float,
+    count: int,
+    timeout_s: float = 10.0,
+) -> list[Outcome]:
+    """Send `count` requests at a fixed rate, whatever the answers (open loop): each on
+    its own connection, each bounded by `timeout_s`. Takes count/rate + timeout_s at most."""
+    return asyncio.run(_open_loop(url, make, rate_per_s, count, timeout_s))
+
+
+class Background:
+    """An open-loop run in a thread, so the test can act while it runs."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.outcomes: list[Outcome] = []
+        self._thread = threading.Thread(
+            target=lambda: self.outcomes.extend(open_loop(*args, **kwargs)),  # type: ignore[arg-type]
+            daemon=True,
+        )
+
+    def __enter__(self) -> Background:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(timeout=120)
+        assert not self._thread.is_alive(), "the load run did not finish"
+
+
+@dataclass
+class Tally:
+    """Figures of a run, for assertions and the report."""
+
+    outcomes: list[Outcome]
+
+    @property
+    def statuses(self) -> Counter[int]:
+        return Counter(o.status for o in self.outcomes)
+
+    def latencies(self, status: int | None = None) -> list[float]:
+        return sorted(o.elapsed_s for o in self.outcomes if status is None or o.status == status)
+
+    def quantile(self, q: float, status: int | None = None) -> float:
+        values = self.latencies(status)
+        if not values:
+            return 0.0
+        return values[min(len(values) - 1, int(q * len(values)))]
+
+    def errors(self) -> Counter[str]:
+        return Counter(o.error.split(":")[0] for o in self.outcomes if o.error)
+
+    def summary(self, name: str) -> str:
+        ok = self.latencies(200)
+        median = statistics.median(ok) * 1000 if ok else 0.0
+        return (
+            f"{name}: sent {len(self.outcomes)}, statuses {dict(sorted(self.statuses.items()))}"
+            f", transport errors {dict(self.errors())}; 200s p50 {median:.0f} ms"
+            f" p99 {self.quantile(0.99, 200) * 1000:.0f} ms"
+            f" max {self.quantile(1.0, 200) * 1000:.0f} ms"
+        )
+
+
+# --- the stack's processes -----------------------------------------------------------
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of `pid` (e.g. gunicorn's workers), from /proc."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return sorted(set(found))
+
+
+def descendants(pid: int) -> list[int]:
+    out = []
+    for child in children(pid):
+        out += [child, *descendants(child)]
+    return out
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+TCP_STATES = {
+    "01": "ESTABLISHED",
+    "02": "SYN_SENT",
+    "03": "SYN_RECV",
+    "04": "FIN_WAIT1",
+    "05": "FIN_WAIT2",
+    "06": "TIME_WAIT",
+    "07": "CLOSE",
+    "08": "CLOSE_WAIT",
+    "09": "LAST_ACK",
+    "0A": "LISTEN",
+    "0B": "CLOSING",
+}
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return inodes
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def tcp_sockets(pids: Iterable[int]) -> list[tuple[str, int, str, int, str]]:
+    """TCP sockets the processes hold open: (local ip, port, remote ip, port, state)."""
+    pids = list(pids)
+    inodes: set[str] = set()
+    for pid in pids:
+        inodes |= _socket_inodes(pid)
+    out = []
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pids[0]}/net/{table}").read_text().splitlines()[1:]
+        except (OSError, IndexError):
+            continue
+        for line in lines:
+            parts = line.split()
+            if parts[9] not in inodes:
+                continue
+            (lip, lport), (rip, rport) = (_addr(parts[1]), _addr(parts[2]))
+            out.append((lip, lport, rip, rport, TCP_STATES.get(parts[3], parts[3])))
+    return out
+
+
+def _addr(text: str) -> tuple[str, int]:
+    """/proc/net/tcp{,6} 'hex ip:hex port' -> ('127.0.0.1', 8080); the address is
+    stored as 32-bit words in host (little-endian) byte order."""
+    import ipaddress
+
+    ip_hex, port_hex = text.split(":")
+    raw = bytes.fromhex(ip_hex)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    address = ipaddress.ip_address(words)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    return str(address), int(port_hex, 16)
+
+
+def connections_to(pids: Iterable[int], port: int) -> Counter[str]:
+    """States of the TCP connections `pids` hold to `port`."""
+    return Counter(state for _, _, _, rport, state in tcp_sockets(pids) if rport == port)
+
+
+def listening_inode(pids: Iterable[int], port: int) -> str | None:
+    """The inode (decimal text) of the listening socket on `port` among the pids' sockets."""
+    pids = list(pids)
+    inodes: set[str] = set()
+    for pid in pids:
+        inodes |= _socket_inodes(pid)
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pids[0]}/net/{table}").read_text().splitlines()[1:]
+        except (OSError, IndexError):
+            continue
+        for line in lines:
+            parts = line.split()
+            if parts[3] == "0A" and parts[9] in inodes and _addr(parts[1])[1] == port:
+                return parts[9]
+    return None
+
+
+def accepting(pid: int, inode: str) -> bool:
+    """Whether process `pid` waits for connections on the listening socket `inode`: its
+    event loop's epoll set holds that socket (a gunicorn worker does once it has
+    loaded the app and started its server; a booting or stopping one does not)."""
+    needle = f"ino:{int(inode):x} "
+    try:
+        entries = list(Path(f"/proc/{pid}/fdinfo").iterdir())
+    except OSError:
+        return False
+    for entry in entries:
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue
+        if "tfd:" in text and needle in text:
+            return True
+    return False
+
+
+def accepting_workers(stack: Stack, pool: str) -> list[int]:
+    """The pool's workers that are serving (app loaded, accept loop running)."""
+    master = stack.procs[f"pool-{pool}"].pid
+    port = stack.config.pool(pool, stack.layout).bind.port
+    inode = listening_inode([master], port)
+    if inode is None:
+        return []
+    return [pid for pid in children(master) if accepting(pid, inode)]
+
+
+def stack_pids(stack: Stack) -> dict[str, list[int]]:
+    """Every process of the stack by part: the process started and its descendants."""
+    return {name: [proc.pid, *descendants(proc.pid)] for name, proc in stack.procs.items()}
+
+
+# --- a derived route config ----------------------------------------------------------
+
+
+def derived_config(tmp_path: Path, replace: dict[str, str]) -> RouteConfig:
+    """routes.toml with some text replaced, written to tmp (the pools read the FILE)."""
+    from routing.load import DEFAULT_ROUTES_PATH
+
+    text = DEFAULT_ROUTES_PATH.read_text()
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path = tmp_path / "routes.toml"
+    path.write_text(text)
+    return load_routes(path)
+
+
+# --- the overload test -------------------------------------------------------------
+
+# A smaller io pool than the shipped one, so "several times its capacity" is a rate
+# this 2-core machine can send: 2 workers x 5 greenlets. With vehicles answering in
+# 250 ms it serves about 40 offers/s. Envoy may queue 2 more: a queued request waits
+# for a free slot and still has to finish within the 500 ms route timeout, so a
+# queue longer than (timeout - service time) / service time x capacity only turns
+# admitted requests into 504s (with 10 queued, 158 of 169 admitted offers were).
+SMALL_IO = {
+    "worker_connections = 1000\nkeepalive_s = 30\nmax_pending = 256": (
+        "worker_connections = 5\nkeepalive_s = 30\nmax_pending = 2"
+    )
+}
+SLOW_VEHICLES_MS = 250
+SMALL_CAPACITY_PER_S = 10 / (SLOW_VEHICLES_MS / 1000)
+BURST_RATE, BURST_S = 200.0, 4.0  # ~5x the small pool's capacity
+CALM_RATE, CALM_S = 8.0, 2.0
+RSS_GROWTH_LIMIT_KIB = 64 * 1024  # per process, over the whole burst
+
+
+@pytest.fixture(scope="module")
+def small_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("overload")
+    config = derived_config(tmp, SMALL_IO)
+    assert config.pool("io").capacity == 10
+    with Stack.on_free_ports(config, Layout.SPLIT, tmp) as stack:
+        set_upstream(stack, "vehicles", latency={"dist": "fixed", "ms": SLOW_VEHICLES_MS})
+        set_upstream(stack, "routing", latency={"dist": "fixed", "ms": 20})
+        set_upstream(stack, "promotions", latency={"dist": "fixed", "ms": 10})
+        yield stack
+        reset_upstreams(stack)
+
+
+class RssSampler:
+    """Peak RSS of every process of the stack, sampled in a thread."""
+
+    def __init__(self, stack: Stack, interval_s: float = 0.2) -> None:
+        self.stack = stack
+        self.interval_s = interval_s
+        self.peak: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> dict[int, int]:
+        out = {}
+        for pids in stack_pids(self.stack).values():
+            for pid in pids:
+                try:
+                    out[pid] = rss_kib(pid)
+                except OSError:
+                    continue
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for pid, kib in self.sample().items():
+                self.peak[pid] = max(self.peak.get(pid, 0), kib)
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def names_of(stack: Stack) -> dict[int, str]:
+    out = {}
+    for name, pids in stack_pids(stack).items():
+        for i, pid in enumerate(pids):
+            out[pid] = name if i == 0 else f"{name}/worker-{pid}"
+    return out
+
+
+def shed(outcome: Outcome) -> bool:
+    """Envoy refused the request itself (circuit breaker): 503 without a pool's name."""
+    return outcome.status == 503 and "x-pricing-pool" not in outcome.headers
+
+
+@pytest.mark.slow
+def test_offer_burst_is_shed_fast_and_the_service_recovers(small_stack: Stack) -> None:
+    stack = small_stack
+    before = {pid: kib for pid, kib in RssSampler(stack).sample().items()}
+    pids_before = stack_pids(stack)
+    calm = Tally(
+        open_loop(stack.url, offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
+    )
+    overflow_before = stack.envoy_stat("cluster.io_pool.upstream_rq_pending_overflow")
+
+    with RssSampler(stack) as rss:
+        burst = Tally(
+            open_loop(
+                stack.url,
+                offer_request,
+                rate_per_s=BURST_RATE,
+                count=int(BURST_RATE * BURST_S),
+                timeout_s=10,
+            )
+        )
+    overflow = stack.envoy_stat("cluster.io_pool.upstream_rq_pending_overflow") - overflow_before
+
+    # Recovery: no restart, normal answers again within seconds.
+    ended = time.monotonic()
+    assert wait_until(
+        lambda: http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY.format(i=0)}").status == 200,
+        10,
+        0.2,
+    )
+    recovered_s = time.monotonic() - ended
+    after = Tally(
+        open_loop(stack.url, offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
+    )
+
+    names = names_of(stack)
+    growth = {
+        names.get(pid, str(pid)): (before.get(pid, 0) // 1024, peak // 1024)
+        for pid, peak in sorted(rss.peak.items())
+    }
+    shed_outcomes = [o for o in burst.outcomes if shed(o)]
+    shed_latency = Tally(shed_outcomes)
+    print(
+        f"\n{calm.summary('calm before')}"
+        f"\n{burst.summary(f'burst at {BURST_RATE:.0f}/s')}"
+        f"\n  shed by Envoy (503): {len(shed_outcomes)}, p50 "
+        f"{shed_latency.quantile(0.5) * 1000:.0f} ms, p99 {shed_latency.quantile(0.99) * 1000:.0f}"
+        f" ms; pending overflows counted by Envoy: {overflow}"
+        f"\n  504 from the app (upstream out of budget): "
+        f"{sum(1 for o in burst.outcomes if o.status == 504 and 'x-pricing-pool' in o.headers)}"
+        f", from Envoy (route timeout): "
+        f"{sum(1 for o in burst.outcomes if o.status == 504 and 'x-pricing-pool' not in o.headers)}"
+        f"\n{after.summary(f'calm after (first 200 {recovered_s:.1f} s after the burst)')}"
+        f"\n  RSS MiB before -> peak: {growth}"
+    )
+    # Shed, and fast: Envoy's circuit breaker answers 503 with Retry-After at once.
+    assert len(shed_outcomes) >= 0.3 * len(burst.outcomes)
+    assert overflow >= len(shed_outcomes) * 0.9
+    assert shed_latency.quantile(0.5) < 0.1 and shed_latency.quantile(1.0) < 1.0
+    for outcome in shed_outcomes:
+        assert outcome.headers.get("retry-after") == "1"
+        assert outcome.headers.get("content-type") == "application/problem+json"
+    # Nothing else went wrong: every request got an HTTP answer; the admitted ones
+    # within the route timeout (the app's own 504 when the queue ate the budget).
+    assert set(burst.statuses) <= {200, 503, 504}, burst.summary("burst")
+    # ... and the pool kept doing useful work (no collapse into timeouts).
+    assert burst.statuses[200] >= 0.3 * SMALL_CAPACITY_PER_S * BURST_S, burst.summary("burst")
+    for outcome in burst.outcomes:
+        if not shed(outcome):
+            assert outcome.elapsed_s < 0.5 + 1.0, outcome
+    # Memory stays bounded in every process.
+    for pid, peak in rss.peak.items():
+        assert peak - before.get(pid, peak) < RSS_GROWTH_LIMIT_KIB, (names.get(pid), peak)
+    # Recovered by itself: same processes, every request served again.
+    assert stack_pids(stack) == pids_before
+    assert recovered_s < 5
+    assert after.statuses == {200: len(after.outcomes)}, after.summary("after")
+    assert calm.statuses == {200: len(calm.outcomes)}, calm.summary("calm")
