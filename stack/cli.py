@@ -6,8 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from bench import cli as bench_cli
 from routing import cli as routes_cli
 from stack import up as up_cli
+from tracing import cli as traces_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     routes_cli.add_parser(sub)
     up_cli.add_parser(sub)
+    bench_cli.add_parser(sub)
+    traces_cli.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,17 @@
+"""`pricingctl bench`: the shared pool vs dedicated pools, measured side by side.
+
+Module per idea:
+
+- `schedule`: Poisson arrival times (the open-loop schedule);
+- `http1`: a minimal HTTP/1.1 response reader for the load generator;
+- `traffic`: the requests the load generator sends (offers, rideshare quotes);
+- `loadgen`: the gevent open-loop load generator, run as its own process;
+- `cpu`: CPU use of process trees from /proc;
+- `stats`: percentiles and per-kind summaries;
+- `routes_toml`: the derived route config (`--workers N`) as a TOML file;
+- `floor`: the upstream floor (the slowest of an offer's parallel upstream calls);
+- `spans`: the hook that reads tracing attributes from an OTLP JSON-lines span file;
+- `run`: one stack + one load run; the interleaved shared/split comparison;
+- `envoy_hop`, `io_capacity`, `tracing_overhead`: the separately measurable parts;
+- `report`, `plots`, `progress`, `cli`: results.json, PNGs, the progress bar, flags.
+"""

@@ -1,0 +1,209 @@
+"""`pricingctl bench io-capacity`: the highest offer rate one io worker sustains.
+
+One split stack with ONE io worker, upstreams fixed at 100 ms, offers only (no CPU
+load). The offer rate steps up; a step passes when p99 <= the limit (200 ms), every
+offer is a 200 within the deadline (at least 99.9 %), and the served rate keeps up
+with the offered rate. The capacity is the highest rate that passed. A failed step is
+run once more, on a fresh stack, before it counts (a neighbour's burst is not the io
+worker's limit, and a collapse must not leak into the next step);
+after a confirmed failure one step halfway back narrows the capacity down, and the
+search stops (past saturation every further step only queues).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench.cpu import ComponentCpu
+from bench.progress import Progress
+from bench.run import (
+    DRIVER,
+    STACK_START_EST_S,
+    LoadSettings,
+    measure,
+    prepared_config,
+    running_stack,
+)
+from bench.stats import GroupStats
+from bench.traffic import OFFER_KINDS, Target, targets_for
+from routing.model import Layout, RouteConfig
+from stack.launch import Stack
+
+SCHEMA = "pricingservice.bench.io-capacity/1"
+TARGET_RPS = 700.0
+WITHIN_DEADLINE_MIN = 0.999
+SERVED_FRACTION_MIN = 0.99
+MIN_REFINE_RPS = 20.0
+
+
+def step_rates(start_rps: float, step_rps: float, max_rps: float) -> list[float]:
+    rates, r = [], start_rps
+    while r <= max_rps + 1e-9:
+        rates.append(r)
+        r += step_rps
+    return rates
+
+
+def run_io_capacity(
+    config: RouteConfig,
+    settings: LoadSettings,
+    *,
+    start_rps: float,
+    step_rps: float,
+    max_rps: float,
+    p99_limit_ms: float,
+    direct: bool,
+    deadline_s: float,
+    run_dir: Path,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    # One io worker, whatever the route config says (cpu keeps its own count: it
+    # only has to be up, it gets no traffic).
+    cpu_workers = next(p.workers for p in config.pools if p.name == "cpu")
+    config = prepared_config(config, cpu_workers + 1, run_dir)
+    steps: list[dict[str, Any]] = []
+    stacks = _FreshStacks(config, run_dir / "io-capacity", settings.tracing, direct, progress)
+
+    def step(rate: float) -> bool:
+        n = len(steps) + 1
+        stack, targets = stacks.current()
+        rates = {k: rate / len(OFFER_KINDS) for k in OFFER_KINDS}
+        run = measure(
+            stack,
+            targets,
+            rates,
+            replace(settings, seed=settings.seed + n),
+            stacks.dir / f"step-{n}",
+            label=f"io-capacity {rate:g} offers/s",
+            progress=progress,
+        )
+        stats = GroupStats.of(run.rows(OFFER_KINDS), deadline_s)
+        passed = (
+            stats.p99_ms <= p99_limit_ms
+            and (stats.within_deadline or 0.0) >= WITHIN_DEADLINE_MIN
+            and stats.rps >= SERVED_FRACTION_MIN * stats.offered_rps
+        )
+        steps.append(
+            {
+                "rate_rps": rate,
+                **stats.to_json(),
+                "passed": passed,
+                "stack": stacks.started,
+                "cpu_use_pct": {
+                    name: round(c.cpu_pct, 2) for name, c in run.cpu.items() if name != DRIVER
+                },
+                "io_worker_cpu_ms_per_offer": _cpu_ms_per_offer(run.cpu, stats),
+            }
+        )
+        if progress is not None:
+            progress.note(
+                f"io-capacity {rate:g}/s: p99 {stats.p99_ms:.0f} ms, "
+                f"served {stats.rps:.0f}/s, {'pass' if passed else 'FAIL'}"
+            )
+        if not passed:
+            stacks.discard()
+        return passed
+
+    try:
+        last_pass = 0.0
+        for rate in step_rates(start_rps, step_rps, max_rps):
+            # On a shared machine one noisy step should not end the search: a failed
+            # step is run once more (on a fresh stack) before it counts.
+            if step(rate) or step(rate):
+                last_pass = rate
+                continue
+            # Confirmed failure: one step halfway back narrows the capacity down.
+            middle = (last_pass + rate) / 2
+            if last_pass > 0 and rate - middle >= MIN_REFINE_RPS:
+                step(middle)
+            break
+    finally:
+        stacks.discard()
+    passing = [s["rate_rps"] for s in steps if s["passed"]]
+    capacity = max(passing) if passing else 0.0
+    return {
+        "schema": SCHEMA,
+        "settings": {
+            "path": "straight to the io pool" if direct else "through Envoy",
+            "io_workers": 1,
+            "upstream_latency": f"every upstream fixed {settings.upstream_ms:g} ms",
+            "step_duration_s": settings.duration_s,
+            "step_warmup_s": settings.warmup_s,
+            "p99_limit_ms": p99_limit_ms,
+            "within_deadline_min": WITHIN_DEADLINE_MIN,
+        },
+        "capacity_rps": capacity,
+        "steps": steps,
+        "target": {
+            "name": "one io worker's offer capacity (p99 <= limit)",
+            "target": f">= {TARGET_RPS:g} offers/s",
+            "measured": f"{capacity:g} offers/s",
+            "met": capacity >= TARGET_RPS,
+        },
+    }
+
+
+def _cpu_ms_per_offer(cpu: Mapping[str, ComponentCpu], stats: GroupStats) -> float | None:
+    """The io pool's CPU in the window per offer served in it."""
+    pool = cpu.get("pool-io")
+    if pool is None or stats.ok == 0:
+        return None
+    return round(pool.cpu_s / stats.ok * 1000.0, 3)
+
+
+class _FreshStacks:
+    """The stack the next step runs on, replaced by a fresh one after a failed step.
+
+    Past saturation a step leaves state behind that would fail the next one for it:
+    queued requests, and Envoy's outlier ejections of the io pool, whose length grows
+    with each ejection. Passing steps share a stack (no start-up cost, warm pools).
+    Mutable: it owns the running stack.
+    """
+
+    def __init__(
+        self,
+        config: RouteConfig,
+        base_dir: Path,
+        tracing: bool,
+        direct: bool,
+        progress: Progress | None,
+    ) -> None:
+        self._config = config
+        self._base_dir = base_dir
+        self._tracing = tracing
+        self._direct = direct
+        self._progress = progress
+        self._exit: contextlib.ExitStack | None = None
+        self._stack: Stack | None = None
+        self._targets: tuple[Target, ...] = ()
+        self.started = 0
+        self.dir = base_dir
+
+    def current(self) -> tuple[Stack, tuple[Target, ...]]:
+        if self._stack is None:
+            self.started += 1
+            self.dir = self._base_dir / f"stack-{self.started}"
+            if self._progress is not None:
+                self._progress.step("io-capacity: starting a split stack", STACK_START_EST_S)
+            self._exit = contextlib.ExitStack()
+            self._stack = self._exit.enter_context(
+                running_stack(self._config, Layout.SPLIT, self.dir, tracing=self._tracing)
+            )
+            if self._direct:
+                bind = self._stack.config.pool("io", Layout.SPLIT).bind
+                host, port = bind.host, bind.port
+            else:
+                address = self._stack.config.listener.address
+                host, port = address.host, address.port
+            self._targets = targets_for(self._stack.config, host, port, OFFER_KINDS)
+        return self._stack, self._targets
+
+    def discard(self) -> None:
+        if self._exit is not None:
+            self._exit.close()
+        self._exit = None
+        self._stack = None

@@ -1,0 +1,237 @@
+"""PNG plots (matplotlib, Agg: no display needed) a person would rather look at than read."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib import ticker
+
+from bench.cpu import OTHER
+
+COLORS = {"shared": "#d1495b", "split": "#00798c", "via Envoy": "#edae49", "direct": "#30638e"}
+_NINES = (0.5, 0.9, 0.99, 0.999, 0.9999)
+_DPI = 120
+
+
+def _color(name: str) -> str:
+    return COLORS.get(name, "#555555")
+
+
+def _nines_x(q: float) -> float:
+    return -math.log10(1.0 - q)
+
+
+def latency_cdf(
+    series_ms: Mapping[str, Sequence[float]],
+    path: Path,
+    *,
+    title: str,
+    floor_p99_ms: float | None = None,
+    deadline_ms: float | None = None,
+) -> Path:
+    """Left: CDF on a log latency axis. Right: latency by percentile (tail up to p99.99)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for name, values in series_ms.items():
+        xs = sorted(values)
+        if not xs:
+            continue
+        n = len(xs)
+        ys = [(i + 1) / n for i in range(n)]
+        left.step(xs, ys, where="post", color=_color(name), label=f"{name} ({n} offers)", lw=1.8)
+        qs = [q for q in (i / n for i in range(1, n)) if q <= 1 - 1 / n]
+        if qs:
+            right.plot(
+                [_nines_x(q) for q in qs],
+                [xs[min(n - 1, math.ceil(q * n) - 1)] for q in qs],
+                color=_color(name),
+                lw=1.8,
+                label=name,
+            )
+    for ax in (left, right):
+        if floor_p99_ms is not None:
+            (ax.axvline if ax is left else ax.axhline)(
+                floor_p99_ms,
+                color="grey",
+                ls="--",
+                lw=1,
+                label=f"upstream floor p99 {floor_p99_ms:.0f} ms",
+            )
+        if deadline_ms is not None:
+            (ax.axvline if ax is left else ax.axhline)(
+                deadline_ms, color="black", ls=":", lw=1.2, label=f"deadline {deadline_ms:.0f} ms"
+            )
+    left.set_xscale("log")
+    everything = [x for v in series_ms.values() for x in v]
+    low, high = (min(everything), max(everything)) if everything else (1.0, 10.0)
+    _plain_log_ticks(left.xaxis, low, high)
+    left.set_xlabel("offer latency, ms (log scale)")
+    left.set_ylabel("fraction of offers at or below")
+    left.set_ylim(0, 1.01)
+    left.grid(True, which="both", alpha=0.3)
+    left.legend(loc="lower right", fontsize=8)
+    right.set_yscale("log")
+    _plain_log_ticks(right.yaxis, low, high)
+    right.set_xticks([_nines_x(q) for q in _NINES])
+    right.set_xticklabels([f"p{q * 100:g}" for q in _NINES])
+    right.set_xlabel("percentile")
+    right.set_ylabel("offer latency, ms (log scale)")
+    right.grid(True, which="both", alpha=0.3)
+    right.legend(loc="upper left", fontsize=8)
+    right.set_title("the tail", fontsize=10)
+    fig.suptitle(
+        f"{title}\nlatency from each request's scheduled send time (open loop); "
+        "a failed request counts at the deadline or later",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path
+
+
+def _plain_log_ticks(axis: Any, low: float, high: float) -> None:
+    """Ticks printed as plain milliseconds (not 10^2): 1-2-5 over a wide range,
+    1-1.5-2-3-5-7 over a narrow one (where 1-2-5 leaves a single tick)."""
+    narrow = high / max(low, 1e-9) < 20
+    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if narrow else (1.0, 2.0, 5.0)
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def time_breakdown(breakdowns: Mapping[str, Mapping[str, Any]], path: Path, *, title: str) -> Path:
+    """Per layout, stacked bars (median offer, slowest 1 %) of where the offer time went."""
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    labels: list[str] = []
+    x = 0.0
+    palette = ["#8d96a3", "#edae49", "#d1495b", "#00798c"]
+    legend_done: set[str] = set()
+    for layout, bd in breakdowns.items():
+        for bar_name, parts in bd["bars"].items():
+            bottom = 0.0
+            for i, (part, value) in enumerate(parts.items()):
+                ax.bar(
+                    x,
+                    value,
+                    bottom=bottom,
+                    color=palette[i % len(palette)],
+                    edgecolor="white",
+                    label=part if part not in legend_done else None,
+                )
+                legend_done.add(part)
+                bottom += value
+            ax.text(x, bottom, f"{bottom:.0f} ms", ha="center", va="bottom", fontsize=8)
+            labels.append(f"{layout}\n{bar_name}")
+            x += 1
+        x += 0.5
+    ticks = []
+    x = 0.0
+    for _layout, bd in breakdowns.items():
+        for _ in bd["bars"]:
+            ticks.append(x)
+            x += 1
+        x += 0.5
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("mean offer latency in the band, ms")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path
+
+
+def cpu_by_component(cpu_use: Mapping[str, Mapping[str, float]], path: Path, *, title: str) -> Path:
+    """Per layout, a horizontal stacked bar of CPU % of one core by component."""
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.9 * len(cpu_use)))
+    names: list[str] = []
+    for use in cpu_use.values():
+        names += [n for n in use if n not in names and n != OTHER]
+    names.append(OTHER)  # the neighbours last, hatched
+    cmap = plt.get_cmap("tab10")
+    labelled: set[str] = set()
+    for row, (_layout, use) in enumerate(cpu_use.items()):
+        left = 0.0
+        for i, name in enumerate(names):
+            value = float(use.get(name, 0.0))
+            if value < 0.5:  # invisible at this scale (the driver, ~0.05 %)
+                continue
+            other = name == OTHER
+            ax.barh(
+                row,
+                value,
+                left=left,
+                color="#dddddd" if other else cmap(i % 10),
+                hatch="//" if other else None,
+                edgecolor="white",
+                label=None if name in labelled else name,
+            )
+            labelled.add(name)
+            if value >= 6:
+                ax.text(left + value / 2, row, f"{value:.0f}", ha="center", va="center", fontsize=7)
+            left += value
+    cores = os.cpu_count() or 1
+    ax.set_yticks(range(len(cpu_use)))
+    ax.set_yticklabels(list(cpu_use))
+    ax.invert_yaxis()  # the first layout on top
+    ax.set_xlabel(f"CPU, % of one core (the machine has {cores} cores = {100 * cores} %)")
+    ax.axvline(100 * cores, color="black", lw=1, ls=":")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path
+
+
+def rate_steps(
+    steps: Sequence[Mapping[str, Any]], path: Path, *, title: str, p99_limit_ms: float
+) -> Path:
+    """io capacity: p50/p99 and served rate per step rate. Steps run more than once (a
+    retry after a failure) show every attempt; failed attempts are crosses."""
+    fig, (lat, thr) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ordered = sorted(steps, key=lambda s: s["rate_rps"])
+    rates = [s["rate_rps"] for s in ordered]
+    best: dict[float, Mapping[str, Any]] = {}
+    for s in ordered:  # per rate, the attempt the line goes through: a pass if any
+        if s["rate_rps"] not in best or (s["passed"] and not best[s["rate_rps"]]["passed"]):
+            best[s["rate_rps"]] = s
+    xs = sorted(best)
+    for key, color, label in (("p50_ms", "#30638e", "p50"), ("p99_ms", "#d1495b", "p99")):
+        lat.plot(xs, [best[x][key] for x in xs], "-", color=color, label=label)
+        for passed, marker in ((True, "o"), (False, "x")):
+            pts = [s for s in ordered if s["passed"] is passed]
+            lat.plot([s["rate_rps"] for s in pts], [s[key] for s in pts], marker, color=color)
+    lat.axhline(p99_limit_ms, color="black", ls=":", label=f"p99 limit {p99_limit_ms:.0f} ms")
+    lat.set_yscale("log")
+    values = [s[k] for s in steps for k in ("p50_ms", "p99_ms")] + [p99_limit_ms]
+    _plain_log_ticks(lat.yaxis, min(values), max(values))
+    lat.set_xlabel("offered offers/s (x: an attempt that failed)")
+    lat.set_ylabel("latency, ms (log)")
+    lat.grid(True, which="both", alpha=0.3)
+    lat.legend(fontsize=8)
+    thr.plot(xs, [best[x]["rps"] for x in xs], "-", color="#00798c", label="served (200) /s")
+    for passed, marker in ((True, "o"), (False, "x")):
+        pts = [s for s in ordered if s["passed"] is passed]
+        thr.plot([s["rate_rps"] for s in pts], [s["rps"] for s in pts], marker, color="#00798c")
+    thr.plot(rates, rates, ls=":", color="grey", label="offered")
+    thr.set_xlabel("offered offers/s")
+    thr.set_ylabel("offers/s")
+    thr.grid(True, alpha=0.3)
+    thr.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path

@@ -1,0 +1,451 @@
+"""One measured run (a stack, one load generator run, CPU before/after), and the
+interleaved shared/split comparison built from such runs.
+
+Timeline of a run (all on CLOCK_MONOTONIC, shared by every process):
+
+    start stack -> set upstream latencies -> start generator, wait for `ready`
+    -> start_at: warm-up (discarded) -> CPU snapshot -> measured window -> CPU
+    snapshot -> generator drains in-flight requests and writes its samples -> stop
+
+The driver only sleeps while the generator runs (its own CPU is reported too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import select
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench.cpu import ComponentCpu, Snapshot, usage
+from bench.floor import (
+    OFFER_UPSTREAMS,
+    Floor,
+    fixed_latency,
+    floor_from_records,
+    floor_from_settings,
+    settings_from_control,
+)
+from bench.loadgen import Plan, Samples
+from bench.progress import Progress
+from bench.routes_toml import with_workers, write_routes
+from bench.spans import SpanTimings, env_for, read_span_file
+from bench.stats import GroupStats, Rows
+from bench.traffic import CPU_KINDS, OFFER_KINDS, Target, kind_rates, targets_for
+from routing.envoy import cluster_name
+from routing.model import Layout, RouteConfig
+from stack.launch import PROJECT_ROOT, Stack
+from stack.procs import StartError
+
+# Planned seconds for progress estimates (not limits).
+STACK_START_EST_S = 8.0
+DRAIN_EST_S = 2.0
+# Seconds between the generator's `ready` and its first due request.
+_START_MARGIN_S = 0.3
+_READY_TIMEOUT_S = 60.0
+_POLL_S = 0.25
+# Envoy counters reported per run (per pool cluster), as deltas over the window.
+ENVOY_COUNTERS = (
+    "upstream_rq_pending_overflow",  # Envoy's queue for the pool was full: 503
+    "upstream_rq_timeout",  # the route timeout fired: 504
+    "upstream_rq_retry",
+    "upstream_rq_pending_total",  # requests that had to queue in Envoy
+    # The pool taken out of rotation (5 local-origin failures in a row, route
+    # timeouts included): Envoy answers 503 "no healthy upstream" meanwhile.
+    "outlier_detection.ejections_enforced_total",
+)
+
+
+DRIVER = "bench-driver"
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not run (a process did not start, or died)."""
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """What one run drives. Rates are per group: `cpu` and `offers` (bike + scooter)."""
+
+    group_rates_rps: Mapping[str, float]
+    duration_s: float
+    warmup_s: float
+    seed: int = 1
+    # Per-request client deadline, from the due time. Above every route timeout, so
+    # the server's own answer (200, or Envoy's 504) is what gets recorded.
+    timeout_s: float = 5.0
+    # Every upstream answers after exactly this long (the main comparison's floor).
+    upstream_ms: float = 100.0
+    tracing: bool = False
+    # The CPU endpoint's route timeout: its failures count at least this long.
+    cpu_timeout_s: float = 3.0
+
+    @property
+    def total_s(self) -> float:
+        return self.warmup_s + self.duration_s
+
+
+@dataclass(frozen=True)
+class RunResult:
+    label: str
+    layout: str
+    repeat: int
+    settings: LoadSettings
+    samples: Samples
+    cpu: Mapping[str, ComponentCpu]
+    floor: Floor
+    spans: SpanTimings | None
+    envoy: Mapping[str, int]
+    connections_opened: int
+    window_wall_ns: tuple[int, int]
+    pools: Mapping[str, int]  # pool -> worker processes
+    # Upstream calls that arrived at the simulator with a traceparent (tracing runs
+    # only): 0 means the pools did not propagate the trace, i.e. tracing was not on.
+    traced_upstream_calls: int | None = None
+
+    @property
+    def window_s(self) -> tuple[float, float]:
+        """The measured window in schedule time (seconds after the first due request)."""
+        return (self.settings.warmup_s, self.settings.total_s)
+
+    def rows(self, kinds: Sequence[str]) -> Rows:
+        start, end = self.window_s
+        return Rows.select(self.samples, kinds, start, end)
+
+    def offers(self, deadline_s: float) -> GroupStats:
+        return GroupStats.of(self.rows(OFFER_KINDS), deadline_s)
+
+    def cpu_endpoint(self) -> GroupStats:
+        return GroupStats.of(self.rows(CPU_KINDS), failure_floor_s=self.settings.cpu_timeout_s)
+
+
+# --- the stack -------------------------------------------------------------------------
+
+
+def prepared_config(config: RouteConfig, workers: int, run_dir: Path) -> RouteConfig:
+    """The route config with `workers` processes, written where the pools can read it."""
+    return write_routes(with_workers(config, workers), run_dir / "routes.toml")
+
+
+@contextlib.contextmanager
+def running_stack(
+    config: RouteConfig, layout: Layout, run_dir: Path, *, tracing: bool | str
+) -> Iterator[Stack]:
+    """A started stack on free ports; stopped (by process group) however the block ends."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stack = Stack.on_free_ports(config, layout, run_dir, extra_env=env_for(tracing))
+    try:
+        stack.start()
+    except StartError as exc:
+        raise BenchError(f"the {layout.value} stack did not start: {exc}") from None
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def _http_json(method: str, url: str, body: Any = None, timeout_s: float = 10.0) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return json.loads(resp.read())
+
+
+def set_upstreams_fixed(stack: Stack, ms: float) -> dict[str, Any]:
+    """Every upstream answers after exactly `ms`; returns the simulator's settings."""
+    for name in OFFER_UPSTREAMS:
+        _http_json("PUT", f"{stack.simulator_url}/_control/upstreams/{name}", fixed_latency(ms))
+    doc = _http_json("GET", f"{stack.simulator_url}/_control/upstreams")
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _envoy_counters(stack: Stack) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pool in stack.config.pools_for(stack.layout):
+        for counter in ENVOY_COUNTERS:
+            name = f"cluster.{cluster_name(pool)}.{counter}"
+            try:
+                out[name] = stack.envoy_stat(name)
+            except (KeyError, OSError):
+                continue
+    return out
+
+
+def _component_roots(stack: Stack, loadgen_pid: int) -> dict[str, int]:
+    roots = {"loadgen": loadgen_pid}
+    roots.update({name: proc.pid for name, proc in stack.procs.items()})
+    return roots
+
+
+def _self_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# --- the load generator process ----------------------------------------------------------
+
+
+class LoadgenProcess:
+    """`python -m bench.loadgen` in its own session; mutable (it owns a live process)."""
+
+    def __init__(self, plan: Plan, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.plan_path = run_dir / "loadgen.plan.json"
+        self.out_path = run_dir / "loadgen.out.json"
+        self.log_path = run_dir / "logs" / "loadgen.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.plan_path.write_text(json.dumps(plan.to_json()), encoding="utf-8")
+        self.out_path.unlink(missing_ok=True)
+        with self.log_path.open("ab") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "bench.loadgen", str(self.plan_path), str(self.out_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                cwd=PROJECT_ROOT,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def failure(self, what: str) -> BenchError:
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
+        return BenchError(f"load generator {what}; log {self.log_path}:\n{tail}")
+
+    def wait_ready(self, timeout_s: float = _READY_TIMEOUT_S) -> None:
+        assert self.popen.stdout is not None
+        # The generator prints `ready` within a second or two, or dies (EOF); a hang
+        # must not hang the driver.
+        readable, _, _ = select.select([self.popen.stdout], [], [], timeout_s)
+        if not readable:
+            raise self.failure(f"did not get ready within {timeout_s:.0f} s")
+        line = self.popen.stdout.readline()
+        if line.strip() != b"ready":
+            raise self.failure(f"did not get ready (said {line[:200]!r})")
+
+    def start(self, start_at: float) -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(f"{start_at!r}\n".encode())
+        self.popen.stdin.close()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def result(self, timeout_s: float) -> dict[str, Any]:
+        try:
+            code = self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise self.failure(f"did not finish within {timeout_s:.0f} s") from None
+        if code != 0 or not self.out_path.exists():
+            raise self.failure(f"exited with code {code}")
+        doc = json.loads(self.out_path.read_text(encoding="utf-8"))
+        assert isinstance(doc, dict)
+        return doc
+
+    def kill(self) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, 9)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=5)
+
+
+def _sleep_until(deadline: float, progress: Progress | None, check: Callable[[], None]) -> None:
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return
+        time.sleep(min(_POLL_S, deadline - now))
+        check()
+        if progress is not None:
+            progress.update()
+
+
+# --- one run -----------------------------------------------------------------------------
+
+
+def measure(
+    stack: Stack,
+    targets: Sequence[Target],
+    rates_rps: Mapping[str, float],
+    settings: LoadSettings,
+    run_dir: Path,
+    *,
+    label: str,
+    repeat: int = 0,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Drive `stack` with one open-loop run and measure it."""
+    control = set_upstreams_fixed(stack, settings.upstream_ms)
+    configured_floor = floor_from_settings(settings_from_control(control), seed=settings.seed)
+    plan = Plan(
+        targets=tuple(targets),
+        rates_rps=dict(rates_rps),
+        duration_s=settings.total_s,
+        seed=settings.seed,
+        timeout_s=settings.timeout_s,
+        trace=settings.tracing,
+    )
+    gen = LoadgenProcess(plan, run_dir)
+    try:
+        gen.wait_ready()
+        start_at = time.monotonic() + _START_MARGIN_S
+        gen.start(start_at)
+
+        def check() -> None:
+            dead = stack.dead()
+            if dead:
+                raise BenchError(
+                    f"{', '.join(dead)} exited during the {label} run "
+                    f"(logs in {stack.run_dir / 'logs'})"
+                )
+            # It may finish early (its last arrival answered before the window ends);
+            # only a failure is an error.
+            if not gen.alive() and gen.popen.returncode != 0:
+                raise gen.failure(f"exited with code {gen.popen.returncode} during the run")
+
+        if progress is not None:
+            progress.step(f"{label}: warm-up", settings.warmup_s)
+        _sleep_until(start_at + settings.warmup_s, progress, check)
+        roots = _component_roots(stack, gen.pid)
+        before = Snapshot.take(roots)
+        envoy_before = _envoy_counters(stack)
+        driver_before = _self_cpu_s()
+        wall_start = time.time_ns()
+        t_before = time.monotonic()
+        if progress is not None:
+            progress.step(f"{label}: measuring", settings.duration_s)
+        _sleep_until(start_at + settings.total_s, progress, check)
+        after = Snapshot.take(roots)
+        t_after = time.monotonic()
+        wall_end = time.time_ns()
+        driver_after = _self_cpu_s()
+        if progress is not None:
+            progress.step(f"{label}: draining", DRAIN_EST_S)
+        doc = gen.result(timeout_s=settings.timeout_s + 60)
+        envoy_after = _envoy_counters(stack)
+    finally:
+        gen.kill()
+    window = t_after - t_before
+    driver_s = driver_after - driver_before
+    driver = ComponentCpu(
+        cpu_s=driver_s,
+        cpu_pct=100.0 * driver_s / window,
+        processes_pct={os.getpid(): 100.0 * driver_s / window},
+    )
+    cpu = usage(before, after, window, extra={DRIVER: driver})
+    samples = Samples.from_json(doc["samples"])
+    floor = configured_floor
+    traced_calls = None
+    if settings.tracing:
+        records = _records(stack, wall_start)
+        traced_calls = sum(1 for rec in records if rec.get("traceparent"))
+        ids = [t for t in samples.trace_id if t]
+        floor = floor_from_records(records, ids or None) or configured_floor
+    return RunResult(
+        label=label,
+        layout=stack.layout.value,
+        repeat=repeat,
+        settings=settings,
+        samples=samples,
+        cpu=cpu,
+        floor=floor,
+        spans=None,  # read by with_spans() once the stack has stopped
+        envoy={k: envoy_after[k] - envoy_before.get(k, 0) for k in envoy_after},
+        connections_opened=int(doc.get("connections_opened", 0)),
+        window_wall_ns=(wall_start, wall_end),
+        pools={p.name: p.workers for p in stack.config.pools_for(stack.layout)},
+        traced_upstream_calls=traced_calls,
+    )
+
+
+def with_spans(result: RunResult, stack: Stack) -> RunResult:
+    """`result` with the spans of its window, read after `stack` stopped (so the pools'
+    exporters have flushed). Without tracing, unchanged."""
+    if not result.settings.tracing:
+        return result
+    spans = read_span_file(stack.span_file, *result.window_wall_ns)
+    return replace(result, spans=spans)
+
+
+def _records(stack: Stack, since_ns: int) -> list[dict[str, Any]]:
+    """The simulator's request records since `since_ns` (wall clock), newest 50 000."""
+    try:
+        doc = _http_json(
+            "GET", f"{stack.simulator_url}/_control/records?since_ns={since_ns}&limit=50000"
+        )
+    except OSError:
+        return []
+    records = doc.get("records", [])
+    return records if isinstance(records, list) else []
+
+
+# --- the comparison ----------------------------------------------------------------------
+
+LAYOUTS = (Layout.SHARED, Layout.SPLIT)
+
+
+def run_order(repeats: int) -> list[tuple[int, Layout]]:
+    """Interleaved layouts, alternating which goes first, so slow drift on a noisy
+    machine (other jobs, thermal) lands on both layouts alike."""
+    order: list[tuple[int, Layout]] = []
+    for r in range(repeats):
+        layouts = LAYOUTS if r % 2 == 0 else tuple(reversed(LAYOUTS))
+        order += [(r, layout) for layout in layouts]
+    return order
+
+
+def planned_seconds(settings: LoadSettings, runs: int) -> float:
+    return runs * (STACK_START_EST_S + settings.total_s + DRAIN_EST_S)
+
+
+def compare(
+    config: RouteConfig,
+    settings: LoadSettings,
+    *,
+    workers: int,
+    repeats: int,
+    run_dir: Path,
+    progress: Progress | None = None,
+) -> list[RunResult]:
+    """Both layouts from the same route config, the same N processes and the same
+    arrivals, interleaved `repeats` times. Every run is returned (not just the best)."""
+    config = prepared_config(config, workers, run_dir)
+    rates = kind_rates(settings.group_rates_rps)
+    results = []
+    for repeat, layout in run_order(repeats):
+        label = f"repeat {repeat + 1}/{repeats} {layout.value}"
+        stack_dir = run_dir / f"r{repeat + 1}-{layout.value}"
+        if progress is not None:
+            progress.step(f"{label}: starting the stack", STACK_START_EST_S)
+        with running_stack(config, layout, stack_dir, tracing=settings.tracing) as stack:
+            host, port = stack.config.listener.address.host, stack.config.listener.address.port
+            targets = targets_for(stack.config, host, port, tuple(rates), settings.seed)
+            result = measure(
+                stack,
+                targets,
+                rates,
+                settings,
+                stack_dir,
+                label=label,
+                repeat=repeat,
+                progress=progress,
+            )
+        results.append(with_spans(result, stack))
+    return results

@@ -1,0 +1,163 @@
+"""Percentiles and per-group summaries of the generator's samples.
+
+Percentiles are nearest-rank: always a latency that was actually observed, never
+an interpolation between two. Failed requests stay in the latency distribution,
+counted at the route's deadline or later (`failure_floor_s`): a fast 503 is a miss,
+not a fast answer, so errors can never make the percentiles look better.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from bench.loadgen import FAILURE_NAMES, Samples
+
+OK_STATUS = 200
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]) of an ascending sequence."""
+    if not sorted_values:
+        raise ValueError("no values")
+    if not 0 <= q <= 100:
+        raise ValueError("q must be between 0 and 100")
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The samples of some kinds inside a window, possibly pooled over several runs."""
+
+    latency_s: tuple[float, ...]
+    status: tuple[int, ...]
+    lag_s: tuple[float, ...]
+    window_s: float
+
+    @classmethod
+    def select(cls, samples: Samples, kinds: Iterable[str], start_s: float, end_s: float) -> Rows:
+        """Rows whose due time is in [start_s, end_s) and whose kind is in `kinds`."""
+        wanted = {i for i, k in enumerate(samples.kinds) if k in set(kinds)}
+        idx = [
+            i
+            for i, (k, t) in enumerate(zip(samples.kind, samples.scheduled_s, strict=True))
+            if k in wanted and start_s <= t < end_s
+        ]
+        return cls(
+            latency_s=tuple(samples.latency_s[i] for i in idx),
+            status=tuple(samples.status[i] for i in idx),
+            lag_s=tuple(samples.lag_s[i] for i in idx),
+            window_s=end_s - start_s,
+        )
+
+    def effective_latency_s(self, failure_floor_s: float | None) -> list[float]:
+        """Latencies with every non-200 counted at `failure_floor_s` or later."""
+        if failure_floor_s is None:
+            return list(self.latency_s)
+        return [
+            x if s == OK_STATUS else max(x, failure_floor_s)
+            for x, s in zip(self.latency_s, self.status, strict=True)
+        ]
+
+    @classmethod
+    def pooled(cls, parts: Sequence[Rows]) -> Rows:
+        return cls(
+            latency_s=tuple(x for p in parts for x in p.latency_s),
+            status=tuple(x for p in parts for x in p.status),
+            lag_s=tuple(x for p in parts for x in p.lag_s),
+            window_s=sum(p.window_s for p in parts),
+        )
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """What the report says about one group of requests (offers, or the CPU endpoint)."""
+
+    count: int
+    ok: int
+    offered_rps: float
+    rps: float  # 200 responses per second of the window
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    # Status 200 within the deadline; None when the group has no deadline.
+    within_deadline: float | None
+    failures: dict[str, int] = field(default_factory=dict)  # by failure name / http_<code>
+
+    @classmethod
+    def of(
+        cls, rows: Rows, deadline_s: float | None = None, failure_floor_s: float | None = None
+    ) -> GroupStats:
+        """`deadline_s`: for `within_deadline`; failures count at `failure_floor_s`
+        (default: the deadline) or later in the percentiles."""
+        if not rows.status:
+            raise ValueError("no samples in the window")
+        floor = failure_floor_s if failure_floor_s is not None else deadline_s
+        lat = sorted(rows.effective_latency_s(floor))
+        ok = sum(1 for s in rows.status if s == OK_STATUS)
+        failures: dict[str, int] = {}
+        for s in rows.status:
+            if s != OK_STATUS:
+                name = FAILURE_NAMES.get(s, f"http_{s}")
+                failures[name] = failures.get(name, 0) + 1
+        within = None
+        if deadline_s is not None:
+            good = sum(
+                1
+                for s, x in zip(rows.status, rows.latency_s, strict=True)
+                if s == OK_STATUS and x <= deadline_s
+            )
+            within = good / len(rows.status)
+        return cls(
+            count=len(rows.status),
+            ok=ok,
+            offered_rps=len(rows.status) / rows.window_s,
+            rps=ok / rows.window_s,
+            p50_ms=percentile(lat, 50) * 1000,
+            p95_ms=percentile(lat, 95) * 1000,
+            p99_ms=percentile(lat, 99) * 1000,
+            p999_ms=percentile(lat, 99.9) * 1000,
+            max_ms=lat[-1] * 1000,
+            within_deadline=within,
+            failures=dict(sorted(failures.items())),
+        )
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "count": self.count,
+            "ok": self.ok,
+            "offered_rps": round(self.offered_rps, 2),
+            "rps": round(self.rps, 2),
+            "p50_ms": round(self.p50_ms, 2),
+            "p95_ms": round(self.p95_ms, 2),
+            "p99_ms": round(self.p99_ms, 2),
+            "p999_ms": round(self.p999_ms, 2),
+            "max_ms": round(self.max_ms, 2),
+            "failures": self.failures,
+        }
+        if self.within_deadline is not None:
+            out["within_deadline"] = round(self.within_deadline, 6)
+        return out
+
+
+def lag_summary_ms(rows: Rows) -> dict[str, float]:
+    """How late the generator sent requests: small values mean it kept its schedule."""
+    lag = sorted(rows.lag_s)
+    if not lag:
+        return {"p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
+    return {
+        "p50_ms": round(percentile(lag, 50) * 1000, 3),
+        "p99_ms": round(percentile(lag, 99) * 1000, 3),
+        "max_ms": round(lag[-1] * 1000, 3),
+    }
+
+
+def median_and_p99(values: Sequence[float]) -> tuple[float, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return percentile(ordered, 50), percentile(ordered, 99)

@@ -1,0 +1,149 @@
+"""The upstream floor (configured or from records) and the span-file hook."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.floor import fixed_latency, floor_from_records, floor_from_settings
+from bench.spans import env_for, read_span_file
+from simulator.model import UpstreamSettings
+from tracing.attributes import NETWORK_DURATION, SCHEDULING_DELAY
+
+
+def settings(**latencies: dict[str, object]) -> dict[str, UpstreamSettings]:
+    return {name: UpstreamSettings().updated({"latency": lat}) for name, lat in latencies.items()}
+
+
+def test_fixed_latencies_floor_is_the_slowest() -> None:
+    floor = floor_from_settings(
+        settings(
+            vehicles={"dist": "fixed", "ms": 40},
+            routing={"dist": "fixed", "ms": 100},
+            promotions={"dist": "fixed", "ms": 20},
+        ),
+        draws=1000,
+    )
+    assert (floor.p50_ms, floor.p99_ms, floor.p999_ms, floor.source) == (
+        100.0,
+        100.0,
+        100.0,
+        "configured",
+    )
+
+
+def test_longtail_shows_in_the_floor_tail() -> None:
+    floor = floor_from_settings(
+        settings(
+            vehicles={"dist": "fixed", "ms": 50},
+            routing={"dist": "longtail", "ms": 50, "tail_p": 0.05, "tail_ms": 400},
+            promotions={"dist": "fixed", "ms": 50},
+        ),
+        draws=20_000,
+    )
+    assert floor.p50_ms == 50.0
+    assert floor.p99_ms == 400.0
+
+
+def test_fixed_latency_body_is_valid_for_the_simulator() -> None:
+    assert UpstreamSettings().updated(fixed_latency(100)).latency.ms == 100.0
+
+
+def _record(upstream: str, trace: str, delay: float) -> dict[str, object]:
+    return {"upstream": upstream, "traceparent": f"00-{trace}-{'1' * 16}-01", "delay_ms": delay}
+
+
+def test_floor_from_records_groups_by_trace() -> None:
+    records = []
+    for i in range(200):
+        trace = f"{i:032x}"
+        records += [
+            _record("vehicles", trace, 30.0),
+            _record("routing", trace, 100.0 + (i == 0) * 300),
+            _record("promotions", trace, 20.0),
+        ]
+    floor = floor_from_records(records)
+    assert floor is not None
+    assert floor.source == "records" and floor.offers == 200
+    assert floor.p50_ms == 100.0 and floor.p999_ms == 400.0
+
+
+def test_floor_from_records_needs_traceparents() -> None:
+    records = [{"upstream": "routing", "traceparent": None, "delay_ms": 1.0}] * 500
+    assert floor_from_records(records) is None
+
+
+def _span(
+    trace: str, start_ns: int, net_s: float, sched_s: float, kind: int = 3
+) -> dict[str, object]:
+    return {
+        "traceId": trace,
+        "spanId": "1" * 16,
+        "name": "GET",
+        "kind": kind,
+        "startTimeUnixNano": str(start_ns),
+        "attributes": [
+            {"key": NETWORK_DURATION, "value": {"doubleValue": net_s}},
+            {"key": SCHEDULING_DELAY, "value": {"doubleValue": sched_s}},
+            {"key": "http.method", "value": {"stringValue": "GET"}},
+        ],
+    }
+
+
+def test_span_file_hook_reads_otlp_json_lines(tmp_path: Path) -> None:
+    path = tmp_path / "spans.otlp.jsonl"
+    lines = [
+        json.dumps(
+            {
+                "resourceSpans": [
+                    {
+                        "resource": {},
+                        "scopeSpans": [
+                            {
+                                "scope": {"name": "tracing"},
+                                "spans": [
+                                    _span("a" * 32, 100, 0.100, 0.002),
+                                    _span("a" * 32, 101, 0.050, 0.001),
+                                    # the server span: sums over its calls, ignored
+                                    _span("a" * 32, 99, 0.150, 0.003, kind=2),
+                                    {"traceId": "b" * 32, "name": "no timing"},
+                                ],
+                            }
+                        ],
+                    }
+                ]
+            }
+        ),
+        json.dumps(_span("c" * 32, 200, 0.100, 0.300)),  # a bare span per line
+        json.dumps(_span("d" * 32, 999, 0.1, 0.1)),  # outside the window
+        '{"resourceSpans": [',  # cut short by a writer that was stopped
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    timings = read_span_file(path, start_ns=0, end_ns=500)
+    assert timings is not None
+    assert len(timings.calls) == 3
+    summary = timings.summary()
+    assert summary["spans"] == 3
+    assert summary["network_duration_ms"] == {"p50": 100.0, "p99": 100.0}
+    assert summary["scheduling_delay_ms"] == {"p50": 2.0, "p99": 300.0}
+    critical = timings.critical_call()
+    assert critical["a" * 32].network_s == pytest.approx(0.1)
+
+
+def test_no_span_file_means_not_available(tmp_path: Path) -> None:
+    assert read_span_file(tmp_path / "missing.jsonl") is None
+    (tmp_path / "empty.jsonl").write_text("")
+    assert read_span_file(tmp_path / "empty.jsonl") is None
+
+
+def test_tracing_switch_env_is_what_the_pools_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracing.settings import Mode, TracingSettings
+
+    for on, mode in ((True, Mode.FULL), (False, Mode.OFF)):
+        for key, value in env_for(on).items():
+            monkeypatch.setenv(key, value)
+        settings = TracingSettings.from_env()
+        assert settings.mode is mode
+        assert settings.otlp_endpoint is None  # spans go to the span file
