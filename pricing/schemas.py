@@ -8,7 +8,7 @@ response models here, so the description cannot drift from the behaviour.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -30,7 +30,10 @@ LATLNG_PATTERN = r"^-?[0-9]{1,3}(\.[0-9]{1,10})?,-?[0-9]{1,3}(\.[0-9]{1,10})?$"
 REQUESTED_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 REQUESTED_AT_MAX = datetime(2100, 1, 1, tzinfo=UTC)
 
-RegionName = Literal[tuple(REGIONS)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    RegionName = str
+else:  # the enum of regions, from the one table of them
+    RegionName = Literal[tuple(REGIONS)]
 UserId = Annotated[str, StringConstraints(pattern=USER_ID_PATTERN)]
 
 
