@@ -89,11 +89,7 @@ class LoopLagGauge:
 
     def stop(self) -> None:
         timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.stop()
-            close = getattr(timer, "close", None)
-            if close is not None:
-                close()
+        _dispose(timer)
 
     def _arm(self) -> None:
         # libev measures the timeout from its cached "now" of this loop iteration; bring it
@@ -108,11 +104,7 @@ class LoopLagGauge:
         # (gevent.wait() would never return in a process that is otherwise done).
         previous, self._timer = self._timer, self._loop.timer(self.interval_s, 0.0, ref=False)
         self._timer.start(self._tick)
-        if previous is not None:
-            previous.stop()
-            close = getattr(previous, "close", None)
-            if close is not None:
-                close()
+        _dispose(previous)
 
     def _tick(self) -> None:
         try:
@@ -138,3 +130,13 @@ class LoopLagGauge:
         """
         lag, self._max_lag_ns = self._max_lag_ns, 0
         return lag / 1_000_000_000
+
+
+def _dispose(timer: Any) -> None:
+    """Stop a hub timer and release its watcher (fakes may have no close())."""
+    if timer is None:
+        return
+    timer.stop()
+    close = getattr(timer, "close", None)
+    if close is not None:
+        close()

@@ -108,22 +108,22 @@ def ground_truth(stack: Stack) -> dict[str, int]:
     return out
 
 
-@pytest.fixture(scope="module")
-def shared_traced(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with Stack.on_free_ports(
-        routes, Layout.SHARED, tmp_path_factory.mktemp("traced-shared")
-    ) as stack:
+def _traced(
+    routes: RouteConfig, layout: Layout, factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    with Stack.on_free_ports(routes, layout, factory.mktemp(f"traced-{layout.value}")) as stack:
         fixed_latency(stack, D_MS)
         yield stack
+
+
+@pytest.fixture(scope="module")
+def shared_traced(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    yield from _traced(routes, Layout.SHARED, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def split_traced(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with Stack.on_free_ports(
-        routes, Layout.SPLIT, tmp_path_factory.mktemp("traced-split")
-    ) as stack:
-        fixed_latency(stack, D_MS)
-        yield stack
+    yield from _traced(routes, Layout.SPLIT, tmp_path_factory)
 
 
 def measure(stack: Stack, hog_threads: int, count: int = 25) -> tuple[list[Span], dict[str, int]]:
