@@ -162,8 +162,13 @@ def test_network_time_matches_ground_truth_while_delay_grows_with_hogging(
         network_ms = [s.attributes[attributes.NETWORK_DURATION] * 1000 for s in spans]
         assert D_MS - 1 <= statistics.median(network_ms) <= D_MS + 10, network_ms
 
-    delay_quiet = statistics.median(s.attributes[attributes.SCHEDULING_DELAY] for s in quiet)
-    delay_busy = statistics.median(s.attributes[attributes.SCHEDULING_DELAY] for s in busy)
+    # p90: the tail is where the hogs show (a worker may be without a hog for a while).
+    delay_quiet = statistics.quantiles(
+        [s.attributes[attributes.SCHEDULING_DELAY] for s in quiet], n=10
+    )[-1]
+    delay_busy = statistics.quantiles(
+        [s.attributes[attributes.SCHEDULING_DELAY] for s in busy], n=10
+    )[-1]
     # The hogs add several times the delay of a quiet loop.
     assert delay_busy > 0.005 and delay_busy > 3 * delay_quiet, (delay_quiet, delay_busy)
 
@@ -196,13 +201,37 @@ def test_network_time_matches_ground_truth_while_delay_grows_with_hogging(
 def test_split_layout_keeps_offers_free_of_scheduling_delay(
     split_traced: Stack, shared_traced: Stack
 ) -> None:
-    split, _ = measure(split_traced, hog_threads=4)
-    shared, _ = measure(shared_traced, hog_threads=4)
-    split_delay = statistics.median(s.attributes[attributes.SCHEDULING_DELAY] for s in split)
-    shared_delay = statistics.median(s.attributes[attributes.SCHEDULING_DELAY] for s in shared)
+    split, _ = measure(split_traced, hog_threads=6)
+    shared, _ = measure(shared_traced, hog_threads=6)
+
+    def p90_delay(spans: list[Span]) -> float:
+        return statistics.quantiles(
+            [s.attributes[attributes.SCHEDULING_DELAY] for s in spans], n=10
+        )[-1]
+
+    def hog_caused_s(spans: list[Span]) -> float:
+        return sum(
+            float(item.rpartition("=")[2])
+            for s in spans
+            for item in s.attributes.get(attributes.SCHEDULING_CULPRITS, [])
+            if item.startswith(HOG_ROUTE)
+        )
+
+    # (The tail, not the median: in the shared pool Envoy's keep-alive connections
+    # may leave a worker without a hog for a while, and offers landing there wait
+    # little; the tail is where the hogs show, as in the seed.)
+    split_delay, shared_delay = p90_delay(split), p90_delay(shared)
+    print(
+        f"\nscheduling delay p90: split {split_delay * 1000:.2f} ms, shared "
+        f"{shared_delay * 1000:.2f} ms; caused by {HOG_ROUTE}: split "
+        f"{hog_caused_s(split):.3f} s, shared {hog_caused_s(shared):.3f} s"
+    )
     # Well below the upstreams' own 60 ms, and several times below shared's.
     assert split_delay < D_MS / 1000 / 3, split_delay
     assert shared_delay > 4 * split_delay, (split_delay, shared_delay)
+    # The same hogs delayed the shared pool's calls, and never the io pool's.
+    assert hog_caused_s(shared) > 0.05, hog_caused_s(shared)
+    assert hog_caused_s(split) == 0.0
     # No CPU route shows up among the io pool's culprits.
     for s in split:
         assert not any(
