@@ -26,7 +26,6 @@ from stack.launch import Stack, wait_until
 from stack.procs import free_port
 from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
 from tests.integration.test_overload import (
-    RIDE_BODY,
     Background,
     Outcome,
     Tally,
@@ -34,6 +33,9 @@ from tests.integration.test_overload import (
     connections_to,
     derived_config,
     offer_request,
+)
+from tests.integration.test_overload import (
+    ride as _ride,
 )
 
 pytestmark = pytest.mark.integration
@@ -237,16 +239,6 @@ def too_late(outcome: Outcome) -> bool:
     response reset after its headers (the client reads a truncated reply)."""
     envoy_504 = outcome.status == 504 and "x-pricing-pool" not in outcome.headers
     return envoy_504 or (outcome.status == 0 and "IncompleteRead" in outcome.error)
-
-
-def _ride(stack: Stack) -> Reply:
-    return http(
-        "POST",
-        f"{stack.url}/v1/offers/rideshare",
-        RIDE_BODY,
-        {"content-type": "application/json"},
-        timeout_s=10,
-    )
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ import pytest
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack, wait_until
-from tests.integration.conftest import http, reset_upstreams, set_upstream
+from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
 
 pytestmark = pytest.mark.integration
 
@@ -509,3 +509,14 @@ def test_offer_burst_is_shed_fast_and_the_service_recovers(small_stack: Stack) -
     assert recovered_s < 5
     assert after.statuses == {200: len(after.outcomes)}, after.summary("after")
     assert calm.statuses == {200: len(calm.outcomes)}, calm.summary("calm")
+
+
+def ride(stack: Stack) -> Reply:
+    """One rideshare quote through Envoy."""
+    return http(
+        "POST",
+        f"{stack.url}/v1/offers/rideshare",
+        RIDE_BODY,
+        {"content-type": "application/json"},
+        timeout_s=10,
+    )

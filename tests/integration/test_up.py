@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from routing.load import DEFAULT_ROUTES_PATH
+from bench.routes_toml import write_routes
+from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from stack.procs import free_port
 from tests.integration.conftest import http
 
@@ -21,15 +22,14 @@ pytestmark = pytest.mark.integration
 
 
 def routes_on_free_ports(tmp_path: Path) -> tuple[Path, int]:
-    """A copy of routes.toml whose every port is free, so `up` can run beside other tests."""
-    text = DEFAULT_ROUTES_PATH.read_text()
-    moved = {port: free_port() for port in (8080, 9901, 8101, 8102, 8103)}
-    for old, new in moved.items():
-        text = text.replace(f"port = {old}", f"port = {new}").replace(f':{old}"', f':{new}"')
-    listener = moved[8080]
-    path = tmp_path / "routes.toml"
-    path.write_text(text)
-    return path, listener
+    """The route config with every port free, written as a file `up --config` reads."""
+    config = load_routes().with_ports(
+        listener_port=free_port(),
+        admin_port=free_port(),
+        pool_ports={name: free_port() for name in ("cpu", "io", "shared")},
+    )
+    written = write_routes(config, tmp_path / "routes.toml")
+    return Path(written.source), written.listener.address.port
 
 
 def marked_pids(marker: str) -> list[int]:

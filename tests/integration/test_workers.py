@@ -32,6 +32,9 @@ from tests.integration.test_overload import (
     offer_request,
     post_json,
 )
+from tests.integration.test_overload import (
+    ride as _ride,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -216,16 +219,6 @@ def test_rolling_reload_under_load_fails_no_request(
 
 def _offer(stack: Stack) -> Reply:
     return http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY.format(i=0)}", timeout_s=10)
-
-
-def _ride(stack: Stack) -> Reply:
-    return http(
-        "POST",
-        f"{stack.url}/v1/offers/rideshare",
-        RIDE_BODY,
-        {"content-type": "application/json"},
-        timeout_s=10,
-    )
 
 
 def test_a_frozen_pool_is_answered_503_at_once_and_the_other_keeps_serving(
