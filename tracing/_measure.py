@@ -38,7 +38,7 @@ def run_upstream(log_path: str) -> None:
     import struct
     import threading
 
-    from tracing.kernel_rx import SO_TIMESTAMPNS
+    from tracing.timing.kernel_rx import SO_TIMESTAMPNS
 
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -104,9 +104,10 @@ def run_accuracy(args: argparse.Namespace) -> None:
     import gevent
     import urllib3
 
-    from tracing.call_timing import CallState, measure_call
-    from tracing.instrumentor import GeventTimingInstrumentor
-    from tracing.labels import set_greenlet_label
+    from tracing.timing.call_state import CallState
+    from tracing.timing.call_timing import measure_call
+    from tracing.timing.instrumentor import GeventTimingInstrumentor
+    from tracing.timing.labels import set_greenlet_label
 
     # Spy on the raw pieces of each call (inside the measured greenlet, so the current
     # call's record is the last one opened by that greenlet).
@@ -314,12 +315,12 @@ def run_cost(args: argparse.Namespace) -> None:
     import greenlet
     from gevent import socket as gsocket
 
-    from tracing import call_timing, kernel_rx, socket_hooks
-    from tracing.call_timing import begin_call
-    from tracing.instrumentor import GeventTimingInstrumentor
-    from tracing.labels import set_greenlet_label
-    from tracing.switch_tracer import SwitchTracer
-    from tracing.switchlog import SwitchLog
+    from tracing.timing import call_state, kernel_rx, socket_hooks
+    from tracing.timing.call_timing import begin_call
+    from tracing.timing.instrumentor import GeventTimingInstrumentor
+    from tracing.timing.labels import set_greenlet_label
+    from tracing.timing.switch_tracer import SwitchTracer
+    from tracing.timing.switchlog import SwitchLog
 
     rounds = args.rounds
     clock = time.thread_time  # CPU time of this thread: other processes' load drops out
@@ -345,11 +346,11 @@ def run_cost(args: argparse.Namespace) -> None:
     def traced(measuring: bool) -> Any:
         def run() -> float:
             tracer.install()
-            call_timing.measuring[0] += measuring
+            call_state.measuring[0] += measuring
             try:
                 return switch_us()
             finally:
-                call_timing.measuring[0] -= measuring
+                call_state.measuring[0] -= measuring
                 tracer.uninstall()
 
         return run
@@ -390,11 +391,11 @@ def run_cost(args: argparse.Namespace) -> None:
     def instrumented(measure: bool, elsewhere: bool = False) -> Any:
         def run() -> float:
             instrumentor.instrument()
-            call_timing.measuring[0] += elsewhere
+            call_state.measuring[0] += elsewhere
             try:
                 return pingpong_us(measure)
             finally:
-                call_timing.measuring[0] -= elsewhere
+                call_state.measuring[0] -= elsewhere
                 instrumentor.uninstrument()
 
         return run

@@ -1,4 +1,4 @@
-"""Span attribute names set from a :class:`tracing.call_timing.CallTiming`.
+"""Span attribute names set from a :class:`tracing.timing.call_timing.CallTiming`.
 
 Durations follow the OpenTelemetry convention: seconds as floats.
 """

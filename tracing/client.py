@@ -17,8 +17,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracing import attributes
-from tracing.call_timing import begin_call
-from tracing.hook_errors import swallow
+from tracing.timing.call_timing import CallTiming, begin_call
+from tracing.timing.hook_errors import swallow
 
 UPSTREAM_ATTR = "pricing.upstream"
 
@@ -84,7 +84,7 @@ class TracingCallObserver:
                             span.set_status(Status(StatusCode.ERROR))
                     if measurement is not None:
                         timing = measurement.finish()
-                        span.set_attributes(timing.as_attributes())
+                        span.set_attributes(timing_attributes(timing))
                         totals = request_totals.get()
                         if totals is not None:
                             totals.calls += 1
@@ -92,6 +92,20 @@ class TracingCallObserver:
                             totals.scheduling_delay_s += timing.scheduling_delay_s
                 except Exception as exc:  # tracing never breaks a request
                     swallow("client span attributes", exc)
+
+
+def timing_attributes(timing: CallTiming, max_culprits: int = 5) -> dict[str, Any]:
+    """A client span's attributes for one measured call (``tracing.attributes``)."""
+    result: dict[str, Any] = {
+        attributes.NETWORK_DURATION: timing.network_s,
+        attributes.SCHEDULING_DELAY: timing.scheduling_delay_s,
+        attributes.BLOCKED_DURATION: timing.blocked_s,
+    }
+    if timing.culprits:
+        result[attributes.SCHEDULING_CULPRITS] = [
+            f"{label}={seconds:.6f}" for label, seconds in timing.top_culprits(max_culprits)
+        ]
+    return result
 
 
 def server_span_attributes(totals: RequestTotals) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tracing.loop_lag import LAG_BUCKETS_S
+from tracing.timing.loop_lag import LAG_BUCKETS_S
 
 METRICS_PATH = "/metrics"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -23,8 +23,6 @@ def _escape(value: str) -> str:
 
 def render(worker: Any) -> str:
     """The exposition text for one worker (a `tracing.server.WorkerTracing`)."""
-    from tracing.server import hub_blocks_total
-
     base = f'pool="{_escape(worker.pool)}",pid="{os.getpid()}"'
     lines: list[str] = []
     gauge = worker.instrumentor.loop_lag if worker.instrumentor is not None else None
@@ -50,7 +48,7 @@ def render(worker: Any) -> str:
         "# HELP pricing_hub_blocks_total Hub blocks longer than the detector's threshold.",
         "# TYPE pricing_hub_blocks_total counter",
     ]
-    for route, count in sorted(hub_blocks_total.items()):
+    for route, count in sorted(worker.hub_blocks.counts.items()):
         lines.append(f'pricing_hub_blocks_total{{{base},route="{_escape(route)}"}} {count}')
     processor = worker.processor
     lines += [

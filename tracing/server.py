@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
@@ -27,9 +27,11 @@ from tracing.client import (
     server_span_attributes,
 )
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
-from tracing.hook_errors import swallow
-from tracing.labels import set_greenlet_label
 from tracing.settings import Mode, TracingSettings
+from tracing.timing.hook_errors import swallow
+from tracing.timing.hub_block import HubBlockLog
+from tracing.timing.instrumentor import GeventTimingInstrumentor
+from tracing.timing.labels import set_greenlet_label
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,9 @@ class WorkerTracing:
     settings: TracingSettings
     provider: TracerProvider
     processor: ThreadedSpanProcessor
-    instrumentor: Any | None  # GeventTimingInstrumentor when mode is FULL
+    instrumentor: GeventTimingInstrumentor | None  # when mode is FULL
+    # Hub blocks per route, counted for /metrics (stays empty without the instrumentor).
+    hub_blocks: HubBlockLog = field(default_factory=lambda: HubBlockLog(log))
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -82,14 +86,13 @@ def setup_worker(pool: str, settings: TracingSettings | None = None) -> WorkerTr
         processor = ThreadedSpanProcessor(_exporter(settings))
         provider.add_span_processor(processor)
         instrumentor = None
+        hub_blocks = HubBlockLog(log)
         if settings.mode is Mode.FULL:
-            from tracing.instrumentor import GeventTimingInstrumentor
-
             instrumentor = GeventTimingInstrumentor(hub_block_threshold_s=HUB_BLOCK_THRESHOLD_S)
             instrumentor.instrument()
             if instrumentor.hub_block is not None:
-                instrumentor.hub_block.register(_log_hub_block)
-        _worker = WorkerTracing(pool, settings, provider, processor, instrumentor)
+                instrumentor.hub_block.register(hub_blocks)
+        _worker = WorkerTracing(pool, settings, provider, processor, instrumentor, hub_blocks)
         return _worker
     except Exception:
         log.exception("tracing set-up failed; serving without spans")
@@ -104,37 +107,6 @@ def _exporter(settings: TracingSettings) -> Any:
             endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/traces", timeout=5
         )
     return JsonLinesFileExporter(settings.span_file)
-
-
-# Seconds between two logged hub blocks of the same route: a CPU-heavy route in
-# a shared pool blocks the hub on every request, and one stack says it all.
-HUB_BLOCK_LOG_INTERVAL_S = 30.0
-_last_block_log: dict[str, float] = {}
-hub_blocks_total: dict[str, int] = {}
-
-
-def _log_hub_block(event: Any) -> None:
-    """Runs on the detector's OS thread. Each block is published twice: when it is
-    detected (with the hub's stack) and when it ends (with its real length)."""
-    import time
-
-    label = getattr(event, "label", None) or "<unknown>"
-    if not getattr(event, "ongoing", False):
-        hub_blocks_total[label] = hub_blocks_total.get(label, 0) + 1
-        return
-    now = time.monotonic()
-    if now - _last_block_log.get(label, -HUB_BLOCK_LOG_INTERVAL_S) < HUB_BLOCK_LOG_INTERVAL_S:
-        return
-    _last_block_log[label] = now
-    log.warning(
-        "hub blocked for %.0f ms so far by %s (CPU work, or a C call gevent cannot patch; "
-        "%d earlier blocks by this route; one stack per route per %.0f s):\n%s",
-        getattr(event, "blocked_s", 0.0) * 1000,
-        label,
-        hub_blocks_total.get(label, 0),
-        HUB_BLOCK_LOG_INTERVAL_S,
-        "".join(getattr(event, "stack", ()) or ()),
-    )
 
 
 def shutdown_worker() -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from greenlet import getcurrent
 
-from tracing import call_timing, hook_errors
-from tracing.instrumentor import GeventTimingInstrumentor
-from tracing.labels import TAG_ATTR
+from tracing.timing import call_state, hook_errors
+from tracing.timing.instrumentor import GeventTimingInstrumentor
+from tracing.timing.labels import TAG_ATTR
 
 HERE = Path(__file__).parent
 
@@ -24,8 +24,8 @@ def _no_leaked_measurements() -> Iterator[None]:
     hook_errors.reset()
     yield
     tag = getattr(getcurrent(), TAG_ATTR, None)
-    leaked = call_timing.measuring[0]
-    call_timing.measuring[0] = 0
+    leaked = call_state.measuring[0]
+    call_state.measuring[0] = 0
     if tag is not None:
         tag.call = None
         tag.label = None

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from greenlet import getcurrent
 
-from tracing import attributes, call_timing
-from tracing.call_timing import CallState, begin_call, measure_call
-from tracing.labels import tag_of
-from tracing.switchlog import SwitchLog
+from tracing.timing import call_state, call_timing
+from tracing.timing.call_state import CallState
+from tracing.timing.call_timing import begin_call, measure_call
+from tracing.timing.labels import tag_of
+from tracing.timing.switchlog import SwitchLog
 
 HOG = "POST /v1/offers/rideshare"
 MS = 1_000_000
@@ -20,9 +21,9 @@ MS = 1_000_000
 @pytest.fixture
 def switch_log() -> Iterator[SwitchLog]:
     log = SwitchLog(64)
-    call_timing.configure(log, culprit_threshold_s=0.001)
+    call_state.configure(log, culprit_threshold_s=0.001)
     yield log
-    call_timing.configure(None, call_timing.CULPRIT_THRESHOLD_S)
+    call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
 
 
 def state_at(start_ns: int = 0) -> CallState:
@@ -68,7 +69,7 @@ def test_culprits_named_for_delays_above_the_threshold(switch_log: SwitchLog) ->
 
 
 def test_zero_timeout_yield_is_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(call_timing, "ready_after_ns", lambda frame: 0)
+    monkeypatch.setattr(call_state, "ready_after_ns", lambda frame: 0)
     state = state_at()
     state.on_switch_out(getcurrent(), 5 * MS)
     state.on_switch_in(45 * MS)
@@ -76,7 +77,7 @@ def test_zero_timeout_yield_is_delay(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_timer_is_blocked_until_it_expires_then_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(call_timing, "ready_after_ns", lambda frame: 10 * MS)
+    monkeypatch.setattr(call_state, "ready_after_ns", lambda frame: 10 * MS)
     state = state_at()
     state.on_switch_out(getcurrent(), 0)
     state.on_switch_in(25 * MS)
@@ -84,7 +85,7 @@ def test_timer_is_blocked_until_it_expires_then_delay(monkeypatch: pytest.Monkey
 
 
 def test_wait_with_no_known_end_is_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(call_timing, "ready_after_ns", lambda frame: None)
+    monkeypatch.setattr(call_state, "ready_after_ns", lambda frame: None)
     state = state_at()
     state.on_switch_out(getcurrent(), 0)
     state.on_switch_in(25 * MS)
@@ -94,7 +95,7 @@ def test_wait_with_no_known_end_is_blocked(monkeypatch: pytest.MonkeyPatch) -> N
 def test_thread_pool_work_that_finished_turns_the_rest_into_delay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(call_timing, "ready_after_ns", lambda frame: None)
+    monkeypatch.setattr(call_state, "ready_after_ns", lambda frame: None)
     state = state_at()
     state.pending_done = [0]
     state.on_switch_out(getcurrent(), 0)
@@ -120,7 +121,7 @@ def test_after_a_switch_out_the_read_wait_counts_from_its_own_start() -> None:
 def test_reply_already_queued_at_the_first_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sent at 10, yielded from 20 to 70 (runnable: delay), the reply arrived at 50 and
     was read at once at 70: network 10->50, delay only 50->70."""
-    monkeypatch.setattr(call_timing, "ready_after_ns", lambda frame: 0)
+    monkeypatch.setattr(call_state, "ready_after_ns", lambda frame: 0)
     state = state_at()
     state.on_send(10 * MS, 10 * MS)
     state.on_switch_out(getcurrent(), 20 * MS)
@@ -139,13 +140,13 @@ def test_data_older_than_the_send_is_not_the_reply() -> None:
 
 
 def test_measure_call_is_greenlet_local_and_counted() -> None:
-    assert call_timing.measuring[0] == 0
+    assert call_state.measuring[0] == 0
     with measure_call() as measurement:
         assert tag_of(getcurrent()).call is not None
-        assert call_timing.measuring[0] == 1
+        assert call_state.measuring[0] == 1
         assert measurement.timing is None
     assert tag_of(getcurrent()).call is None
-    assert call_timing.measuring[0] == 0
+    assert call_state.measuring[0] == 0
     assert measurement.timing is not None
     assert measurement.timing.duration_s >= 0
 
@@ -154,7 +155,7 @@ def test_finish_is_idempotent() -> None:
     measurement = begin_call()
     first = measurement.finish()
     assert measurement.finish() is first
-    assert call_timing.measuring[0] == 0
+    assert call_state.measuring[0] == 0
 
 
 def test_nested_measurement_adds_into_the_outer_one() -> None:
@@ -176,17 +177,17 @@ def test_measurements_never_finished_do_not_nest_forever() -> None:
     for measurement in reversed(leaked):
         measurement.finish()
     assert tag_of(getcurrent()).call is None
-    assert call_timing.measuring[0] == 0
+    assert call_state.measuring[0] == 0
 
 
 def test_finishing_out_of_order_does_not_revive_the_outer_call() -> None:
     outer = begin_call()
     inner = begin_call()
     outer.finish()
-    assert call_timing.measuring[0] == 1
+    assert call_state.measuring[0] == 1
     inner.finish()
     assert tag_of(getcurrent()).call is None
-    assert call_timing.measuring[0] == 0
+    assert call_state.measuring[0] == 0
 
 
 def test_begin_call_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,26 +198,13 @@ def test_begin_call_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     with measure_call() as measurement:
         pass
     assert measurement.timing is not None
-    assert call_timing.measuring[0] == 0
-
-
-def test_span_attributes_use_the_named_constants() -> None:
-    state = state_at()
-    state.on_socket_wait(0, 30 * MS, 10 * MS)
-    state.culprits_ns = {HOG: 15 * MS, "<hub>": 5 * MS}
-    attrs = state.to_timing(40 * MS).as_attributes()
-    assert attrs == {
-        attributes.NETWORK_DURATION: pytest.approx(0.010),
-        attributes.SCHEDULING_DELAY: pytest.approx(0.020),
-        attributes.BLOCKED_DURATION: 0.0,
-        attributes.SCHEDULING_CULPRITS: [f"{HOG}=0.015000", "<hub>=0.005000"],
-    }
+    assert call_state.measuring[0] == 0
 
 
 def test_realtime_offset_keeps_the_least_disturbed_sample() -> None:
     """A sample preempted between its reads is off by half the gap: take the tight one."""
     monotonic = iter([0, 8 * MS, 10 * MS, 10 * MS + 200])  # first gap 8 ms, second 0.2 us
     realtime = iter([1_000 * MS, 1_010 * MS])
-    offset, now = call_timing._realtime_offset_ns(lambda: next(monotonic), lambda: next(realtime))
+    offset, now = call_state._realtime_offset_ns(lambda: next(monotonic), lambda: next(realtime))
     assert offset == 1_010 * MS - (10 * MS + 100)
     assert now == 10 * MS + 200

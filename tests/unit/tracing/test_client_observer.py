@@ -18,8 +18,12 @@ from tracing.client import (
     TracingCallObserver,
     request_totals,
     server_span_attributes,
+    timing_attributes,
 )
+from tracing.timing.call_state import CallState
 
+HOG = "POST /v1/offers/rideshare"
+MS = 1_000_000
 NEARBY = "/vehicles/v1/nearby?lat=37.77&lng=-122.42&radius_m=500"
 
 
@@ -210,3 +214,17 @@ def test_measured_call_that_raises_still_ends_its_measurement(
     # The autouse fixture checks that no measurement was left in progress.
     assert totals.calls == 1
     assert attributes.SCHEDULING_DELAY in (only_span(memory).attributes or {})
+
+
+def test_timing_attributes_use_the_named_constants() -> None:
+    state = CallState()
+    state.start_ns = 0
+    state.on_socket_wait(0, 30 * MS, 10 * MS)
+    state.culprits_ns = {HOG: 15 * MS, "<hub>": 5 * MS}
+    attrs = timing_attributes(state.to_timing(40 * MS))
+    assert attrs == {
+        attributes.NETWORK_DURATION: pytest.approx(0.010),
+        attributes.SCHEDULING_DELAY: pytest.approx(0.020),
+        attributes.BLOCKED_DURATION: 0.0,
+        attributes.SCHEDULING_CULPRITS: [f"{HOG}=0.015000", "<hub>=0.005000"],
+    }

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from tracing import hook_errors
+from tracing.timing import hook_errors
 
 
 def test_logs_once_per_interval_per_hook(caplog: pytest.LogCaptureFixture) -> None:

@@ -11,9 +11,9 @@ import time
 import gevent
 import pytest
 
-from tracing.hub_block import HubBlockDetector, HubBlocked
-from tracing.instrumentor import GeventTimingInstrumentor
-from tracing.labels import set_greenlet_label
+from tracing.timing.hub_block import HubBlockDetector, HubBlocked
+from tracing.timing.instrumentor import GeventTimingInstrumentor
+from tracing.timing.labels import set_greenlet_label
 
 MS = 1_000_000
 RIDESHARE = "POST /v1/offers/rideshare"
@@ -114,7 +114,7 @@ def test_the_watcher_restarts_in_a_forked_child() -> None:
     script = textwrap.dedent(
         """
         import os, sys, time
-        from tracing.hub_block import HubBlockDetector
+        from tracing.timing.hub_block import HubBlockDetector
 
         # A heartbeat that never beats: a running watcher reports a block at once.
         detector = HubBlockDetector(lambda: 0, lambda: None, threshold_s=0.05)

@@ -12,9 +12,9 @@ from gevent._socketcommon import SocketMixin
 from gevent.ssl import SSLSocket
 from gevent.threadpool import ThreadPool
 
-from tracing import socket_hooks
-from tracing.instrumentor import GeventTimingInstrumentor
-from tracing.patching import is_patch
+from tracing.timing import socket_hooks
+from tracing.timing.instrumentor import GeventTimingInstrumentor
+from tracing.timing.patching import is_patch
 
 PATCHED = [
     (SocketMixin, "_wait"),

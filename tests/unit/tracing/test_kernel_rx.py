@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tracing import kernel_rx
+from tracing.timing import kernel_rx
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gevent
 import greenlet
 
-from tracing.labels import (
+from tracing.timing.labels import (
     HUB_LABEL,
     UNKNOWN_LABEL,
     get_greenlet_label,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import gevent
 import pytest
 
-from tracing.loop_lag import LoopLagGauge
+from tracing.timing.loop_lag import LoopLagGauge
 
 MS = 1_000_000
 

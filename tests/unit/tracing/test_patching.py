@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tracing.patching import Patches, is_patch
+from tracing.timing.patching import Patches, is_patch
 
 
 class Base:

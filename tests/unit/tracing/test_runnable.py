@@ -14,7 +14,7 @@ import gevent.select
 import pytest
 from gevent import socket as gsocket
 
-from tracing.runnable import ready_after_ns
+from tracing.timing.runnable import ready_after_ns
 
 
 def suspended_frame(body: Callable[[], Any]) -> Any:

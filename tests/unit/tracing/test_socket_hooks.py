@@ -18,10 +18,10 @@ import gevent
 import pytest
 from gevent import socket as gsocket
 
-from tracing import kernel_rx, socket_hooks
-from tracing.call_timing import CallTiming, measure_call
-from tracing.instrumentor import GeventTimingInstrumentor
-from tracing.labels import set_greenlet_label
+from tracing.timing import kernel_rx, socket_hooks
+from tracing.timing.call_timing import CallTiming, measure_call
+from tracing.timing.instrumentor import GeventTimingInstrumentor
+from tracing.timing.labels import set_greenlet_label
 
 HOG = "POST /v1/offers/rideshare"
 CLIENT = "GET /v1/offers/bike"

@@ -10,11 +10,11 @@ import gevent.event
 import greenlet
 import pytest
 
-from tracing.call_timing import CallTiming, measure_call
-from tracing.instrumentor import GeventTimingInstrumentor
-from tracing.labels import HUB_LABEL, set_greenlet_label
-from tracing.switch_tracer import SwitchTracer
-from tracing.switchlog import SwitchLog
+from tracing.timing.call_timing import CallTiming, measure_call
+from tracing.timing.instrumentor import GeventTimingInstrumentor
+from tracing.timing.labels import HUB_LABEL, set_greenlet_label
+from tracing.timing.switch_tracer import SwitchTracer
+from tracing.timing.switchlog import SwitchLog
 
 HOG = "POST /v1/offers/rideshare"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tracing.labels import UNKNOWN_LABEL
-from tracing.switchlog import UNRECORDED_LABEL, SwitchLog
+from tracing.timing.labels import UNKNOWN_LABEL
+from tracing.timing.switchlog import UNRECORDED_LABEL, SwitchLog
 
 HOG = "POST /v1/offers/rideshare"
 BIKE = "GET /v1/offers/bike"

@@ -19,9 +19,9 @@ import greenlet  # noqa: E402
 import urllib3  # noqa: E402
 from gevent._socketcommon import SocketMixin  # noqa: E402
 
-from tracing.call_timing import measure_call  # noqa: E402
-from tracing.instrumentor import GeventTimingInstrumentor  # noqa: E402
-from tracing.labels import set_greenlet_label  # noqa: E402
+from tracing.timing.call_timing import measure_call  # noqa: E402
+from tracing.timing.instrumentor import GeventTimingInstrumentor  # noqa: E402
+from tracing.timing.labels import set_greenlet_label  # noqa: E402
 
 HOG = "POST /v1/offers/rideshare"
 REPLY_MS = 30

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from tracing.labels import UNKNOWN_LABEL
+from tracing.timing.labels import UNKNOWN_LABEL
 
 #: Default capacity (entries). At ~20k switches/s under load this covers ~0.4 s; a delay
 #: reaching further back is partly attributed to ``UNRECORDED_LABEL``.

@@ -7,12 +7,12 @@ trace function it chained to). Create and call it in each worker process, after 
 
 What it installs:
 
-- socket hooks (``tracing.socket_hooks``): per-wait network/delay split;
-- the thread-pool hook (``tracing.threadpool_hook``): when DNS work finished;
-- the switch tracer and its log (``tracing.switch_tracer``, ``tracing.switchlog``): delay
+- socket hooks (``socket_hooks``): per-wait network/delay split;
+- the thread-pool hook (``threadpool_hook``): when DNS work finished;
+- the switch tracer and its log (``switch_tracer``, ``switchlog``): delay
   of non-socket yields and the culprits' labels;
-- optionally the loop-lag gauge (``tracing.loop_lag``) and the hub-block detector
-  (``tracing.hub_block``), whose heartbeat is the newer of the last switch and the last tick.
+- optionally the loop-lag gauge (``loop_lag``) and the hub-block detector
+  (``hub_block``), whose heartbeat is the newer of the last switch and the last tick.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import logging
 import gevent
 from gevent.monkey import get_original
 
-from tracing import (
-    call_timing,
+from tracing.timing import (
+    call_state,
     hub_block,
     kernel_rx,
     loop_lag,
@@ -31,10 +31,10 @@ from tracing import (
     switchlog,
     threadpool_hook,
 )
-from tracing.hub_block import HubBlockDetector
-from tracing.labels import tag_of
-from tracing.loop_lag import LoopLagGauge
-from tracing.switch_tracer import SwitchTracer
+from tracing.timing.hub_block import HubBlockDetector
+from tracing.timing.labels import tag_of
+from tracing.timing.loop_lag import LoopLagGauge
+from tracing.timing.switch_tracer import SwitchTracer
 
 logger = logging.getLogger("tracing")
 
@@ -57,7 +57,7 @@ class GeventTimingInstrumentor:
     def __init__(
         self,
         *,
-        culprit_threshold_s: float = call_timing.CULPRIT_THRESHOLD_S,
+        culprit_threshold_s: float = call_state.CULPRIT_THRESHOLD_S,
         switch_log_size: int = switchlog.DEFAULT_SIZE,
         loop_lag_interval_s: float | None = loop_lag.DEFAULT_INTERVAL_S,
         hub_block_threshold_s: float | None = hub_block.DEFAULT_THRESHOLD_S,
@@ -112,7 +112,7 @@ class GeventTimingInstrumentor:
         hub = gevent.get_hub()
         tag_of(hub)  # labelled "<hub>" before the first switch is logged
         self._tracer.install()
-        call_timing.configure(self.switch_log, self.culprit_threshold_s)
+        call_state.configure(self.switch_log, self.culprit_threshold_s)
         if self._loop_lag_interval_s is not None:
             detector = None
             if self._hub_block_threshold_s is not None:
@@ -145,7 +145,7 @@ class GeventTimingInstrumentor:
         if self.loop_lag is not None:
             self.loop_lag.stop()
             self.loop_lag = None
-        call_timing.configure(None, self.culprit_threshold_s)
+        call_state.configure(None, self.culprit_threshold_s)
         if not self._tracer.uninstall():
             logger.warning(
                 "another greenlet tracer was installed after ours; ours stays in its chain, "

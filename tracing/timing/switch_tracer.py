@@ -14,11 +14,11 @@ from typing import Any
 
 import greenlet
 
-from tracing import labels
-from tracing.call_timing import measuring
-from tracing.hook_errors import swallow
-from tracing.labels import TAG_ATTR, tag_of
-from tracing.switchlog import SwitchLog
+from tracing.timing import labels
+from tracing.timing.call_state import measuring
+from tracing.timing.hook_errors import swallow
+from tracing.timing.labels import TAG_ATTR, tag_of
+from tracing.timing.switchlog import SwitchLog
 
 TraceFunction = Callable[[str, Any], Any]
 

@@ -3,8 +3,8 @@
 A timer that should fire every ``interval_s`` fires late by however long the hub was busy
 (greenlets hogging the CPU, long callback queues). This is a gauge for the whole process,
 not a per-call number: per call it was off by tens of ms in measurements; use
-``tracing.call_timing`` for that. Its ticks also serve as the hub heartbeat for
-``tracing.hub_block``. Resolution is about 1 ms (libev rounds its poll timeout).
+``tracing.timing.call_timing`` for that. Its ticks also serve as the hub heartbeat for
+``tracing.timing.hub_block``. Resolution is about 1 ms (libev rounds its poll timeout).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from tracing.hook_errors import swallow
+from tracing.timing.hook_errors import swallow
 
 #: Default period of the timer (seconds). Lag below this is mostly invisible to a gauge
 #: sampled by a metrics exporter anyway.

@@ -16,6 +16,7 @@ in between never look like a block: the loop-lag gauge sees those.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -24,14 +25,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from tracing.hook_errors import swallow
-from tracing.labels import UNKNOWN_LABEL
+from tracing.timing.hook_errors import swallow
+from tracing.timing.labels import UNKNOWN_LABEL
 
 #: Default threshold: a hub silent for longer than this is blocked (seconds).
 DEFAULT_THRESHOLD_S: Final = 0.1
 
 #: Frames of the hub thread's stack kept in an event.
 STACK_LIMIT: Final = 30
+
+#: Default seconds between two logged stacks of the same label: a CPU-heavy route in a
+#: shared pool blocks the hub on every request, and one stack says it all.
+DEFAULT_LOG_INTERVAL_S: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,3 +186,45 @@ class HubBlockDetector:
                 self.check()
             except Exception as exc:
                 swallow("hub block check", exc)
+
+
+class HubBlockLog:
+    """A detector callback: counts finished blocks per label (for a metric) and logs the
+    stack of an ongoing block, at most once per label per ``interval_s``.
+
+    Runs on the detector's thread. Each block is published twice: when it is detected
+    (with the hub's stack) and when it ends (with its real length); only the end counts.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        interval_s: float = DEFAULT_LOG_INTERVAL_S,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._logger = logger
+        self.interval_s = interval_s
+        self._clock_s = clock_s
+        self._last_logged_s: dict[str, float] = {}
+        #: Finished blocks per label.
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, event: HubBlocked) -> None:
+        label = event.label or UNKNOWN_LABEL
+        if not event.ongoing:
+            self.counts[label] = self.counts.get(label, 0) + 1
+            return
+        now = self._clock_s()
+        if now - self._last_logged_s.get(label, -self.interval_s) < self.interval_s:
+            return
+        self._last_logged_s[label] = now
+        self._logger.warning(
+            "hub blocked for %.0f ms so far by %s (CPU work, or a C call gevent cannot patch; "
+            "%d earlier blocks by this route; one stack per route per %.0f s):\n%s",
+            event.blocked_s * 1000,
+            label,
+            self.counts.get(label, 0),
+            self.interval_s,
+            "".join(event.stack),
+        )

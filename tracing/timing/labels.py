@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from greenlet import getcurrent
 
 if TYPE_CHECKING:
-    from tracing.call_timing import CallState
+    from tracing.timing.call_state import CallState
 
 #: Label of the hub greenlet: time spent in the hub's own callbacks and in polling.
 HUB_LABEL = "<hub>"

@@ -1,17 +1,10 @@
-"""Per-call measurement: how long one outbound call waited for the network, and how long
-the calling greenlet was ready to run but waited for the hub.
+"""What one outbound call's measurement accumulates, and the result it reports.
 
-Usage, inside the greenlet making the call::
-
-    with measure_call() as measurement:
-        response = pool.request("GET", "/v1/quote")
-    timing = measurement.timing  # CallTiming, available after the block
-
-The state of a measurement hangs off the calling greenlet's tag (see ``tracing.labels``),
-so it is greenlet-local without a ContextVar; a greenlet spawned for fan-out starts with no
-measurement of its own. The socket hooks and the switch tracer feed it; this module only
-accumulates and classifies. Internal times are ``time.monotonic_ns()``; kernel receive
-timestamps (CLOCK_REALTIME) are converted with an offset sampled when the call begins.
+A :class:`CallState` hangs off the calling greenlet's tag (see ``labels``), so it is
+greenlet-local without a ContextVar; the socket hooks and the switch tracer feed it, this
+module only accumulates and classifies. Internal times are ``time.monotonic_ns()``; kernel
+receive timestamps (CLOCK_REALTIME) are converted with an offset sampled when the call
+begins.
 
 Classification of the call's wall time, each nanosecond counted at most once:
 
@@ -19,8 +12,9 @@ Classification of the call's wall time, each nanosecond counted at most once:
   wait before the handshake's ACK (``TCP_INFO``, 4 ms resolution), and the time from the
   request send until the reply arrived when the reply was already queued at the first read;
 - scheduling delay: switched out although ready: reply bytes sat in the kernel, a
-  ``sleep(0)`` / ``poll(0)`` yield (urllib3's pre-send check of a pooled connection), a
-  timer that had expired, thread-pool work (DNS) that had finished;
+  ``sleep(0)`` / ``poll(0)`` yield (a client library's pre-send check of a pooled
+  connection, for example), a timer that had expired, thread-pool work (DNS) that had
+  finished;
 - blocked: switched out for anything else (locks, queues, the thread pool still working);
 - the rest is the greenlet running (``CallTiming.running_s``).
 """
@@ -28,30 +22,26 @@ Classification of the call's wall time, each nanosecond counted at most once:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from greenlet import getcurrent
+from tracing.timing.runnable import ready_after_ns
 
-from tracing import attributes
-from tracing.hook_errors import swallow
-from tracing.labels import GreenletTag, tag_of
-from tracing.runnable import ready_after_ns
-from tracing.switchlog import SwitchLog
+
+class CulpritLog(Protocol):
+    """Names who ran during an interval (``switchlog.SwitchLog`` is one)."""
+
+    def attribute(self, start_ns: int, end_ns: int, into: dict[str, int]) -> None: ...
+
 
 #: Delay pieces shorter than this (seconds) are counted but their culprits are not named:
 #: walking the switch log costs ~0.12 us per switch inside the piece, and nobody needs
 #: the culprits of a 200 us delay.
 CULPRIT_THRESHOLD_S: Final = 0.001
 
-#: Nested measurements deeper than this replace the innermost one instead of nesting: a
-#: caller that begins calls and never finishes them must not grow a chain forever.
-MAX_NESTING: Final = 8
-
-_NS_PER_S: Final = 1_000_000_000
+NS_PER_S: Final = 1_000_000_000
 
 # A realtime/monotonic offset sample whose bracketing reads are further apart than this
 # was probably preempted (ns); normally they are ~0.2 us apart.
@@ -67,15 +57,15 @@ measuring: list[int] = [0]
 
 # Set by the instrumentor; a measurement begun while they are unset still measures what
 # the hooks feed it, without culprits.
-_switch_log: SwitchLog | None = None
-_culprit_threshold_ns: int = int(CULPRIT_THRESHOLD_S * _NS_PER_S)
+_switch_log: CulpritLog | None = None
+_culprit_threshold_ns: int = int(CULPRIT_THRESHOLD_S * NS_PER_S)
 
 
-def configure(switch_log: SwitchLog | None, culprit_threshold_s: float) -> None:
+def configure(switch_log: CulpritLog | None, culprit_threshold_s: float) -> None:
     """Set the switch log used to name culprits, and the delay worth naming them for."""
     global _switch_log, _culprit_threshold_ns
     _switch_log = switch_log
-    _culprit_threshold_ns = int(culprit_threshold_s * _NS_PER_S)
+    _culprit_threshold_ns = int(culprit_threshold_s * NS_PER_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,19 +93,6 @@ class CallTiming:
     def top_culprits(self, limit: int = 5) -> list[tuple[str, float]]:
         """Return the *limit* largest culprits, largest first."""
         return sorted(self.culprits.items(), key=lambda item: item[1], reverse=True)[:limit]
-
-    def as_attributes(self, max_culprits: int = 5) -> dict[str, Any]:
-        """Span attributes, named by the constants in ``tracing.attributes``."""
-        result: dict[str, Any] = {
-            attributes.NETWORK_DURATION: self.network_s,
-            attributes.SCHEDULING_DELAY: self.scheduling_delay_s,
-            attributes.BLOCKED_DURATION: self.blocked_s,
-        }
-        if self.culprits:
-            result[attributes.SCHEDULING_CULPRITS] = [
-                f"{label}={seconds:.6f}" for label, seconds in self.top_culprits(max_culprits)
-            ]
-        return result
 
 
 def _realtime_offset_ns(
@@ -184,7 +161,7 @@ class CallState:
         self.out_ns: int | None = None
         self.out_ready_ns: int | None = None
         # While the greenlet waits in ThreadPool.apply: [monotonic ns the work finished,
-        # or 0], written by the worker thread (see tracing.threadpool_hook).
+        # or 0], written by the worker thread (see tracing.timing.threadpool_hook).
         self.pending_done: list[int] | None = None
         # Request send bookkeeping, for replies already queued at the first read.
         self.sent_ns = 0
@@ -337,89 +314,12 @@ class CallState:
             self.culprits_ns[label] = self.culprits_ns.get(label, 0) + ns
 
     def to_timing(self, end_ns: int) -> CallTiming:
-        culprits = {label: ns / _NS_PER_S for label, ns in self.culprits_ns.items()}
+        culprits = {label: ns / NS_PER_S for label, ns in self.culprits_ns.items()}
         return CallTiming(
-            duration_s=(end_ns - self.start_ns) / _NS_PER_S,
-            network_s=max(self.network_ns, 0) / _NS_PER_S,
-            scheduling_delay_s=max(self.delay_ns, 0) / _NS_PER_S,
-            blocked_s=max(self.blocked_ns, 0) / _NS_PER_S,
+            duration_s=(end_ns - self.start_ns) / NS_PER_S,
+            network_s=max(self.network_ns, 0) / NS_PER_S,
+            scheduling_delay_s=max(self.delay_ns, 0) / NS_PER_S,
+            blocked_s=max(self.blocked_ns, 0) / NS_PER_S,
             culprits=MappingProxyType(culprits),
             socket_waits=self.socket_waits,
         )
-
-
-class CallMeasurement:
-    """Handle of one measurement begun by :func:`begin_call`."""
-
-    __slots__ = ("_state", "_tag", "timing")
-
-    def __init__(self, state: CallState, tag: GreenletTag | None) -> None:
-        self._state = state
-        self._tag = tag
-        #: The result, set by :meth:`finish`.
-        self.timing: CallTiming | None = None
-
-    def finish(self) -> CallTiming:
-        """End the measurement (idempotent) and return its timing. Never raises."""
-        if self.timing is not None:
-            return self.timing
-        end = time.monotonic_ns()
-        state = self._state
-        try:
-            tag = self._tag
-            if tag is not None:
-                if tag.call is state:
-                    tag.call = state.previous
-                    measuring[0] -= 1
-                    if state.previous is not None:
-                        state.previous.absorb(state)
-                else:
-                    # Finished out of order (an outer call before an inner one): unlink it
-                    # so that it does not come back to life when the inner one finishes.
-                    node = tag.call
-                    while node is not None and node.previous is not state:
-                        node = node.previous
-                    if node is not None:
-                        node.previous = state.previous
-                        measuring[0] -= 1
-            self.timing = state.to_timing(end)
-        except Exception as exc:
-            swallow("finish call measurement", exc)
-            self.timing = CallTiming(
-                duration_s=(end - state.start_ns) / _NS_PER_S,
-                network_s=0.0,
-                scheduling_delay_s=0.0,
-                blocked_s=0.0,
-            )
-        return self.timing
-
-
-def begin_call() -> CallMeasurement:
-    """Start measuring an outbound call made by the current greenlet. Never raises.
-
-    Pair with :meth:`CallMeasurement.finish` in the same greenlet (``try/finally``), or
-    use :func:`measure_call`.
-    """
-    try:
-        tag = tag_of(getcurrent())
-        previous = tag.call
-        if previous is not None and previous.depth >= MAX_NESTING:
-            previous = previous.previous  # drop the innermost: it was never finished
-            measuring[0] -= 1
-        state = CallState(previous)
-        tag.call = state
-        measuring[0] += 1
-        return CallMeasurement(state, tag)
-    except Exception as exc:
-        swallow("begin call measurement", exc)
-        return CallMeasurement(CallState(), None)
-
-
-@contextmanager
-def measure_call() -> Iterator[CallMeasurement]:
-    """Measure the outbound call made inside the block; see the module docstring."""
-    measurement = begin_call()
-    try:
-        yield measurement
-    finally:
-        measurement.finish()

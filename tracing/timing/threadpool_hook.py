@@ -15,9 +15,9 @@ from typing import Any
 
 from greenlet import getcurrent
 
-from tracing.call_timing import measuring
-from tracing.labels import TAG_ATTR
-from tracing.patching import Patches
+from tracing.timing.call_state import measuring
+from tracing.timing.labels import TAG_ATTR
+from tracing.timing.patching import Patches
 
 _patches = Patches()
 

@@ -25,11 +25,11 @@ from typing import Any
 
 from greenlet import getcurrent
 
-from tracing import kernel_rx
-from tracing.call_timing import CallState, measuring
-from tracing.hook_errors import swallow
-from tracing.labels import TAG_ATTR
-from tracing.patching import Factory, Patches, is_patch
+from tracing.timing import kernel_rx
+from tracing.timing.call_state import CallState, measuring
+from tracing.timing.hook_errors import swallow
+from tracing.timing.labels import TAG_ATTR
+from tracing.timing.patching import Factory, Patches, is_patch
 
 _patches = Patches()
 
