@@ -1,6 +1,8 @@
-"""Span attribute names set from a :class:`tracing.timing.call_timing.CallTiming`.
+"""Span and resource attribute names of pricingservice's own (never string literals
+elsewhere). The standard ones (HTTP, server, URL) come from ``opentelemetry.semconv``.
 
-Durations follow the OpenTelemetry convention: seconds as floats.
+Durations follow the OpenTelemetry convention: seconds as floats. The ``gevent.*``
+names carry a :class:`tracing.timing.call_timing.CallTiming`.
 """
 
 from __future__ import annotations
@@ -23,3 +25,12 @@ SCHEDULING_CULPRITS: Final = "gevent.scheduling.culprits"
 #: Time switched out for other reasons: locks, pool queues, DNS on the thread pool, timers
 #: that had not expired yet (seconds). Neither network nor scheduling delay.
 BLOCKED_DURATION: Final = "gevent.blocked.duration"
+
+#: Server span: how many upstream calls the request made (its sums cover these).
+UPSTREAM_CALLS: Final = "pricing.upstream_calls"
+
+#: Client span: the upstream's name (``vehicles``, ``routing``, ``promotions``).
+UPSTREAM: Final = "pricing.upstream"
+
+#: Resource: the pool the worker process serves (``io``, ``cpu``, ``shared``).
+POOL: Final = "pricing.pool"

@@ -14,13 +14,17 @@ from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import propagate, trace
+from opentelemetry.semconv.attributes.http_attributes import (
+    HTTP_REQUEST_METHOD,
+    HTTP_RESPONSE_STATUS_CODE,
+)
+from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
+from opentelemetry.semconv.attributes.url_attributes import URL_PATH
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracing import attributes
 from tracing.timing.call_timing import CallTiming, begin_call
 from tracing.timing.hook_errors import swallow
-
-UPSTREAM_ATTR = "pricing.upstream"
 
 
 class RequestTotals:
@@ -63,11 +67,11 @@ class TracingCallObserver:
         route = path.split("?", 1)[0]
         observed = _Observed()
         span_attributes: dict[str, Any] = {
-            "http.request.method": method,
-            "server.address": host,
-            "server.port": port,
-            "url.path": route,
-            UPSTREAM_ATTR: upstream,
+            HTTP_REQUEST_METHOD: method,
+            SERVER_ADDRESS: host,
+            SERVER_PORT: port,
+            URL_PATH: route,
+            attributes.UPSTREAM: upstream,
         }
         with self._tracer.start_as_current_span(
             f"{method} {route}", kind=SpanKind.CLIENT, attributes=span_attributes
@@ -79,7 +83,7 @@ class TracingCallObserver:
             finally:
                 try:
                     if observed.status is not None:
-                        span.set_attribute("http.response.status_code", observed.status)
+                        span.set_attribute(HTTP_RESPONSE_STATUS_CODE, observed.status)
                         if observed.status >= 400:  # client spans: 4xx is an error too
                             span.set_status(Status(StatusCode.ERROR))
                     if measurement is not None:
@@ -112,5 +116,5 @@ def server_span_attributes(totals: RequestTotals) -> dict[str, Any]:
     return {
         attributes.SCHEDULING_DELAY: totals.scheduling_delay_s,
         attributes.NETWORK_DURATION: totals.network_s,
-        "pricing.upstream_calls": totals.calls,
+        attributes.UPSTREAM_CALLS: totals.calls,
     }

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from tracing import attributes
@@ -35,8 +35,7 @@ from tracing.timing.labels import set_greenlet_label
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = "pricingservice"
-POOL_ATTR = "pricing.pool"
+SERVICE = "pricingservice"
 # Hub blocks longer than this are reported with their stack (seconds).
 HUB_BLOCK_THRESHOLD_S = 0.1
 
@@ -53,7 +52,7 @@ class WorkerTracing:
 
     @property
     def tracer(self) -> trace.Tracer:
-        return self.provider.get_tracer("pricingservice")
+        return self.provider.get_tracer(SERVICE)
 
 
 _worker: WorkerTracing | None = None
@@ -77,9 +76,9 @@ def setup_worker(pool: str, settings: TracingSettings | None = None) -> WorkerTr
     try:
         resource = Resource.create(
             {
-                "service.name": SERVICE_NAME,
-                "service.instance.id": f"{pool}-{os.getpid()}",
-                POOL_ATTR: pool,
+                SERVICE_NAME: SERVICE,
+                SERVICE_INSTANCE_ID: f"{pool}-{os.getpid()}",
+                attributes.POOL: pool,
             }
         )
         provider = TracerProvider(resource=resource)

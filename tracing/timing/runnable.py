@@ -6,7 +6,8 @@ delay:
 
 - ``gevent.sleep(s)``: ready after ``s`` (``sleep(0)``: at once);
 - ``gevent.select.poll.poll(t)`` / ``select(..., t)``: ready after ``t`` at the latest;
-  urllib3's check of a pooled connection is ``poll(0)``, a full trip through the loop.
+  ``poll(0)`` is a full trip through the loop (client libraries such as urllib3 check a
+  pooled connection that way before reusing it; the io pool's client does not).
 
 Anything else (locks, queues, ``Event.wait``, DNS on the thread pool) returns None: the
 greenlet was blocked on something we cannot date, and that time is reported as blocked,

@@ -13,7 +13,6 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from tracing import attributes
 from tracing.client import (
-    UPSTREAM_ATTR,
     RequestTotals,
     TracingCallObserver,
     request_totals,
@@ -62,7 +61,7 @@ def test_client_span_is_named_after_method_and_path_without_query(
         "server.address": "127.0.0.1",
         "server.port": 8200,
         "url.path": "/vehicles/v1/nearby",
-        UPSTREAM_ATTR: "vehicles",
+        "pricing.upstream": "vehicles",
         "http.response.status_code": 200,
     }
     assert span.status.status_code is StatusCode.UNSET
