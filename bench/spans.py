@@ -14,29 +14,25 @@ The contract (tracing.settings, stack.launch), and the only place here that know
 
 The driver sets an empty PRICING_OTLP_ENDPOINT, so an endpoint exported in the
 user's shell cannot divert the spans away from the file. The file is read after
-the stack has stopped (the exporters have flushed). A line cut short by a stopped
-writer is skipped (tracing.spans.from_file, for `pricingctl traces`, is strict).
-If the file is missing or holds no such spans, `read_span_file` returns None and
-the report says "n/a". Nothing else in the benchmark depends on tracing.
+the stack has stopped (the exporters have flushed), with the project's one reader
+(tracing.spans.from_file, not strict: a line cut short by a stopped writer is
+skipped). If the file is missing or holds no such spans, `read_span_file` returns
+None and the report says "n/a". Nothing else in the benchmark depends on tracing.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench.stats import median_and_p99
 from tracing.attributes import NETWORK_DURATION, SCHEDULING_DELAY
 from tracing.settings import OTLP_ENDPOINT_ENV, TRACING_ENV
+from tracing.spans import from_file
 
 # Where stack.launch.Stack puts the span file in its run dir (Stack.span_file); used
 # only by --replot, which has no Stack.
 SPANS_FILE_NAME = "spans.jsonl"
-# OTLP/JSON writes the span kind as its number (3) or, from some exporters, its name.
-_CLIENT_KINDS = (3, "SPAN_KIND_CLIENT")
 
 
 @dataclass(frozen=True)
@@ -83,69 +79,20 @@ def env_for(tracing: bool | str) -> dict[str, str]:
     return {TRACING_ENV: value, OTLP_ENDPOINT_ENV: ""}
 
 
-def _attr_value(value: Mapping[str, Any]) -> Any:
-    for key in ("doubleValue", "intValue", "stringValue", "boolValue"):
-        if key in value:
-            return value[key]
-    return None
-
-
-def _attributes(span: Mapping[str, Any]) -> dict[str, Any]:
-    raw = span.get("attributes") or []
-    if isinstance(raw, Mapping):  # already a plain mapping
-        return dict(raw)
-    return {
-        str(a.get("key")): _attr_value(a.get("value") or {}) for a in raw if isinstance(a, Mapping)
-    }
-
-
-def _spans(doc: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
-    if "traceId" in doc:
-        yield doc
-        return
-    for rs in doc.get("resourceSpans") or []:
-        for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
-            yield from ss.get("spans") or []
-
-
 def read_span_file(
     path: Path, start_ns: int | None = None, end_ns: int | None = None
 ) -> SpanTimings | None:
     """Upstream-call timings of spans that started in [start_ns, end_ns); None if none."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return None
     calls: list[SpanCall] = []
-    for line in lines:
-        line = line.strip()
-        if not line:
+    for span in from_file(path, strict=False):
+        network, scheduling = (span.attributes.get(k) for k in (NETWORK_DURATION, SCHEDULING_DELAY))
+        if span.kind != "client" or network is None or scheduling is None:
+            continue
+        start = span.start_us * 1000
+        if (start_ns is not None and start < start_ns) or (end_ns is not None and start >= end_ns):
             continue
         try:
-            doc = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a writer that was stopped
-        if not isinstance(doc, Mapping):
+            calls.append(SpanCall(span.trace_id, start, float(network), float(scheduling)))
+        except (TypeError, ValueError):
             continue
-        for span in _spans(doc):
-            if span.get("kind") not in _CLIENT_KINDS:
-                continue
-            attrs = _attributes(span)
-            if NETWORK_DURATION not in attrs or SCHEDULING_DELAY not in attrs:
-                continue
-            try:
-                start = int(span.get("startTimeUnixNano") or 0)
-                call = SpanCall(
-                    trace_id=str(span.get("traceId", "")).lower(),
-                    start_ns=start,
-                    network_s=float(attrs[NETWORK_DURATION]),
-                    scheduling_s=float(attrs[SCHEDULING_DELAY]),
-                )
-            except (TypeError, ValueError):
-                continue
-            if start_ns is not None and start < start_ns:
-                continue
-            if end_ns is not None and start >= end_ns:
-                continue
-            calls.append(call)
     return SpanTimings(tuple(calls)) if calls else None

@@ -1,5 +1,5 @@
-"""Spans read back from Jaeger's query API or from the local OTLP JSON-lines file,
-in one shape, for `pricingctl traces`."""
+"""Spans read back from Jaeger's query API or from the local OTLP JSON-lines file, in
+one shape: the one reader of the span file, for `pricingctl traces` and the benchmark."""
 
 from __future__ import annotations
 
@@ -102,14 +102,35 @@ def _jaeger_value(tag: dict[str, Any]) -> Any:
 
 # --- the OTLP JSON-lines file -----------------------------------------------------
 
-_KIND_NAMES = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
+_KIND_NUMBERS: dict[int | str, str] = {
+    1: "internal",
+    2: "server",
+    3: "client",
+    4: "producer",
+    5: "consumer",
+}
+# OTLP/JSON writes the kind as its number or, from some exporters, its name.
+_KIND_NAMES: dict[int | str, str] = {
+    **_KIND_NUMBERS,
+    **{f"SPAN_KIND_{name.upper()}": name for name in _KIND_NUMBERS.values()},
+}
 
 
-def from_file(path: Path, *, trace_id: str | None = None) -> list[Span]:
+def from_file(path: Path, *, trace_id: str | None = None, strict: bool = True) -> list[Span]:
+    """The spans of an OTLP JSON-lines file: one ExportTraceServiceRequest per line (a
+    line holding one bare span is accepted too).
+
+    Strict (``pricingctl traces``): a missing file or a line that is not OTLP JSON is a
+    :class:`SpanSourceError` naming path and line. Not strict (the benchmark, which reads
+    the file of a stack it has just stopped): a missing file has no spans, and a line
+    cut short by a stopped writer, or a span without ids or times, is skipped.
+    """
     try:
         # Undecodable bytes fail their own line below (path:line), not the whole read.
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
+        if not strict:
+            return []
         raise SpanSourceError(f"no span file at {path} (is the service running?)") from None
     except OSError as exc:
         raise SpanSourceError(f"cannot read {path}: {exc.strerror}") from None
@@ -118,9 +139,10 @@ def from_file(path: Path, *, trace_id: str | None = None) -> list[Span]:
         if not line.strip():
             continue
         try:
-            spans.extend(_otlp_spans(json.loads(line)))
-        except (ValueError, KeyError, TypeError):
-            raise SpanSourceError(f"{path}:{number}: not an OTLP JSON line") from None
+            spans.extend(_otlp_spans(json.loads(line), strict=strict))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            if strict:
+                raise SpanSourceError(f"{path}:{number}: not an OTLP JSON line") from None
     if trace_id is not None:
         spans = [s for s in spans if s.trace_id == trace_id]
         if not spans:
@@ -139,26 +161,40 @@ def _otlp_value(value: dict[str, Any]) -> Any:
     return None
 
 
-def _otlp_spans(document: dict[str, Any]) -> Iterator[Span]:
-    for resource_spans in document["resourceSpans"]:
-        resource = {
-            a["key"]: _otlp_value(a["value"])
-            for a in resource_spans.get("resource", {}).get("attributes", [])
-        }
-        service = str(resource.get("service.name", "?"))
-        for scope in resource_spans.get("scopeSpans", []):
-            for raw in scope.get("spans", []):
-                start_ns = int(raw["startTimeUnixNano"])
-                yield Span(
-                    trace_id=raw["traceId"],
-                    span_id=raw["spanId"],
-                    parent_id=raw.get("parentSpanId") or None,
-                    service=service,
-                    name=raw["name"],
-                    kind=_KIND_NAMES.get(raw.get("kind", 0), "unspecified"),
-                    start_us=start_ns // 1000,
-                    duration_us=(int(raw["endTimeUnixNano"]) - start_ns) // 1000,
-                    attributes={
-                        a["key"]: _otlp_value(a["value"]) for a in raw.get("attributes", [])
-                    },
-                )
+def _otlp_spans(document: dict[str, Any], *, strict: bool = True) -> Iterator[Span]:
+    if "traceId" in document:  # one bare span
+        scopes: list[tuple[str, list[Any]]] = [("?", [document])]
+    else:
+        scopes = []
+        for resource_spans in document["resourceSpans"]:
+            resource = {
+                a["key"]: _otlp_value(a["value"])
+                for a in resource_spans.get("resource", {}).get("attributes", [])
+            }
+            service = str(resource.get("service.name", "?"))
+            for scope in resource_spans.get("scopeSpans") or resource_spans.get(
+                "instrumentationLibrarySpans", []
+            ):
+                scopes.append((service, scope.get("spans", [])))
+    for service, raws in scopes:
+        for raw in raws:
+            try:
+                yield _otlp_span(raw, service)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                if strict:
+                    raise
+
+
+def _otlp_span(raw: dict[str, Any], service: str) -> Span:
+    start_ns = int(raw["startTimeUnixNano"])
+    return Span(
+        trace_id=str(raw["traceId"]).lower(),
+        span_id=raw["spanId"],
+        parent_id=raw.get("parentSpanId") or None,
+        service=service,
+        name=raw["name"],
+        kind=_KIND_NAMES.get(raw.get("kind", 0), "unspecified"),
+        start_us=start_ns // 1000,
+        duration_us=(int(raw["endTimeUnixNano"]) - start_ns) // 1000,
+        attributes={a["key"]: _otlp_value(a["value"]) for a in raw.get("attributes", [])},
+    )

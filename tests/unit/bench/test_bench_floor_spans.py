@@ -84,6 +84,7 @@ def _span(
         "name": "GET",
         "kind": kind,
         "startTimeUnixNano": str(start_ns),
+        "endTimeUnixNano": str(start_ns + 1000),
         "attributes": [
             {"key": NETWORK_DURATION, "value": {"doubleValue": net_s}},
             {"key": SCHEDULING_DELAY, "value": {"doubleValue": sched_s}},
@@ -104,10 +105,10 @@ def test_span_file_hook_reads_otlp_json_lines(tmp_path: Path) -> None:
                             {
                                 "scope": {"name": "tracing"},
                                 "spans": [
-                                    _span("a" * 32, 100, 0.100, 0.002),
-                                    _span("a" * 32, 101, 0.050, 0.001),
+                                    _span("a" * 32, 100_000, 0.100, 0.002),
+                                    _span("a" * 32, 101_000, 0.050, 0.001),
                                     # the server span: sums over its calls, ignored
-                                    _span("a" * 32, 99, 0.150, 0.003, kind=2),
+                                    _span("a" * 32, 99_000, 0.150, 0.003, kind=2),
                                     {"traceId": "b" * 32, "name": "no timing"},
                                 ],
                             }
@@ -116,12 +117,12 @@ def test_span_file_hook_reads_otlp_json_lines(tmp_path: Path) -> None:
                 ]
             }
         ),
-        json.dumps(_span("c" * 32, 200, 0.100, 0.300)),  # a bare span per line
-        json.dumps(_span("d" * 32, 999, 0.1, 0.1)),  # outside the window
+        json.dumps(_span("c" * 32, 200_000, 0.100, 0.300)),  # a bare span per line
+        json.dumps(_span("d" * 32, 999_000, 0.1, 0.1)),  # outside the window
         '{"resourceSpans": [',  # cut short by a writer that was stopped
     ]
     path.write_text("\n".join(lines) + "\n")
-    timings = read_span_file(path, start_ns=0, end_ns=500)
+    timings = read_span_file(path, start_ns=0, end_ns=500_000)
     assert timings is not None
     assert len(timings.calls) == 3
     summary = timings.summary()
