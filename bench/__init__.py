@@ -1,4 +1,5 @@
-"""`pricingctl bench`: the shared pool vs dedicated pools, measured side by side.
+"""The benchmark: the shared pool vs dedicated pools, measured side by side, and the
+separately measurable parts. Its flags live in the command package (`pricingctl/bench.py`).
 
 Module per idea:
 
@@ -13,5 +14,6 @@ Module per idea:
 - `spans`: the hook that reads tracing attributes from an OTLP JSON-lines span file;
 - `run`: one stack + one load run; the interleaved shared/split comparison;
 - `envoy_hop`, `io_capacity`, `tracing_overhead`: the separately measurable parts;
-- `report`, `plots`, `progress`, `cli`: results.json, PNGs, the progress bar, flags.
+- `report`, `plots`, `progress`: results.json and writing each part's files, PNGs, the
+  progress bar.
 """

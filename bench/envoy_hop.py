@@ -93,3 +93,28 @@ def run_envoy_hop(
 
 def _cpu_pct(cpu: Mapping[str, Any]) -> dict[str, float]:
     return {name: round(c.cpu_pct, 2) for name, c in cpu.items() if name != DRIVER}
+
+
+def write_envoy_hop(
+    doc: dict[str, Any], latencies: dict[str, list[float]], out: Path, *, rate_rps: float
+) -> str:
+    """envoy_hop.json and envoy_hop_cdf.png; returns the summary to print."""
+    from bench import plots
+    from bench.report import write_json
+
+    write_json(out / "envoy_hop.json", doc)
+    plots.latency_cdf(
+        latencies,
+        out / "envoy_hop_cdf.png",
+        title=f"Offers via Envoy vs straight to the io pool (no CPU load, "
+        f"{rate_rps:g} offers/s in total): hop p50 {doc['hop_ms']['p50']:.2f} ms",
+        deadline_ms=None,
+    )
+    v, r = doc["via_envoy"], doc["direct"]
+    return (
+        f"via Envoy p50 {v['p50_ms']:.2f} ms p99 {v['p99_ms']:.2f} ms; "
+        f"direct p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms; "
+        f"hop p50 {doc['hop_ms']['p50']:.2f} ms p99 {doc['hop_ms']['p99']:.2f} ms "
+        f"(target <= 2 ms at p50: {'met' if doc['target']['met'] else 'NOT met'})\n"
+        f"wrote {out / 'envoy_hop.json'} and envoy_hop_cdf.png"
+    )

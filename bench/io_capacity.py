@@ -155,6 +155,38 @@ def _cpu_ms_per_offer(cpu: Mapping[str, ComponentCpu], stats: GroupStats) -> flo
     return round(pool.cpu_s / stats.ok * 1000.0, 3)
 
 
+def write_io_capacity(doc: dict[str, Any], out: Path, *, upstream_ms: float) -> str:
+    """io_capacity.json and io_capacity.png; returns the summary to print."""
+    from bench import plots
+    from bench.report import write_json
+
+    write_json(out / "io_capacity.json", doc)
+    settings = doc["settings"]
+    if doc["steps"]:
+        plots.rate_steps(
+            doc["steps"],
+            out / "io_capacity.png",
+            title=f"One io worker, upstreams fixed {upstream_ms:g} ms "
+            f"({settings['path']}): capacity {doc['capacity_rps']:g} offers/s "
+            f"at p99 <= {settings['p99_limit_ms']:g} ms",
+            p99_limit_ms=settings["p99_limit_ms"],
+        )
+    lines = []
+    for s in doc["steps"]:
+        io_pct = s["cpu_use_pct"].get("pool-io", 0.0)
+        lines.append(
+            f"{s['rate_rps']:6.0f}/s offered: served {s['rps']:6.1f}/s, "
+            f"p50 {s['p50_ms']:7.1f} ms, p99 {s['p99_ms']:7.1f} ms, io CPU {io_pct:5.1f} % "
+            f"({s['io_worker_cpu_ms_per_offer']} ms/offer) {'pass' if s['passed'] else 'FAIL'}"
+        )
+    lines.append(
+        f"capacity: {doc['capacity_rps']:g} offers/s "
+        f"(target >= 700: {'met' if doc['target']['met'] else 'NOT met'}); "
+        f"wrote {out / 'io_capacity.json'}"
+    )
+    return "\n".join(lines)
+
+
 class _FreshStacks:
     """The stack the next step runs on, replaced by a fresh one after a failed step.
 

@@ -6,6 +6,7 @@ samples of all repeats (not the best repeat, not a mean of percentiles).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
@@ -30,6 +31,10 @@ SPLIT_WITHIN_DEADLINE_MIN = 1.0
 SHARED_OVER_SPLIT_P99_MIN = 3.0
 # Generator and simulator must stay small for the measurement to be fair.
 HELPER_CPU_PCT_MAX = 5.0
+# Before a run, the machine's CPU use is sampled this long; above the threshold the
+# run still happens, with a warning (the neighbours show in every run's CPU table).
+PREFLIGHT_S = 3.0
+BUSY_WARNING_PCT = 30.0
 
 
 def machine_info() -> dict[str, object]:
@@ -464,3 +469,84 @@ def offer_latencies_ms(runs: Sequence[RunResult], layout: str, deadline_s: float
         if r.layout == layout:
             out += [x * 1000 for x in r.rows(OFFER_KINDS).effective_latency_s(deadline_s)]
     return sorted(out)
+
+
+# --- writing a part's results -------------------------------------------------------------
+
+
+def write_json(path: Path, doc: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def machine_before_start() -> dict[str, object]:
+    """The machine before a benchmark: hardware, and how busy the neighbours are."""
+    from bench.cpu import machine_busy_pct
+
+    machine = machine_info()
+    busy = machine_busy_pct(PREFLIGHT_S)
+    machine["busy_before_start_pct_of_one_core"] = round(busy, 1)
+    if busy > BUSY_WARNING_PCT:
+        print(
+            f"pricingctl bench: warning: other processes use {busy:.0f} % of one core before "
+            f"the benchmark starts; results will be noisier and capacities lower "
+            f"(each run reports their share as 'other processes')",
+            file=sys.stderr,
+        )
+    return machine
+
+
+def write_comparison(
+    results: Sequence[RunResult],
+    *,
+    out: Path,
+    workers: int,
+    repeats: int,
+    deadline_s: float,
+    command: str,
+    machine: Mapping[str, object],
+    replotted_by: str | None = None,
+) -> str:
+    """results.json, results.md and the three PNGs of a finished comparison; returns
+    the summary to print."""
+    from bench import plots
+
+    doc = comparison_json(
+        results,
+        workers=workers,
+        repeats=repeats,
+        deadline_s=deadline_s,
+        command=command,
+        machine=machine,
+    )
+    if replotted_by is not None:
+        doc["replotted_by"] = replotted_by
+    settings = results[0].settings
+    write_json(out / "results.json", doc)
+    (out / "results.md").write_text(summary_text(doc) + "\n", encoding="utf-8")
+    title_runs = f"{repeats} repeat(s) x {settings.duration_s:g} s, pooled"
+    plots.latency_cdf(
+        {lay: offer_latencies_ms(results, lay, deadline_s) for lay in doc["layouts"]},
+        out / "offers_latency_cdf.png",
+        title=f"Offers latency, {workers} processes: shared pool vs split pools ({title_runs}); "
+        f"upstreams fixed {settings.upstream_ms:g} ms",
+        floor_p99_ms=doc["upstream_floor_ms"],
+        deadline_ms=deadline_s * 1000,
+    )
+    breakdowns = {lay: v["time_breakdown"] for lay, v in doc["layouts"].items()}
+    source = next(iter(breakdowns.values()))["source"]
+    how = (
+        "network vs scheduling delay vs handling (from traces)"
+        if source == "tracing"
+        else "no tracing: the upstream floor vs everything else"
+    )
+    plots.time_breakdown(
+        breakdowns, out / "offers_time_breakdown.png", title=f"Where offer time went - {how}"
+    )
+    plots.cpu_by_component(
+        {lay: v["cpu_use_pct"] for lay, v in doc["layouts"].items()},
+        out / "cpu_by_component.png",
+        title=f"CPU by component, mean over repeats ({workers} processes in each layout)",
+    )
+    return f"{summary_text(doc)}\n\nwrote {out / 'results.json'}, results.md and 3 PNGs in {out}"

@@ -149,3 +149,28 @@ def _mode_json(runs: Sequence[RunResult], deadline_s: float) -> dict[str, Any]:
             if name != DRIVER
         },
     }
+
+
+def write_tracing_overhead(doc: dict[str, Any], out: Path) -> str:
+    """tracing_overhead.json; returns the summary to print."""
+    from bench.report import write_json
+
+    write_json(out / "tracing_overhead.json", doc)
+    lines = []
+    for mode, m in doc["modes"].items():
+        o = m["offers"]
+        lines.append(
+            f"tracing {mode}: offers p50 {o['p50_ms']:.1f} ms p99 {o['p99_ms']:.1f} ms, "
+            f"io CPU {m['io_cpu_ms_per_offer']} ms/offer"
+        )
+    overhead = doc["overhead"]
+    lines.append(
+        "gevent instrumentation (full - spans): "
+        f"{overhead['instrumentation_io_cpu_ms_per_offer']} ms CPU per offer, "
+        f"{overhead['instrumentation_us_per_upstream_call']} us per upstream call, "
+        f"{overhead['instrumentation_share_of_offer_cpu']} of an offer's CPU"
+    )
+    if not doc["tracing_active"]:
+        lines.append(f"note: {doc['note']}")
+    lines.append(f"wrote {out / 'tracing_overhead.json'}")
+    return "\n".join(lines)

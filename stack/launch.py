@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,7 +241,7 @@ class Stack:
         raise KeyError(name)
 
 
-def wait_until(predicate, timeout_s: float, interval_s: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
+def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():

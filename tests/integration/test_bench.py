@@ -24,7 +24,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def pricingctl(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "stack.cli", *args],
+        [sys.executable, "-m", "pricingctl", *args],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

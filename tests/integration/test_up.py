@@ -53,7 +53,7 @@ def test_up_serves_then_sigterm_leaves_no_process(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "stack.cli",
+            "pricingctl",
             "up",
             "--config",
             str(config),
@@ -103,7 +103,7 @@ def test_up_refuses_a_taken_port_with_one_line(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "stack.cli",
+                "pricingctl",
                 "up",
                 "--config",
                 str(config),
@@ -127,7 +127,7 @@ def test_bad_route_config_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "routes.toml"
     bad.write_text(DEFAULT_ROUTES_PATH.read_text().replace('pool = "io"', 'pool = "gpu"', 1))
     result = subprocess.run(
-        [sys.executable, "-m", "stack.cli", "up", "--config", str(bad)],
+        [sys.executable, "-m", "pricingctl", "up", "--config", str(bad)],
         capture_output=True,
         text=True,
         timeout=30,

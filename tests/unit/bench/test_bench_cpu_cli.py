@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from bench.cli import parse_rates
 from bench.cpu import OTHER, Snapshot, process_cpu_s, tree, usage
-from stack.cli import build_parser
+from pricingctl.bench import parse_rates
+from pricingctl.main import build_parser
 
 
 def test_process_cpu_and_tree_of_this_process() -> None:

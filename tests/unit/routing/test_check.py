@@ -16,7 +16,7 @@ META = {"meta.openapi", "meta.healthz", "meta.readyz"}
 def test_shipped_config_matches_the_app() -> None:
     assert check_endpoints(load_routes(), APP, META) == []
     result = subprocess.run(
-        [sys.executable, "-m", "stack.cli", "routes", "check"], capture_output=True, text=True
+        [sys.executable, "-m", "pricingctl", "routes", "check"], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
 

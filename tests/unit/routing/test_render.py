@@ -25,7 +25,16 @@ def test_committed_envoy_yaml_is_up_to_date() -> None:
 def test_render_check_fails_on_a_stale_file(tmp_path: Path) -> None:
     stale = tmp_path / "envoy.yaml"
     stale.write_text(render_envoy(load_routes()).replace("timeout: 0.5s", "timeout: 5s"))
-    cli = [sys.executable, "-m", "stack.cli", "routes", "render", "--check", "--output", str(stale)]
+    cli = [
+        sys.executable,
+        "-m",
+        "pricingctl",
+        "routes",
+        "render",
+        "--check",
+        "--output",
+        str(stale),
+    ]
     result = subprocess.run(cli, capture_output=True, text=True)
     assert result.returncode == 1
     assert "is stale" in result.stderr

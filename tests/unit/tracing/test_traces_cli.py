@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 
-from stack.cli import main
+from pricingctl.main import main
 from tracing import attributes
 from tracing.export import JsonLinesFileExporter
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from routing.envoy import render_envoy
-from routing.errors import RouteConfigError
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Layout, RouteConfig
 
@@ -64,11 +63,11 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    # The app's endpoints are handed down: routing is pure data and imports no app.
+    from pricing.views import ENDPOINTS, EVERY_POOL_ENDPOINTS
     from routing.check import check_endpoints
 
     config = _load(args)
-    from pricing.views import ENDPOINTS, EVERY_POOL_ENDPOINTS
-
     problems = check_endpoints(config, set(ENDPOINTS), set(EVERY_POOL_ENDPOINTS))
     for problem in problems:
         print(f"pricingctl: {problem}", file=sys.stderr)
@@ -76,11 +75,3 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     print(f"{len(config.routes)} routes, {len(config.pools)} pools: every endpoint has one pool")
     return 0
-
-
-def run_guarded(handler: object, args: argparse.Namespace) -> int:
-    try:
-        return int(handler(args))  # type: ignore[operator]
-    except RouteConfigError as exc:
-        print(f"pricingctl: {exc}", file=sys.stderr)
-        return 2

@@ -1,0 +1,519 @@
+"""`pricingctl bench`: flags and defaults; the parts themselves live in `bench`.
+
+    pricingctl bench [--quick] [--duration S] [--repeats N] [--workers N] [--rates cpu=R,offers=R]
+    pricingctl bench envoy-hop [--quick] ...
+    pricingctl bench io-capacity [--quick] ...
+    pricingctl bench tracing-overhead [--quick] ...
+
+Every part runs through one skeleton (`_handler`): machine check, measurement,
+results written by the part, one summary printed, one way to fail.
+
+Exit codes: 0 measured (targets met or not: they are reported, not enforced),
+1 the benchmark could not run, 2 bad flags, 130 interrupted (143 on SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from bench.progress import Progress
+from bench.run import STACK_START_EST_S, BenchError, LoadSettings, planned_seconds
+from bench.traffic import GROUPS
+from routing.errors import RouteConfigError
+from routing.load import load_routes
+from routing.model import RouteConfig
+
+DEFAULT_OUT = Path("bench-out")
+DEFAULT_RUN_DIR = Path(".run/bench")
+# Main comparison: N = 3 (2 cpu + 1 io vs 3 shared). Rates, from CPU per request
+# measured on the benchmark VM when it was quiet: a rideshare quote ~26 ms in-process,
+# ~37-42 ms in the pool (request parsing, validation, JSON); an offer ~1.6-2 ms in the
+# io pool, ~0.7 ms in Envoy, ~0.4 ms in the simulator. 30 quotes/s keeps the two cpu
+# workers ~60 % busy (busy, under 85 %) and, with 100 offers/s, the whole 2-core
+# machine ~80 % busy: the shared layout must absorb the same work in the same 3
+# processes, so it runs hot but not over capacity.
+DEFAULT_RATES = {"cpu": 30.0, "offers": 100.0}
+DEFAULT_WORKERS = 3
+DEFAULT_UPSTREAM_MS = 100.0
+
+
+@dataclass(frozen=True)
+class Defaults:
+    duration_s: float
+    warmup_s: float
+    repeats: int
+
+
+FULL = Defaults(duration_s=45.0, warmup_s=10.0, repeats=3)
+QUICK = Defaults(duration_s=15.0, warmup_s=4.0, repeats=1)
+HOP_FULL, HOP_QUICK = Defaults(30.0, 5.0, 1), Defaults(10.0, 3.0, 1)
+CAPACITY_FULL, CAPACITY_QUICK = Defaults(15.0, 3.0, 1), Defaults(6.0, 2.0, 1)
+
+
+# --- value checks (argparse `type=`: a bad value becomes one clear line) --------------
+
+
+def _number(text: str, *, low: float, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}: expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < low:
+        raise argparse.ArgumentTypeError(f"{what}: must be at least {low:g}, got {text}")
+    return value
+
+
+def _seconds(low: float) -> Callable[[str], float]:
+    return lambda text: _number(text, low=low, what="seconds")
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
+
+
+def _positive(text: str) -> float:
+    value = _number(text, low=0.0, what="value")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def parse_rates(text: str) -> dict[str, float]:
+    """`cpu=35,offers=100` (either or both; requests per second)."""
+    rates: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or key not in GROUPS:
+            raise argparse.ArgumentTypeError(
+                f"expected KEY=RATE[,KEY=RATE] with KEY in {', '.join(GROUPS)}, got {part!r}"
+            )
+        if key in rates:
+            raise argparse.ArgumentTypeError(f"{key} given twice")
+        rate = _number(value, low=0.0, what=key)
+        if key == "offers" and rate <= 0:
+            raise argparse.ArgumentTypeError("offers must be greater than 0")
+        if rate > 10_000:
+            raise argparse.ArgumentTypeError(f"{key}: at most 10000/s, got {value}")
+        rates[key] = rate
+    return rates
+
+
+# --- the parser ---------------------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser, defaults: Defaults) -> None:
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="one short run: a smoke test (CI), not a measurement to quote",
+    )
+    p.add_argument(
+        "--duration",
+        type=_seconds(1.0),
+        default=None,
+        metavar="S",
+        help=f"measured seconds per run (default {defaults.duration_s:g})",
+    )
+    p.add_argument(
+        "--warmup",
+        type=_seconds(0.0),
+        default=None,
+        metavar="S",
+        help=f"discarded seconds before each measurement (default {defaults.warmup_s:g})",
+    )
+    p.add_argument(
+        "--upstream-ms",
+        type=lambda text: _number(text, low=0.0, what="milliseconds"),
+        default=DEFAULT_UPSTREAM_MS,
+        metavar="MS",
+        help="every upstream answers after exactly this long (default 100)",
+    )
+    p.add_argument("--seed", type=_count(0, 2**31), default=1, help="arrival schedule seed")
+    p.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"results directory (default {DEFAULT_OUT})"
+    )
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        default=DEFAULT_RUN_DIR,
+        help=f"logs, raw samples, derived configs (default {DEFAULT_RUN_DIR})",
+    )
+    p.add_argument("--config", type=Path, default=None, help="route config (default routes.toml)")
+
+
+def _load_flags(p: argparse.ArgumentParser, defaults: Defaults) -> None:
+    p.add_argument(
+        "--repeats",
+        type=_count(1, 100),
+        default=None,
+        help=f"runs per layout, interleaved (default {defaults.repeats})",
+    )
+    p.add_argument(
+        "--workers",
+        type=_count(2, 64),
+        default=DEFAULT_WORKERS,
+        help="processes in total: shared N vs cpu N-1 + io 1 (default 3)",
+    )
+    p.add_argument(
+        "--rates",
+        type=parse_rates,
+        default={},
+        metavar="cpu=R,offers=R",
+        help="requests/s: cpu = rideshare quotes, offers = bike + scooter "
+        f"(default cpu={DEFAULT_RATES['cpu']:g},offers={DEFAULT_RATES['offers']:g})",
+    )
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = subparsers.add_parser(
+        "bench",
+        help="measure shared vs split pools side by side (results.json + plots)",
+        description="Without PART: start the stack in the shared and the split layout, drive "
+        "both with the same open-loop load, and write results.json and PNG plots to --out. "
+        "With PART: measure that part on its own.",
+    )
+    _common(bench, FULL)
+    _load_flags(bench, FULL)
+    bench.add_argument(
+        "--tracing",
+        action="store_true",
+        help="start the pools with PRICING_TRACING=1 and read spans if they appear",
+    )
+    bench.add_argument(
+        "--replot",
+        action="store_true",
+        help="measure nothing: rebuild results.json, results.md and the plots in --out "
+        "from the run in --run-dir that wrote them",
+    )
+    bench.set_defaults(handler=_compare_or_replot)
+    # The sub-parsers are of the root's one-line-error class, like this one.
+    sub = bench.add_subparsers(dest="bench_command", metavar="PART")
+
+    hop = sub.add_parser("envoy-hop", help="offers via Envoy vs straight to the io pool")
+    _common(hop, HOP_FULL)
+    hop.add_argument(
+        "--rate", type=_positive, default=100.0, help="offers/s in total (default 100)"
+    )
+    hop.set_defaults(handler=_handler(ENVOY_HOP))
+
+    cap = sub.add_parser("io-capacity", help="highest offer rate one io worker sustains")
+    _common(cap, CAPACITY_FULL)
+    cap.add_argument("--start-rps", type=_positive, default=None, help="first step (default 100)")
+    cap.add_argument("--step-rps", type=_positive, default=None, help="step size (default 100)")
+    cap.add_argument("--max-rps", type=_positive, default=None, help="last step (default 1500)")
+    cap.add_argument(
+        "--p99-limit-ms", type=_positive, default=200.0, help="a step passes at p99 <= this"
+    )
+    cap.add_argument(
+        "--direct", action="store_true", help="send straight to the io pool, not through Envoy"
+    )
+    cap.set_defaults(handler=_handler(IO_CAPACITY))
+
+    tr = sub.add_parser("tracing-overhead", help="the same load with PRICING_TRACING=0 and 1")
+    _common(tr, FULL)
+    _load_flags(tr, FULL)
+    tr.set_defaults(handler=_handler(TRACING_OVERHEAD))
+
+
+# --- one skeleton for every part ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a part needs to measure: the flags, their defaults resolved, the route
+    config with its timeouts applied to the load, and where to report progress."""
+
+    args: argparse.Namespace
+    defaults: Defaults
+    config: RouteConfig
+    settings: LoadSettings
+    deadline_s: float
+    progress: Progress
+    command: str
+    machine: dict[str, object]
+
+    @property
+    def header(self) -> dict[str, object]:
+        """First in every results file: how it was made, and on what."""
+        return {"command": self.command, "machine": self.machine}
+
+
+@dataclass(frozen=True)
+class Part:
+    full: Defaults
+    quick: Defaults
+    # Planned seconds (for the progress bar) from the flags and the load settings.
+    planned_s: Callable[[argparse.Namespace, LoadSettings, Defaults], float]
+    # Runs the part, writes its results to --out, returns the summary to print.
+    measure: Callable[[Run], str]
+    # A problem with the flags that argparse cannot see (one line), or None.
+    check: Callable[[argparse.Namespace], str | None] = lambda args: None
+
+
+def _handler(part: Part) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        problem = part.check(args)
+        if problem is not None:
+            print(f"pricingctl bench {args.bench_command}: error: {problem}", file=sys.stderr)
+            return 2
+        defaults = _defaults(args, part.full, part.quick)
+        settings = _settings(args, defaults)
+        progress = Progress(part.planned_s(args, settings, defaults))
+
+        def body() -> int:
+            from bench.report import machine_before_start
+
+            machine = machine_before_start()
+            config = load_routes(args.config)
+            timed = replace(settings, cpu_timeout_s=_route_timeout_s(config, "offers.rideshare"))
+            deadline_s = _route_timeout_s(config, "offers.bike")
+            summary = part.measure(
+                Run(args, defaults, config, timed, deadline_s, progress, _command(), machine)
+            )
+            progress.finish()
+            print(summary)
+            return 0
+
+        return _guarded(body, progress)
+
+    return handler
+
+
+def _defaults(args: argparse.Namespace, full: Defaults, quick: Defaults) -> Defaults:
+    base = quick if args.quick else full
+    return Defaults(
+        duration_s=args.duration if args.duration is not None else base.duration_s,
+        warmup_s=args.warmup if args.warmup is not None else base.warmup_s,
+        repeats=getattr(args, "repeats", None) or base.repeats,
+    )
+
+
+def _settings(args: argparse.Namespace, d: Defaults) -> LoadSettings:
+    rates = {**DEFAULT_RATES, **getattr(args, "rates", {})}
+    return LoadSettings(
+        group_rates_rps=rates,
+        duration_s=d.duration_s,
+        warmup_s=d.warmup_s,
+        seed=args.seed,
+        upstream_ms=args.upstream_ms,
+        tracing=getattr(args, "tracing", False),
+    )
+
+
+def _route_timeout_s(config: RouteConfig, endpoint: str) -> float:
+    route = config.route_for_endpoint(endpoint)
+    if route is None:
+        raise BenchError(f"the route config has no {endpoint} route")
+    return route.timeout_ms / 1000.0
+
+
+def _command() -> str:
+    return shlex.join(["pricingctl", *sys.argv[1:]])
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI timeout, `kill`): unwinds like Ctrl-C, so every `finally` runs
+    and every stack started so far is stopped by process group."""
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    raise _Terminated
+
+
+def _guarded(body: Callable[[], int], progress: Progress | None = None) -> int:
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return body()
+    except BenchError as exc:
+        first, *rest = str(exc).splitlines()
+        if progress is not None:
+            progress.finish()
+        print(f"pricingctl bench: {first}", file=sys.stderr)
+        if rest:
+            print("\n".join(rest), file=sys.stderr)
+        return 1
+    except RouteConfigError as exc:
+        print(f"pricingctl bench: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        print(
+            "\npricingctl bench: interrupted; every process it started is stopped", file=sys.stderr
+        )
+        return 143 if isinstance(exc, _Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# --- the parts: flags -> one call into `bench` ------------------------------------------------
+
+
+def _measure_compare(run: Run) -> str:
+    from bench.report import write_comparison
+    from bench.run import compare
+
+    results = compare(
+        run.config,
+        run.settings,
+        workers=run.args.workers,
+        repeats=run.defaults.repeats,
+        run_dir=run.args.run_dir,
+        progress=run.progress,
+    )
+    return write_comparison(
+        results,
+        out=run.args.out,
+        workers=run.args.workers,
+        repeats=run.defaults.repeats,
+        deadline_s=run.deadline_s,
+        command=run.command,
+        machine=run.machine,
+    )
+
+
+def _planned_compare(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    from bench.run import run_order
+
+    return planned_seconds(settings, len(run_order(d.repeats)))
+
+
+COMPARE = Part(FULL, QUICK, _planned_compare, _measure_compare)
+
+
+def _compare_or_replot(args: argparse.Namespace) -> int:
+    if args.replot:
+        return _guarded(lambda: _replot(args))
+    return _handler(COMPARE)(args)
+
+
+def _replot(args: argparse.Namespace) -> int:
+    from bench.replot import runs_from_results
+    from bench.report import write_comparison
+
+    path = args.out / "results.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BenchError(f"--replot: {path} does not exist") from None
+    results = runs_from_results(doc, args.run_dir)
+    s = doc["settings"]
+    print(
+        write_comparison(
+            results,
+            out=args.out,
+            workers=int(s["workers"]),
+            repeats=int(s["repeats"]),
+            deadline_s=float(s["deadline_ms"]) / 1000.0,
+            command=str(doc["command"]),
+            machine=doc["machine"],
+            replotted_by=_command(),
+        )
+    )
+    return 0
+
+
+def _measure_envoy_hop(run: Run) -> str:
+    from bench.envoy_hop import run_envoy_hop, write_envoy_hop
+
+    doc, latencies = run_envoy_hop(
+        run.config,
+        run.settings,
+        rate_rps=run.args.rate,
+        workers=DEFAULT_WORKERS,
+        deadline_s=run.deadline_s,
+        run_dir=run.args.run_dir,
+        progress=run.progress,
+    )
+    return write_envoy_hop({**run.header, **doc}, latencies, run.args.out, rate_rps=run.args.rate)
+
+
+ENVOY_HOP = Part(
+    HOP_FULL, HOP_QUICK, lambda args, settings, d: planned_seconds(settings, 1), _measure_envoy_hop
+)
+
+
+def _capacity_steps(args: argparse.Namespace) -> tuple[float, float, float]:
+    """(start, step, top) offers/s."""
+    start = args.start_rps or 100.0
+    step = args.step_rps or (200.0 if args.quick else 100.0)
+    top = args.max_rps or (500.0 if args.quick else 1500.0)
+    return start, step, top
+
+
+def _check_capacity(args: argparse.Namespace) -> str | None:
+    start, _, top = _capacity_steps(args)
+    return "--max-rps is below --start-rps" if top < start else None
+
+
+def _planned_capacity(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    from bench.io_capacity import step_rates
+
+    steps = len(step_rates(*_capacity_steps(args)))
+    # Passing steps share one stack: only the first start is paid.
+    return planned_seconds(settings, steps) - (steps - 1) * STACK_START_EST_S
+
+
+def _measure_capacity(run: Run) -> str:
+    from bench.io_capacity import run_io_capacity, write_io_capacity
+
+    start, step, top = _capacity_steps(run.args)
+    doc = run_io_capacity(
+        run.config,
+        run.settings,
+        start_rps=start,
+        step_rps=step,
+        max_rps=top,
+        p99_limit_ms=run.args.p99_limit_ms,
+        direct=run.args.direct,
+        deadline_s=run.deadline_s,
+        run_dir=run.args.run_dir,
+        progress=run.progress,
+    )
+    return write_io_capacity(
+        {**run.header, **doc}, run.args.out, upstream_ms=run.settings.upstream_ms
+    )
+
+
+IO_CAPACITY = Part(
+    CAPACITY_FULL, CAPACITY_QUICK, _planned_capacity, _measure_capacity, _check_capacity
+)
+
+
+def _planned_overhead(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    from bench.tracing_overhead import run_order
+
+    return planned_seconds(settings, len(run_order(d.repeats)))
+
+
+def _measure_overhead(run: Run) -> str:
+    from bench.tracing_overhead import run_tracing_overhead, write_tracing_overhead
+
+    doc = run_tracing_overhead(
+        run.config,
+        run.settings,
+        workers=run.args.workers,
+        repeats=run.defaults.repeats,
+        deadline_s=run.deadline_s,
+        run_dir=run.args.run_dir,
+        progress=run.progress,
+    )
+    return write_tracing_overhead({**run.header, **doc}, run.args.out)
+
+
+TRACING_OVERHEAD = Part(FULL, QUICK, _planned_overhead, _measure_overhead)

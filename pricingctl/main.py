@@ -1,0 +1,64 @@
+"""The root parser: one sub-command per module, one way to report a bad config."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn, cast
+
+from pricingctl import bench, routes, traces, up
+from routing.errors import RouteConfigError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad flags give one line (no usage dump) and exit 2; unknown flags included.
+
+    Every sub-command's parser is one (the root parser passes this class down), so
+    the error names the sub-command that refused the flag.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pricingctl",
+        description="Run, route and inspect pricingservice.",
+    )
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(
+            dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser
+        ),
+    )
+    routes.add_parser(sub)
+    up.add_parser(sub)
+    bench.add_parser(sub)
+    traces.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return int(handler(args))
+    except RouteConfigError as exc:
+        print(f"pricingctl: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
