@@ -9,10 +9,10 @@ Module per idea:
 - `loadgen`: the gevent open-loop load generator, run as its own process;
 - `cpu`: CPU use of process trees from /proc;
 - `stats`: percentiles and per-kind summaries;
-- `routes_toml`: the derived route config (`--workers N`) as a TOML file;
 - `floor`: the upstream floor (the slowest of an offer's parallel upstream calls);
 - `spans`: the hook that reads tracing attributes from an OTLP JSON-lines span file;
-- `run`: one stack + one load run; the interleaved shared/split comparison;
+- `run`: the route config for `--workers N`; one stack + one load run; the interleaved
+  shared/split comparison;
 - `envoy_hop`, `io_capacity`, `tracing_overhead`: the separately measurable parts;
 - `report`, `plots`, `progress`: results.json and writing each part's files, PNGs, the
   progress bar.

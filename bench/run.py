@@ -37,12 +37,12 @@ from bench.floor import (
 )
 from bench.loadgen import Plan, Samples
 from bench.progress import Progress
-from bench.routes_toml import with_workers, write_routes
 from bench.spans import SpanTimings, env_for, read_span_file
 from bench.stats import GroupStats, Rows
 from bench.traffic import CPU_KINDS, OFFER_KINDS, Target, kind_rates, targets_for
 from routing.envoy import cluster_name
 from routing.model import Layout, RouteConfig
+from routing.write import write_routes
 from stack.launch import PROJECT_ROOT, Stack
 from stack.procs import StartError
 
@@ -129,6 +129,27 @@ class RunResult:
 
 
 # --- the stack -------------------------------------------------------------------------
+
+
+# The two pools `--workers N` splits the processes between.
+CPU_POOL = "cpu"
+IO_POOL = "io"
+
+
+def with_workers(config: RouteConfig, workers: int) -> RouteConfig:
+    """The same config with N processes in total: cpu N-1 + io 1 (split), shared N."""
+    names = {p.name for p in config.pools}
+    if names != {CPU_POOL, IO_POOL}:
+        raise ValueError(
+            f"--workers needs exactly the pools {CPU_POOL!r} and {IO_POOL!r}; "
+            f"the route config has {', '.join(sorted(names))}"
+        )
+    if workers < 2:
+        raise ValueError("--workers must be at least 2 (one cpu and one io process)")
+    pools = tuple(
+        replace(p, workers=workers - 1 if p.name == CPU_POOL else 1) for p in config.pools
+    )
+    return replace(config, pools=pools, shared=replace(config.shared, workers=workers))
 
 
 def prepared_config(config: RouteConfig, workers: int, run_dir: Path) -> RouteConfig:

@@ -6,8 +6,10 @@ import logging
 import os
 from typing import Any
 
+from routing.env import POOL_ENV
 from routing.gunicorn import gunicorn_settings, layout_of
 from routing.load import load_routes
+from routing.model import SHARED_POOL
 
 log = logging.getLogger("gunicorn.error")
 
@@ -23,7 +25,7 @@ def settings_for(pool: str) -> dict[str, Any]:
 def post_fork(server: Any, worker: Any) -> None:
     """Per-worker set-up. Runs in the worker after the fork, never in the master:
     threads and exporters started before the fork would not survive it."""
-    pool_name = os.environ.get("PRICING_POOL", "shared")
+    pool_name = os.environ.get(POOL_ENV, SHARED_POOL)
     pool = load_routes().pool(pool_name, layout_of(pool_name))
     if pool.nice:
         # Lower priority for CPU pools: when the machine is busy the kernel

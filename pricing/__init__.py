@@ -11,6 +11,7 @@ import os
 
 from flask import Flask, Response
 
+from routing.env import POOL_ENV, UPSTREAM_URL_ENV
 from routing.gunicorn import layout_of
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
@@ -34,19 +35,22 @@ def create_app(
     from pricing.upstreams import HttpGateway
     from tracing import server as tracing
 
-    pool = pool or os.environ.get("PRICING_POOL") or "shared"
+    pool = pool or os.environ.get(POOL_ENV) or "shared"
     config = config or load_routes()
     layout = layout_of(pool)
     config.pool(pool, layout)  # fails early, naming the pool, if it is unknown
 
-    app = Flask(__name__)
+    app = Flask(__name__, static_folder=None)  # the pools serve no files
     app.config["PRICING_POOL"] = pool
     app.config["MAX_CONTENT_LENGTH"] = config.listener.max_request_bytes
     app.extensions["pricing.routes"] = config
     # Spans for this app, when the worker set tracing up (gunicorn post_fork).
-    observer = tracing.init_app(app)
+    meta = config.meta
+    observer = tracing.init_app(
+        app, metrics_path=meta.metrics, untraced_paths=(meta.healthz, meta.readyz, meta.metrics)
+    )
     app.extensions["pricing.gateway"] = gateway or HttpGateway(
-        os.environ.get("PRICING_UPSTREAM_URL") or config.upstream_base_url, observer=observer
+        os.environ.get(UPSTREAM_URL_ENV) or config.upstream_base_url, observer=observer
     )
     problems.init_app(app)
     urls.register_routes(app, config, pool, layout)
@@ -58,6 +62,7 @@ def create_app(
         response.headers[POOL_HEADER] = pool
         return response
 
+    app.extensions["pricing.ready"] = True  # the last step: /readyz says so from now on
     return app
 
 

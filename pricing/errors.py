@@ -73,6 +73,14 @@ class Misdirected(PricingError):
     title = "Misdirected request"
 
 
+class NotReady(PricingError):
+    """The pool answers but is not ready to serve (/readyz): Envoy keeps it out."""
+
+    status = 503
+    slug = "not-ready"
+    title = "Not ready"
+
+
 @dataclass(frozen=True)
 class UpstreamFailure:
     """Why one upstream call produced no usable answer."""

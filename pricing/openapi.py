@@ -135,18 +135,17 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
         ref_template="#/components/schemas/{model}",
     )
     paths: dict[str, Any] = {}
-    for route in config.routes:
-        if route.endpoint.startswith("meta."):
-            continue
+    for route in config.app_routes():
         for method in route.methods:
             op = _operation(route)
             op["operationId"] = f"{route.endpoint}.{method.lower()}"
             op["x-pricing-pool"] = route.pool
             paths.setdefault(route.path, {})[method.lower()] = op
-    # /healthz and /readyz are not listed: every pool answers them on its own
+    # Health and readiness are not listed: every pool answers them on its own
     # address for Envoy's health checks, but Envoy does not route them (a
     # client would get 404). The description says so instead.
-    paths["/openapi.json"] = {
+    meta = config.meta
+    paths[meta.openapi] = {
         "get": {
             "operationId": "meta.openapi",
             "summary": "This document",
@@ -166,8 +165,8 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
             "description": "Prices bike, scooter and rideshare offers. Errors are RFC 9457 "
             "problem details (application/problem+json). Every response names the pool "
             "that served it in the x-pricing-pool header. Each pool also answers "
-            "GET /healthz and /readyz (schema Health) on its own loopback address, for "
-            "Envoy's health checks; they are not routed through Envoy.",
+            f"GET {meta.healthz} and {meta.readyz} (schema Health) on its own loopback "
+            "address, for Envoy's health checks; they are not routed through Envoy.",
         },
         "paths": paths,
         "components": {"schemas": defs.get("$defs", {})},

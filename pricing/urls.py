@@ -12,18 +12,16 @@ from collections.abc import Callable
 from flask import Flask, Response
 
 from pricing.errors import Misdirected
-from pricing.views import ENDPOINTS, EVERY_POOL_ENDPOINTS
+from pricing.views import ENDPOINTS, META_VIEWS
 from routing.errors import RouteConfigError
 from routing.model import Layout, Route, RouteConfig
 
 
 def register_routes(app: Flask, config: RouteConfig, pool: str, layout: Layout) -> None:
-    for endpoint, (path, meta_factory) in EVERY_POOL_ENDPOINTS.items():
-        app.add_url_rule(path, endpoint=endpoint, view_func=meta_factory(None), methods=["GET"])
-    every_pool_paths = {path for path, _ in EVERY_POOL_ENDPOINTS.values()}
-    for route in config.routes:
-        if route.path in every_pool_paths:
-            continue
+    meta_paths = config.meta.endpoints()
+    for endpoint, view in META_VIEWS.items():
+        app.add_url_rule(meta_paths[endpoint], endpoint=endpoint, view_func=view, methods=["GET"])
+    for route in config.app_routes():
         if config.pool_of(route, layout) == pool:
             factory = ENDPOINTS.get(route.endpoint)
             if factory is None:

@@ -12,7 +12,7 @@ from typing import Any
 from flask import Response, current_app, request
 
 from pricing.deadline import ENVOY_TIMEOUT_HEADER, Deadline
-from pricing.errors import FieldError, InvalidRequest, NoRoute, PricingError
+from pricing.errors import FieldError, InvalidRequest, NoRoute, NotReady, PricingError
 from pricing.offers import Mode, build_offer, offer_calls
 from pricing.schemas import BatchRequest, RideshareRequest
 from pricing.upstreams import Gateway
@@ -116,18 +116,30 @@ def _item_problem(exc: PricingError, index: int) -> dict[str, Any]:
     return problem
 
 
-def healthz(route: Route | None = None) -> View:
-    def view() -> Response:
-        return json_response({"status": "ok", "pool": current_app.config["PRICING_POOL"]})
-
-    return view
+def healthz() -> Response:
+    """Alive: the process answers. Nothing else is checked."""
+    return json_response({"status": "ok", "pool": current_app.config["PRICING_POOL"]})
 
 
-def openapi(route: Route | None = None) -> View:
-    def view() -> Response:
-        return Response(current_app.extensions["pricing.openapi"], mimetype="application/json")
+# What ready means, and the app.extensions key each step leaves behind.
+READY_WHEN = {
+    "app built": "pricing.ready",
+    "upstream clients built": "pricing.gateway",
+    "tracing set up": "tracing",
+}
 
-    return view
+
+def readyz() -> Response:
+    """Ready: every step of READY_WHEN is done (tracing may have ended up off; it only
+    has to have been set up). Envoy health-checks each pool here."""
+    waiting = [step for step, key in READY_WHEN.items() if key not in current_app.extensions]
+    if waiting:
+        raise NotReady(f"waiting for: {', '.join(waiting)}")
+    return healthz()
+
+
+def openapi() -> Response:
+    return Response(current_app.extensions["pricing.openapi"], mimetype="application/json")
 
 
 # Endpoint name -> view factory. routes.toml places each in exactly one pool.
@@ -138,12 +150,12 @@ ENDPOINTS: dict[str, ViewFactory] = {
     "quotes.batch": quotes_batch,
 }
 
-# Served by every pool at a fixed path: Envoy's health checks and the API
-# description need them wherever the request lands.
-EVERY_POOL_ENDPOINTS: dict[str, tuple[str, Callable[[Route | None], View]]] = {
-    "meta.healthz": ("/healthz", healthz),
-    "meta.readyz": ("/readyz", healthz),
-    "meta.openapi": ("/openapi.json", openapi),
+# Meta routes: every pool serves them, at the paths [meta] in routes.toml gives them
+# (meta.metrics comes from tracing, when it is on).
+META_VIEWS: dict[str, View] = {
+    "meta.healthz": healthz,
+    "meta.readyz": readyz,
+    "meta.openapi": openapi,
 }
 
-__all__ = ["ENDPOINTS", "EVERY_POOL_ENDPOINTS", "FieldError", "json_response"]
+__all__ = ["ENDPOINTS", "META_VIEWS", "FieldError", "json_response"]

@@ -64,11 +64,12 @@ def _render(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     # The app's endpoints are handed down: routing is pure data and imports no app.
-    from pricing.views import ENDPOINTS, EVERY_POOL_ENDPOINTS
+    from pricing.views import ENDPOINTS, META_VIEWS
     from routing.check import check_endpoints
+    from tracing import metrics
 
     config = _load(args)
-    problems = check_endpoints(config, set(ENDPOINTS), set(EVERY_POOL_ENDPOINTS))
+    problems = check_endpoints(config, set(ENDPOINTS), {*META_VIEWS, metrics.ENDPOINT})
     for problem in problems:
         print(f"pricingctl: {problem}", file=sys.stderr)
     if problems:

@@ -8,13 +8,14 @@ from routing.model import RouteConfig
 
 
 def check_endpoints(
-    config: RouteConfig, app_endpoints: set[str], every_pool_endpoints: set[str]
+    config: RouteConfig, app_endpoints: set[str], meta_endpoints: set[str]
 ) -> list[str]:
     """Problems, one line each, naming the endpoint. Empty when all is well.
 
-    `app_endpoints` are the endpoints the app implements and that must be
-    placed in exactly one pool; `every_pool_endpoints` (health, readiness,
-    the API description) are served by every pool and may be routed anywhere.
+    `app_endpoints` are the endpoints the app implements and that must be placed in
+    exactly one pool; `meta_endpoints` are the meta routes it can serve in every pool
+    (health, readiness, the API description, metrics): each one [meta] declares must
+    be among them. The caller hands both in: routing imports no app.
     """
     problems: list[str] = []
     counts = Counter(r.endpoint for r in config.routes)
@@ -27,9 +28,12 @@ def check_endpoints(
             problems.append(
                 f"endpoint {endpoint!r} is in {count} routes (pools: {', '.join(pools)})"
             )
-    for route in config.routes:
-        if route.endpoint not in app_endpoints | every_pool_endpoints:
+    for route in config.app_routes():
+        if route.endpoint not in app_endpoints:
             problems.append(
                 f"route {route.endpoint!r} ({route.path}) names an endpoint the app does not have"
             )
+    for endpoint, path in sorted(config.meta.endpoints().items()):
+        if endpoint not in meta_endpoints:
+            problems.append(f"meta route {endpoint!r} ({path}) has no view in the app")
     return problems

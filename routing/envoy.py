@@ -20,6 +20,8 @@ HEADER = """\
 # path -> cluster (pool):
 {route_map}
 #   (anything else)            -> 404 problem from Envoy itself
+#
+# Every pool is health-checked at GET {readyz} ([meta].readyz): ready, not just alive.
 """
 
 # Seconds Envoy keeps an idle upstream connection: below the pools' gunicorn
@@ -68,7 +70,12 @@ def render_envoy(
         f"{cluster_name(config.pool_of(r, layout))}"
         for r in config.routes
     )
-    header = HEADER.format(source=_source_name(config), layout=layout.value, route_map=route_map)
+    header = HEADER.format(
+        source=_source_name(config),
+        layout=layout.value,
+        route_map=route_map,
+        readyz=config.meta.readyz,
+    )
     body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
     return header + body
 
@@ -80,7 +87,7 @@ def envoy_config(
     tracing_collector: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
     pools = config.pools_for(layout)
-    clusters = [_cluster(pool) for pool in pools]
+    clusters = [_cluster(pool, config.meta.readyz) for pool in pools]
     if tracing_collector is not None:
         clusters.append(_collector_cluster(*tracing_collector))
     listener = config.listener
@@ -250,7 +257,7 @@ def _route(config: RouteConfig, route: Route, layout: Layout) -> dict[str, Any]:
     }
 
 
-def _cluster(pool: Pool) -> dict[str, Any]:
+def _cluster(pool: Pool, health_path: str) -> dict[str, Any]:
     name = cluster_name(pool)
     return {
         "name": name,
@@ -300,7 +307,7 @@ def _cluster(pool: Pool) -> dict[str, Any]:
                 "no_traffic_interval": f"{HEALTH_CHECK_INTERVAL_S}s",
                 "unhealthy_threshold": 2,
                 "healthy_threshold": 1,
-                "http_health_check": {"path": "/healthz"},
+                "http_health_check": {"path": health_path},
             }
         ],
         # A pool is one address: "panic mode" (route to it even when it fails its

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from routing.env import POOL_ENV
 from routing.model import SHARED_POOL, Layout, RouteConfig
 
 # A gevent worker that does not notify the master for this long is killed.
@@ -38,7 +39,7 @@ def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
         "accesslog": None,
         "errorlog": "-",
         "loglevel": "info",
-        "raw_env": [f"PRICING_POOL={pool.name}"],
+        "raw_env": [f"{POOL_ENV}={pool.name}"],
         # Envoy bounds the request line and headers (max_request_headers_kb) and
         # answers problem+json; the pool must never refuse first with its own
         # HTML error. (0 means "no limit" for the line, not for a field.)

@@ -14,20 +14,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from routing.env import ROUTES_ENV
 from routing.errors import RouteConfigError
 from routing.model import (
     IDEMPOTENT_METHODS,
+    META_NAMES,
+    META_PREFIX,
     SAFE_RETRY_CONDITIONS,
     SHARED_POOL,
     Address,
     Listener,
+    MetaRoutes,
     Pool,
     RetryPolicy,
     Route,
     RouteConfig,
 )
 
-ROUTES_ENV = "PRICING_ROUTES"
 DEFAULT_ROUTES_PATH = Path(__file__).resolve().parent.parent / "routes.toml"
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -35,7 +38,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _ENDPOINT = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 _PATH = re.compile(r"^(/[A-Za-z0-9._~-]+)+$|^/$")
 
-_TOP_KEYS = {"listener", "admin", "upstreams", "pools", "shared", "routes"}
+_TOP_KEYS = {"listener", "admin", "upstreams", "pools", "shared", "meta", "routes"}
 _LISTENER_KEYS = {
     "address",
     "port",
@@ -123,13 +126,15 @@ def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
         where="[shared]",
     )
 
+    meta = _meta(_table(raw, "meta"))
+
     routes_raw = raw.get("routes")
     if not isinstance(routes_raw, list) or not routes_raw:
         raise RouteConfigError("[[routes]] must list at least one route")
     pool_names = {p.name for p in pools}
-    routes = tuple(_route(i, body, pool_names) for i, body in enumerate(routes_raw))
+    routes = tuple(_route(i, body, pool_names, meta) for i, body in enumerate(routes_raw))
 
-    _unique(routes, pools, shared, listener, admin)
+    _unique(routes, pools, shared, listener, admin, meta)
     return RouteConfig(
         listener=listener,
         admin=admin,
@@ -137,8 +142,20 @@ def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
         pools=pools,
         shared=shared,
         routes=routes,
+        meta=meta,
         source=source,
     )
+
+
+def _meta(raw: Mapping[str, Any]) -> MetaRoutes:
+    _only(raw, set(META_NAMES), "[meta]")
+    paths = {}
+    for name in META_NAMES:
+        path = _str(raw, name, "[meta]")
+        if not _PATH.match(path):
+            raise RouteConfigError(f"[meta].{name} must be a literal absolute path, got {path!r}")
+        paths[name] = path
+    return MetaRoutes(**paths)
 
 
 def _pool(name: str, body: Any, where: str | None = None) -> Pool:
@@ -165,7 +182,7 @@ def _pool(name: str, body: Any, where: str | None = None) -> Pool:
     )
 
 
-def _route(index: int, body: Any, pool_names: set[str]) -> Route:
+def _route(index: int, body: Any, pool_names: set[str], meta: MetaRoutes) -> Route:
     if not isinstance(body, Mapping):
         raise RouteConfigError(f"routes[{index}] must be a table")
     endpoint = body.get("endpoint")
@@ -176,7 +193,19 @@ def _route(index: int, body: Any, pool_names: set[str]) -> Route:
         )
     where = f"route {endpoint!r}"
     _only(body, _ROUTE_KEYS, where)
-    path = _str(body, "path", where)
+    if endpoint.startswith(META_PREFIX):
+        # Every pool serves a meta route at the path [meta] gives it; a route entry
+        # only asks Envoy to route it too.
+        name = endpoint.removeprefix(META_PREFIX)
+        if name not in META_NAMES:
+            raise RouteConfigError(
+                f"{where}: no such meta route (meta routes: {', '.join(META_NAMES)})"
+            )
+        if "path" in body:
+            raise RouteConfigError(f"{where}: its path is [meta].{name}; remove `path` here")
+        path = getattr(meta, name)
+    else:
+        path = _str(body, "path", where)
     if not _PATH.match(path):
         raise RouteConfigError(f"{where}: path must be a literal absolute path, got {path!r}")
     methods_raw = body.get("methods")
@@ -236,13 +265,24 @@ def _unique(
     shared: Pool,
     listener: Listener,
     admin: Address,
+    meta: MetaRoutes,
 ) -> None:
     seen_endpoints: set[str] = set()
     seen_paths: dict[tuple[str, str], str] = {}
+    meta_paths: dict[str, str] = {}
+    for endpoint, path in meta.endpoints().items():
+        if path in meta_paths:
+            raise RouteConfigError(f"[meta]: {path} is given twice ({meta_paths[path]})")
+        meta_paths[path] = endpoint
     for route in routes:
         if route.endpoint in seen_endpoints:
             raise RouteConfigError(f"route {route.endpoint!r} is declared twice")
         seen_endpoints.add(route.endpoint)
+        owner = meta_paths.get(route.path)
+        if owner is not None and owner != route.endpoint:
+            raise RouteConfigError(
+                f"route {route.endpoint!r}: {route.path} is served by every pool as {owner!r}"
+            )
         for method in route.methods:
             other = seen_paths.get((method, route.path))
             if other is not None:

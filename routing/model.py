@@ -64,6 +64,29 @@ class Route:
 
 
 @dataclass(frozen=True)
+class MetaRoutes:
+    """Paths every pool serves on its own address, whatever its routes (GET only).
+
+    Envoy health-checks each pool on ``readyz``; the stack waits for it too. Envoy
+    routes a meta path only when [[routes]] also lists its endpoint (``meta.<name>``).
+    """
+
+    healthz: str  # alive: the process answers
+    readyz: str  # ready: app built, upstream clients built, tracing set up
+    openapi: str  # the API description
+    metrics: str  # Prometheus text, when tracing is on
+
+    def endpoints(self) -> dict[str, str]:
+        """Endpoint name (``meta.readyz``) -> path."""
+        return {f"{META_PREFIX}{name}": getattr(self, name) for name in META_NAMES}
+
+
+#: Endpoint names of meta routes start with this; the rest is a key of [meta].
+META_PREFIX = "meta."
+META_NAMES = ("healthz", "readyz", "openapi", "metrics")
+
+
+@dataclass(frozen=True)
 class Listener:
     address: Address
     max_request_bytes: int
@@ -79,6 +102,7 @@ class RouteConfig:
     pools: tuple[Pool, ...]
     shared: Pool
     routes: tuple[Route, ...]
+    meta: MetaRoutes
     source: str = field(default="routes.toml", compare=False)
 
     def pools_for(self, layout: Layout) -> tuple[Pool, ...]:
@@ -100,6 +124,10 @@ class RouteConfig:
 
     def routes_of(self, pool_name: str, layout: Layout) -> tuple[Route, ...]:
         return tuple(r for r in self.routes if self.pool_of(r, layout) == pool_name)
+
+    def app_routes(self) -> tuple[Route, ...]:
+        """The routes placed in one pool (meta routes are in every pool)."""
+        return tuple(r for r in self.routes if not r.endpoint.startswith(META_PREFIX))
 
     def route_for_endpoint(self, endpoint: str) -> Route | None:
         return next((r for r in self.routes if r.endpoint == endpoint), None)

@@ -54,6 +54,8 @@ from simulator.responses import (
     vehicles_nearby,
 )
 
+#: The simulator's own health check (the stack waits for it).
+HEALTH_PATH: Final = "/healthz"
 MAX_HEAD_BYTES: Final = 64 * 1024
 MAX_BODY_BYTES: Final = 1024 * 1024
 RECORDS_MAX: Final = 50_000
@@ -64,6 +66,7 @@ PROBLEM_JSON: Final = b"application/problem+json"
 APP_JSON: Final = b"application/json"
 PROBLEM_BASE: Final = "urn:pricingservice:simulator:problem:"
 
+_HEALTH_PATH: Final = HEALTH_PATH.encode()
 _OK_HEAD: Final = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 _LINGER_RST: Final = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
@@ -196,7 +199,7 @@ class Simulator:
             else:
                 conn.send(self._method_not_allowed(method, b"GET", close), close)
             return
-        if path == b"/healthz":
+        if path == _HEALTH_PATH:
             conn.send(response(200, b'{"status":"ok"}', close=close), close)
         elif path.startswith(b"/_control/"):
             conn.send(self._control(method, path, query, body, close), close)

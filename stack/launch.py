@@ -10,11 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from routing.env import POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
 from routing.envoy import cluster_name, render_envoy
 from routing.model import Layout, RouteConfig
+from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
 from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
+from tracing.settings import OTLP_ENDPOINT_ENV, SPAN_FILE_ENV
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR = PROJECT_ROOT / ".run"
@@ -155,17 +158,19 @@ class Stack:
             argv += ["--config", str(self.simulator_config)]
         proc = Proc("simulator", argv, self._log("simulator"), cwd=PROJECT_ROOT).start()
         self.procs["simulator"] = proc
-        proc.wait_ready(lambda: http_ok(f"{self.simulator_url}/healthz"), timeout_s, "serving")
+        proc.wait_ready(
+            lambda: http_ok(f"{self.simulator_url}{SIMULATOR_HEALTH_PATH}"), timeout_s, "serving"
+        )
 
     def pool_env(self, pool: str) -> dict[str, str]:
         env = {
-            "PRICING_ROUTES": self.config.source,
-            "PRICING_POOL": pool,
-            "PRICING_UPSTREAM_URL": self.simulator_url,
-            "PRICING_SPAN_FILE": str(self.span_file),
+            ROUTES_ENV: self.config.source,
+            POOL_ENV: pool,
+            UPSTREAM_URL_ENV: self.simulator_url,
+            SPAN_FILE_ENV: str(self.span_file),
         }
         if self.with_jaeger and self.jaeger_ports is not None:
-            env["PRICING_OTLP_ENDPOINT"] = self.jaeger_ports.otlp_http_url
+            env[OTLP_ENDPOINT_ENV] = self.jaeger_ports.otlp_http_url
         return {**env, **self.extra_env}
 
     def _start_pool(self, pool: str, timeout_s: float) -> None:
@@ -187,7 +192,9 @@ class Stack:
             cwd=PROJECT_ROOT,
         ).start()
         self.procs[f"pool-{pool}"] = proc
-        proc.wait_ready(lambda: http_ok(f"{self.pool_url(pool)}/healthz"), timeout_s, "serving")
+        # Ready, as Envoy's health check sees it: app, upstream clients and tracing set up.
+        ready_url = f"{self.pool_url(pool)}{self.config.meta.readyz}"
+        proc.wait_ready(lambda: http_ok(ready_url), timeout_s, "ready")
 
     def envoy_config_path(self) -> Path:
         return self.run_dir / f"envoy.{self.layout.value}.yaml"

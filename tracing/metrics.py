@@ -13,7 +13,8 @@ from typing import Any
 
 from tracing.timing.loop_lag import LAG_BUCKETS_S
 
-METRICS_PATH = "/metrics"
+#: The endpoint name; its path is [meta].metrics in routes.toml.
+ENDPOINT = "meta.metrics"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

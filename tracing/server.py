@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,9 +124,17 @@ def shutdown_worker() -> None:
         log.warning("tracing shutdown failed", exc_info=True)
 
 
-def init_app(app: Any) -> TracingCallObserver | None:
-    """Instrument a Flask app; returns the upstream-call observer, or None when off."""
+def init_app(
+    app: Any, *, metrics_path: str, untraced_paths: Sequence[str] = ()
+) -> TracingCallObserver | None:
+    """Instrument a Flask app; returns the upstream-call observer, or None when off.
+
+    Serves the worker's metrics at *metrics_path*; requests to *untraced_paths*
+    (health checks, scrapes) get no span. Records the mode it set up in
+    ``app.extensions["tracing"]`` (``"off"`` included), for readiness.
+    """
     worker = _worker
+    app.extensions["tracing"] = worker.settings.mode.value if worker else Mode.OFF.value
     if worker is None:
         return None
     from flask import request
@@ -132,7 +142,9 @@ def init_app(app: Any) -> TracingCallObserver | None:
 
     measure = worker.instrumentor is not None
     FlaskInstrumentor().instrument_app(
-        app, tracer_provider=worker.provider, excluded_urls="healthz,readyz,metrics"
+        app,
+        tracer_provider=worker.provider,
+        excluded_urls=",".join(re.escape(path) + r"(\?|$)" for path in untraced_paths) or None,
     )
 
     @app.before_request
@@ -164,7 +176,7 @@ def init_app(app: Any) -> TracingCallObserver | None:
     def _metrics() -> Response:
         return Response(metrics.render(worker), mimetype=None, content_type=metrics.CONTENT_TYPE)
 
-    app.add_url_rule(metrics.METRICS_PATH, endpoint="meta.metrics", view_func=_metrics)
+    app.add_url_rule(metrics_path, endpoint=metrics.ENDPOINT, view_func=_metrics)
     return TracingCallObserver(worker.tracer, measure=measure)
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.routes_toml import write_routes
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
+from routing.write import write_routes
 from stack.procs import free_port
 from tests.integration.conftest import http
 

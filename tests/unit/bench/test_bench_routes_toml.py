@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.routes_toml import render_routes_toml, with_workers, write_routes
+from bench.run import with_workers
 from routing.load import parse_routes
 from routing.model import Layout, RouteConfig
+from routing.write import render_routes_toml, write_routes
 
 
 def test_rendered_toml_reads_back_as_the_same_config(routes: RouteConfig) -> None:

@@ -10,7 +10,7 @@ from routing.check import check_endpoints
 from routing.load import load_routes
 
 APP = {"offers.bike", "offers.scooter", "offers.rideshare", "quotes.batch"}
-META = {"meta.openapi", "meta.healthz", "meta.readyz"}
+META = {"meta.openapi", "meta.healthz", "meta.readyz", "meta.metrics"}
 
 
 def test_shipped_config_matches_the_app() -> None:
@@ -43,3 +43,8 @@ def test_endpoint_in_two_pools_is_named() -> None:
     assert check_endpoints(twice, APP, META) == [
         "endpoint 'offers.bike' is in 2 routes (pools: cpu, io)"
     ]
+
+
+def test_meta_route_without_a_view_is_named() -> None:
+    problems = check_endpoints(load_routes(), APP, META - {"meta.metrics"})
+    assert problems == ["meta route 'meta.metrics' (/metrics) has no view in the app"]

@@ -29,6 +29,14 @@ def test_shipped_config_loads_with_split_and_shared_layouts() -> None:
     assert offers is not None and offers.timeout_ms == 500
     assert all(config.pool_of(r, Layout.SHARED) == "shared" for r in config.routes)
     assert config.pool("cpu").capacity == 2
+    assert config.meta.endpoints() == {
+        "meta.healthz": "/healthz",
+        "meta.readyz": "/readyz",
+        "meta.openapi": "/openapi.json",
+        "meta.metrics": "/metrics",
+    }
+    openapi = config.route_for_endpoint("meta.openapi")
+    assert openapi is not None and openapi.path == config.meta.openapi  # from [meta]
 
 
 def edited(old: str, new: str) -> str:
@@ -110,6 +118,23 @@ def edited(old: str, new: str) -> str:
         (
             edited('endpoint = "offers.bike"', 'endpoint = "Offers Bike"'),
             "routes[0].endpoint must be a Flask endpoint name",
+        ),
+        (edited("[meta]", "[meta_]"), "unknown key(s) meta_"),
+        (edited('metrics = "/metrics"', ""), "[meta]: metrics must be a non-empty string"),
+        (edited('readyz = "/readyz"', 'readyz = "readyz"'), "[meta].readyz must be a literal"),
+        (edited('readyz = "/readyz"', 'readyz = "/healthz"'), "[meta]: /healthz is given twice"),
+        (edited("[meta]", '[meta]\nstatus = "/status"'), "[meta]: unknown key(s) status"),
+        (
+            edited('path = "/v1/offers/bike"', 'path = "/metrics"'),
+            "route 'offers.bike': /metrics is served by every pool as 'meta.metrics'",
+        ),
+        (
+            edited('endpoint = "meta.openapi"', 'endpoint = "meta.status"'),
+            "route 'meta.status': no such meta route",
+        ),
+        (
+            edited('endpoint = "meta.openapi"', 'endpoint = "meta.openapi"\npath = "/x"'),
+            "route 'meta.openapi': its path is [meta].openapi; remove `path` here",
         ),
     ],
 )

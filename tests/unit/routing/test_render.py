@@ -80,7 +80,8 @@ def test_circuit_breakers_match_each_pools_capacity() -> None:
         assert breaker["max_pending_requests"] == pool.max_pending
         assert (
             clusters[f"{pool.name}_pool"]["health_checks"][0]["http_health_check"]["path"]
-            == "/healthz"
+            == config.meta.readyz
+            == "/readyz"  # readiness, not liveness
         )
 
 

@@ -115,7 +115,7 @@ def test_health_checks_are_not_traced(
 def test_init_app_returns_a_span_making_observer(
     worker: tracing.server.WorkerTracing, span_file: Path
 ) -> None:
-    observer = tracing.server.init_app(Flask(__name__))
+    observer = tracing.server.init_app(Flask(__name__), metrics_path="/metrics")
     assert isinstance(observer, TracingCallObserver)
     with observer.call("vehicles", "GET", "127.0.0.1", 8200, "/vehicles/v1/nearby?x=1") as obs:
         obs.status = 200
@@ -131,14 +131,14 @@ def test_shutdown_worker_flushes_and_forgets_the_worker(
     tracing.server.shutdown_worker()
     assert tracing.server.current() is None
     assert [s.name for s in from_file(span_file)] == ["GET /v1/offers/bike"]
-    assert tracing.server.init_app(Flask(__name__)) is None
+    assert tracing.server.init_app(Flask(__name__), metrics_path="/metrics") is None
 
 
 def test_mode_off_sets_nothing_up(tmp_path: Path) -> None:
     settings = TracingSettings(mode=Mode.OFF, otlp_endpoint=None, span_file=tmp_path / "s")
     assert tracing.server.setup_worker("io", settings) is None
     assert tracing.server.current() is None
-    assert tracing.server.init_app(Flask(__name__)) is None
+    assert tracing.server.init_app(Flask(__name__), metrics_path="/metrics") is None
     assert not (tmp_path / "s").exists()
 
 

@@ -1,10 +1,10 @@
-"""The route config for `--workers N`, written as a TOML file the pools can read.
+"""Write a route config back as routes.toml: the inverse of `routing.load`.
 
 The gunicorn pools read their settings (worker count, nice, ...) from the route
-config FILE named by $PRICING_ROUTES, not from the RouteConfig object the driver
-holds, so a derived config has to exist on disk. This is a small writer for the
-routes.toml schema (routing.load), not a general TOML writer; the written file is
-read back with routing.load so a mistake here fails at once, by name.
+config FILE named by $PRICING_ROUTES, so a derived config (the benchmark's
+`--workers N`, a test's changed path) has to exist on disk. This is a small writer
+for the routes.toml schema, not a general TOML writer; the written file is read back
+with `routing.load`, so a mistake here fails at once, by name.
 """
 
 from __future__ import annotations
@@ -14,26 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from routing.load import load_routes
-from routing.model import SHARED_POOL, Pool, Route, RouteConfig
-
-CPU_POOL = "cpu"
-IO_POOL = "io"
-
-
-def with_workers(config: RouteConfig, workers: int) -> RouteConfig:
-    """The same config with N processes in total: cpu N-1 + io 1 (split), shared N."""
-    names = {p.name for p in config.pools}
-    if names != {CPU_POOL, IO_POOL}:
-        raise ValueError(
-            f"--workers needs exactly the pools {CPU_POOL!r} and {IO_POOL!r}; "
-            f"the route config has {', '.join(sorted(names))}"
-        )
-    if workers < 2:
-        raise ValueError("--workers must be at least 2 (one cpu and one io process)")
-    pools = tuple(
-        replace(p, workers=workers - 1 if p.name == CPU_POOL else 1) for p in config.pools
-    )
-    return replace(config, pools=pools, shared=replace(config.shared, workers=workers))
+from routing.model import META_NAMES, META_PREFIX, SHARED_POOL, Pool, Route, RouteConfig
 
 
 def _value(v: object) -> str:
@@ -63,7 +44,8 @@ def _route_lines(route: Route) -> list[str]:
     lines = [
         "[[routes]]",
         f"endpoint = {_value(route.endpoint)}",
-        f"path = {_value(route.path)}",
+        # A meta route's path is in [meta], written once.
+        *([] if route.endpoint.startswith(META_PREFIX) else [f"path = {_value(route.path)}"]),
         f"methods = {_value(route.methods)}",
         f"pool = {_value(route.pool)}",
         f"timeout_ms = {route.timeout_ms}",
@@ -80,7 +62,7 @@ def render_routes_toml(config: RouteConfig) -> str:
     the loader always derives it as the sum of the split pools' workers."""
     listener = config.listener
     out = [
-        "# Written by `pricingctl bench`: a derived route config; do not edit.",
+        "# A derived route config, written by routing.write; do not edit.",
         "[listener]",
         f"address = {_value(listener.address.host)}",
         f"port = {listener.address.port}",
@@ -99,6 +81,11 @@ def render_routes_toml(config: RouteConfig) -> str:
     for pool in config.pools:
         out += [f"[pools.{pool.name}]", *_pool_lines(pool, shared=False), ""]
     out += [f"[{SHARED_POOL}]", *_pool_lines(config.shared, shared=True), ""]
+    out += [
+        "[meta]",
+        *(f"{name} = {_value(getattr(config.meta, name))}" for name in META_NAMES),
+        "",
+    ]
     for route in config.routes:
         out += [*_route_lines(route), ""]
     return "\n".join(out)

@@ -1,0 +1,14 @@
+"""The environment a pool process reads, each name written once: which pool it
+serves, which route config, where its upstreams are. `stack` sets them; `pricing`,
+`routing.load` and `gunicorn_conf` read them."""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Path of the route config file (default: routes.toml next to the code).
+ROUTES_ENV: Final = "PRICING_ROUTES"
+#: The pool this process serves (default: the shared pool).
+POOL_ENV: Final = "PRICING_POOL"
+#: Base URL of every upstream, overriding [upstreams].base_url (the stack's simulator).
+UPSTREAM_URL_ENV: Final = "PRICING_UPSTREAM_URL"
