@@ -8,7 +8,7 @@ Module per idea:
 - `traffic`: the requests the load generator sends (offers, rideshare quotes);
 - `loadgen`: the gevent open-loop load generator, run as its own process;
 - `cpu`: CPU use of process trees from /proc;
-- `stats`: percentiles and per-kind summaries;
+- `stats`: per-kind summaries (percentiles from `tracing.report`);
 - `floor`: the upstream floor (the slowest of an offer's parallel upstream calls);
 - `spans`: the hook that reads tracing attributes from an OTLP JSON-lines span file;
 - `run`: the route config for `--workers N`; one stack + one load run; the interleaved

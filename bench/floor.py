@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bench.stats import percentile
 from simulator.model import UpstreamSettings
+from tracing.report import percentile
 
 # Every upstream an offer calls, in parallel (pricing.offers.offer_calls).
 OFFER_UPSTREAMS: tuple[str, ...] = ("vehicles", "routing", "promotions")

@@ -1,30 +1,21 @@
-"""Percentiles and per-group summaries of the generator's samples.
+"""Per-group summaries of the generator's samples.
 
-Percentiles are nearest-rank: always a latency that was actually observed, never
-an interpolation between two. Failed requests stay in the latency distribution,
-counted at the route's deadline or later (`failure_floor_s`): a fast 503 is a miss,
-not a fast answer, so errors can never make the percentiles look better.
+Percentiles are nearest-rank (`tracing.report.percentile`, the project's one):
+always a latency that was actually observed, never an interpolation between two.
+Failed requests stay in the latency distribution, counted at the route's deadline or
+later (`failure_floor_s`): a fast 503 is a miss, not a fast answer, so errors can
+never make the percentiles look better.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bench.loadgen import FAILURE_NAMES, Samples
+from tracing.report import percentile
 
 OK_STATUS = 200
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in [0, 100]) of an ascending sequence."""
-    if not sorted_values:
-        raise ValueError("no values")
-    if not 0 <= q <= 100:
-        raise ValueError("q must be between 0 and 100")
-    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 @dataclass(frozen=True)

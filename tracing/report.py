@@ -12,13 +12,21 @@ from tracing import attributes
 from tracing.spans import Span
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of *values*, in any order: always a value
+    that was observed, never an interpolation between two. The project's one
+    percentile (the benchmark uses it too). ValueError for no values."""
     if not values:
-        return None
+        raise ValueError("no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be between 0 and 100, got {q}")
     ordered = sorted(values)
     rank = max(1, min(len(ordered), math.ceil(q * len(ordered) / 100)))
     return ordered[rank - 1]
+
+
+def _percentile_ms(values: Sequence[float], q: float) -> float | None:
+    return percentile(values, q) if values else None
 
 
 def parse_culprits(raw: Any) -> list[tuple[str, float]]:
@@ -79,12 +87,12 @@ def summarize(spans: Iterable[Span], top: int = 3) -> list[Row]:
                 kind=kind,
                 name=name,
                 count=len(members),
-                duration_p50_ms=percentile(durations, 50),
-                duration_p99_ms=percentile(durations, 99),
-                network_p50_ms=percentile(network, 50),
-                network_p99_ms=percentile(network, 99),
-                delay_p50_ms=percentile(delay, 50),
-                delay_p99_ms=percentile(delay, 99),
+                duration_p50_ms=_percentile_ms(durations, 50),
+                duration_p99_ms=_percentile_ms(durations, 99),
+                network_p50_ms=_percentile_ms(network, 50),
+                network_p99_ms=_percentile_ms(network, 99),
+                delay_p50_ms=_percentile_ms(delay, 50),
+                delay_p99_ms=_percentile_ms(delay, 99),
                 top_culprits=tuple(sorted(culprits.items(), key=lambda kv: -kv[1])[:top]),
             )
         )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.loadgen import TIMEOUT, Samples
-from bench.stats import GroupStats, Rows, lag_summary_ms, percentile
+from bench.stats import GroupStats, Rows, lag_summary_ms
+from tracing.report import percentile
 
 
 def test_nearest_rank_percentile() -> None:

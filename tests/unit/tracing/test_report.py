@@ -53,8 +53,11 @@ def span(
 # --- percentile --------------------------------------------------------------------
 
 
-def test_percentile_of_nothing_is_none() -> None:
-    assert percentile([], 50) is None
+def test_percentile_of_nothing_or_out_of_range_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no values"):
+        percentile([], 50)
+    with pytest.raises(ValueError, match="between 0 and 100"):
+        percentile([1.0], 101)
 
 
 @pytest.mark.parametrize(
@@ -84,7 +87,6 @@ def test_percentile_is_nearest_rank(values: list[float], q: float, expected: flo
 def test_percentile_matches_the_nearest_rank_definition(values: list[float], q: int) -> None:
     ordered = sorted(values)
     result = percentile(values, q)
-    assert result is not None
     # The smallest value with at least q% of the values at or below it.
     at_or_below = len([v for v in ordered if v <= result])
     assert result in values
