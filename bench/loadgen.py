@@ -21,7 +21,8 @@ Why this shape:
   HTTP/1.1 without pipelining). Idle connections stay watched, so one the server
   closed is dropped before it is reused; a reused connection that still dies
   before any byte of the answer is retried once on a fresh one;
-- prebuilt request bytes and a minimal response parser (`bench.http1`).
+- prebuilt request bytes (`bench.traffic`) and the project's response parser
+  (`pricing.http1`), bodies discarded.
 
 Timing: epoll waits in whole milliseconds (rounded up), so a request may leave up
 to ~1 ms after its due time; that lateness is recorded per request (`lag_s`) and,
@@ -49,9 +50,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.http1 import ProtocolError, ResponseReader
 from bench.schedule import Arrival, mixed_schedule
 from bench.traffic import Target
+from pricing.http1 import ProtocolError, ResponseParser
 
 # Status codes for requests that got no HTTP status.
 TIMEOUT = 0  # no complete response before the request's deadline
@@ -210,7 +211,7 @@ class _Exchange:
         self.index = index
         self.data = data
         self.conn: _Conn | None = None
-        self.reader = ResponseReader()
+        self.reader = ResponseParser(keep_body=False)
         self.got_bytes = False
         self.retried = False
 
@@ -413,6 +414,9 @@ class OpenLoop:
             except ProtocolError:
                 self._finish(ex, PROTOCOL_ERROR)
                 return
+            if reader.rest:  # bytes after the end: the stream is out of sync
+                self._finish(ex, PROTOCOL_ERROR)
+                return
             if reader.done:
                 self._finish(ex, reader.status, keep=reader.keep_alive)
                 return
@@ -425,7 +429,7 @@ class OpenLoop:
             self._close(conn)
             ex.retried = True
             ex.data = self._fresh_bytes(ex)
-            ex.reader = ResponseReader()
+            ex.reader = ResponseParser(keep_body=False)
             arrival = self.schedule[ex.index]
             self._attach(ex, self.targets[arrival.kind], reuse=False)
             return

@@ -19,7 +19,6 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bench.http1 import build_request
 from routing.model import RouteConfig
 from simulator.responses import vehicles_in_cell
 
@@ -33,6 +32,27 @@ _SF_SOUTH, _SF_WEST, _SF_NORTH, _SF_EAST = 37.70, -122.52, 37.82, -122.35
 # Fraction of the way across town of a rideshare trip: sets its CPU cost.
 _TRIP_FRACTION = (0.45, 0.70)
 _VARIANTS = 64
+
+
+def build_request(
+    method: str,
+    target: str,
+    host: str,
+    *,
+    body: bytes = b"",
+    content_type: str | None = None,
+    extra_headers: tuple[tuple[str, str], ...] = (),
+) -> bytes:
+    """One request as bytes, ready to send on a keep-alive connection. Not http.client:
+    the generator shares the machine with what it measures, and prebuilt bytes cost
+    nothing per request."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
+    if content_type is not None:
+        lines.append(f"Content-Type: {content_type}")
+    if body or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {len(body)}")
+    lines.extend(f"{k}: {v}" for k, v in extra_headers)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 @dataclass(frozen=True)

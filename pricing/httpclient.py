@@ -5,8 +5,8 @@ pool's capacity is set by CPU per offer. Profiling (py-spy) showed urllib3
 spending most of an offer's CPU on header parsing through `email`, a
 zero-timeout "was the connection dropped?" poll before every reuse (a full
 trip through the gevent loop), and timeout bookkeeping. Our upstreams speak
-plain HTTP/1.1 with small JSON bodies, so one `sendall` and a few `recv_into`
-per call are enough.
+plain HTTP/1.1 with small JSON bodies, so one `sendall` and a few `recv`
+per call are enough; `pricing.http1` frames what they return.
 
 It is used under gevent (sockets from `gevent.socket`, cooperative without
 monkey patching); the caller bounds each call with a gevent.Timeout.
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gevent import socket
+
+from pricing.http1 import ProtocolError, ResponseParser
 
 # Largest response head and body we accept from an upstream (bytes): a reply
 # beyond it is a broken upstream, not something to buffer.
@@ -81,11 +83,10 @@ def _null_call() -> Iterator[Observed]:
 
 
 class Connection:
-    __slots__ = ("buffer", "reused", "sock")
+    __slots__ = ("reused", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.buffer = bytearray()
         self.reused = False
 
     def close(self) -> None:
@@ -154,16 +155,14 @@ class HostClient:
     def _on(self, conn: Connection, request: bytes) -> HttpResponse:
         clean = False
         try:
-            conn.sock.sendall(request)
-            response, keep_alive = _read_response(conn)
-            clean = keep_alive and not conn.buffer
+            try:
+                conn.sock.sendall(request)
+            except OSError as exc:
+                if conn.reused:
+                    raise _StaleConnection() from None
+                raise HttpClientError(f"{type(exc).__name__}: {exc}") from None
+            response, clean = _read_response(conn)
             return response
-        except _StaleConnection:
-            raise
-        except OSError as exc:
-            if conn.reused and not conn.buffer:
-                raise _StaleConnection() from None
-            raise HttpClientError(f"{type(exc).__name__}: {exc}") from None
         finally:
             if clean and len(self._idle) < self.max_idle:
                 conn.reused = True
@@ -177,95 +176,24 @@ class _StaleConnection(Exception):
 
 
 def _read_response(conn: Connection) -> tuple[HttpResponse, bool]:
-    buf = conn.buffer
-    head_end = buf.find(b"\r\n\r\n")
-    while head_end < 0:
-        if len(buf) > MAX_HEAD_BYTES:
-            raise HttpClientError("response head too large")
-        chunk = conn.sock.recv(_RECV_CHUNK)
-        if not chunk:
-            if not buf and conn.reused:
-                raise _StaleConnection()
-            raise HttpClientError("connection closed before the response head")
-        buf += chunk
-        head_end = buf.find(b"\r\n\r\n")
-    head = bytes(buf[:head_end]).decode("latin-1")
-    del buf[: head_end + 4]
-    lines = head.split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-        raise HttpClientError(f"malformed status line {lines[0][:80]!r}")
-    status = int(parts[1])
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise HttpClientError(f"malformed header line {line[:80]!r}")
-        headers[name.strip().lower()] = value.strip()
-    keep_alive = headers.get("connection", "").lower() != "close" and parts[0] == "HTTP/1.1"
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        body = _read_chunked(conn)
-    elif "content-length" in headers:
-        try:
-            length = int(headers["content-length"])
-        except ValueError:
-            raise HttpClientError("malformed content-length") from None
-        if not 0 <= length <= MAX_BODY_BYTES:
-            raise HttpClientError(f"content-length {length} out of bounds")
-        body = _read_exactly(conn, length)
-    else:
-        body = _read_until_close(conn)
-        keep_alive = False
-    return HttpResponse(status, headers, body), keep_alive
-
-
-def _fill(conn: Connection, at_least: int) -> None:
-    buf = conn.buffer
-    while len(buf) < at_least:
-        chunk = conn.sock.recv(max(_RECV_CHUNK, at_least - len(buf)))
-        if not chunk:
-            raise HttpClientError("connection closed in the middle of the response body")
-        buf += chunk
-
-
-def _read_exactly(conn: Connection, length: int) -> bytes:
-    _fill(conn, length)
-    body = bytes(conn.buffer[:length])
-    del conn.buffer[:length]
-    return body
-
-
-def _read_chunked(conn: Connection) -> bytes:
-    body = bytearray()
-    while True:
-        line_end = conn.buffer.find(b"\r\n")
-        while line_end < 0:
-            _fill(conn, len(conn.buffer) + 1)
-            line_end = conn.buffer.find(b"\r\n")
-        try:
-            size = int(bytes(conn.buffer[:line_end]).split(b";")[0], 16)
-        except ValueError:
-            raise HttpClientError("malformed chunk size") from None
-        del conn.buffer[: line_end + 2]
-        if size == 0:
-            _fill(conn, 2)  # no trailers expected from our upstreams
-            del conn.buffer[:2]
-            return bytes(body)
-        if len(body) + size > MAX_BODY_BYTES:
-            raise HttpClientError("chunked body too large")
-        _fill(conn, size + 2)
-        body += conn.buffer[:size]
-        del conn.buffer[: size + 2]
-
-
-def _read_until_close(conn: Connection) -> bytes:
-    buf = conn.buffer
-    while True:
-        chunk = conn.sock.recv(_RECV_CHUNK)
-        if not chunk:
-            body = bytes(buf)
-            buf.clear()
-            return body
-        buf += chunk
-        if len(buf) > MAX_BODY_BYTES:
-            raise HttpClientError("body too large")
+    """The response, and whether the connection may carry another request."""
+    parser = ResponseParser(max_head_bytes=MAX_HEAD_BYTES, max_body_bytes=MAX_BODY_BYTES)
+    received = False
+    try:
+        while not parser.done:
+            chunk = conn.sock.recv(_RECV_CHUNK)
+            if not chunk:
+                if not received and conn.reused:
+                    raise _StaleConnection()
+                parser.eof()
+                break
+            received = True
+            parser.feed(chunk)
+    except ProtocolError as exc:
+        raise HttpClientError(str(exc)) from None
+    except OSError as exc:
+        if not received and conn.reused:
+            raise _StaleConnection() from None  # closed by the server while idle
+        raise HttpClientError(f"{type(exc).__name__}: {exc}") from None
+    response = HttpResponse(parser.status, parser.headers, bytes(parser.body))
+    return response, parser.keep_alive and not parser.rest

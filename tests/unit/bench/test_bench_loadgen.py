@@ -16,10 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.http1 import build_request
 from bench.loadgen import CONNECTION_ERROR, TIMEOUT, run_open_loop
 from bench.schedule import Arrival
-from bench.traffic import PreparedRequest, Target
+from bench.traffic import PreparedRequest, Target, build_request
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 OK_CLOSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
