@@ -227,11 +227,7 @@ def comparison_json(
         "command": command,
         "machine": dict(machine),
         "settings": {
-            "workers": workers,
-            "repeats": repeats,
-            "duration_s": settings.duration_s,
-            "warmup_s": settings.warmup_s,
-            "rates_rps": dict(settings.group_rates_rps),
+            **settings.to_json(workers=workers, repeats=repeats),
             "upstream_latency": f"every upstream fixed {settings.upstream_ms:g} ms",
             "upstream_ms": settings.upstream_ms,
             "cpu_timeout_s": settings.cpu_timeout_s,

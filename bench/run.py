@@ -93,6 +93,16 @@ class LoadSettings:
     def total_s(self) -> float:
         return self.warmup_s + self.duration_s
 
+    def to_json(self, *, workers: int, repeats: int) -> dict[str, object]:
+        """What every interleaved part's results.json says about its load first."""
+        return {
+            "workers": workers,
+            "repeats": repeats,
+            "duration_s": self.duration_s,
+            "warmup_s": self.warmup_s,
+            "rates_rps": dict(self.group_rates_rps),
+        }
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -422,18 +432,91 @@ def _records(stack: Stack, since_ns: int) -> list[dict[str, Any]]:
 LAYOUTS = (Layout.SHARED, Layout.SPLIT)
 
 
-def run_order(repeats: int) -> list[tuple[int, Layout]]:
-    """Interleaved layouts, alternating which goes first, so slow drift on a noisy
-    machine (other jobs, thermal) lands on both layouts alike."""
-    order: list[tuple[int, Layout]] = []
+@dataclass(frozen=True)
+class Arm:
+    """One side of an interleaved comparison: a layout and the pools' tracing switch.
+
+    `label` and `run_name` are templates for one run of it, with `{repeat}` (from 1)
+    and `{repeats}`: the progress label, and the stack's directory under the run dir.
+    """
+
+    key: str
+    layout: Layout
+    tracing: bool | str  # PRICING_TRACING for the pools (bench.spans.env_for)
+    label: str
+    run_name: str
+
+    @property
+    def traced(self) -> bool:
+        return self.tracing not in (False, "off", "0")
+
+
+def layout_arms(tracing: bool) -> tuple[Arm, ...]:
+    """The shared/split comparison: both layouts, the same tracing switch."""
+    return tuple(
+        Arm(
+            lay.value,
+            lay,
+            tracing,
+            f"repeat {{repeat}}/{{repeats}} {lay.value}",
+            f"r{{repeat}}-{lay.value}",
+        )
+        for lay in LAYOUTS
+    )
+
+
+def run_order(arms: Sequence[Arm], repeats: int) -> list[tuple[int, Arm]]:
+    """Interleaved arms, alternating which goes first, so slow drift on a noisy
+    machine (other jobs, thermal) lands on every arm alike."""
+    order: list[tuple[int, Arm]] = []
     for r in range(repeats):
-        layouts = LAYOUTS if r % 2 == 0 else tuple(reversed(LAYOUTS))
-        order += [(r, layout) for layout in layouts]
+        ordered = arms if r % 2 == 0 else tuple(reversed(arms))
+        order += [(r, arm) for arm in ordered]
     return order
 
 
 def planned_seconds(settings: LoadSettings, runs: int) -> float:
     return runs * (STACK_START_EST_S + settings.total_s + DRAIN_EST_S)
+
+
+def run_interleaved(
+    config: RouteConfig,
+    settings: LoadSettings,
+    arms: Sequence[Arm],
+    *,
+    workers: int,
+    repeats: int,
+    run_dir: Path,
+    progress: Progress | None = None,
+) -> list[tuple[Arm, RunResult]]:
+    """Every arm from the same route config, the same N processes and the same
+    arrivals, interleaved `repeats` times, each run on a fresh stack. Every run is
+    returned (not just the best), in the order they ran."""
+    config = prepared_config(config, workers, run_dir)
+    rates = kind_rates(settings.group_rates_rps)
+    results = []
+    for repeat, arm in run_order(arms, repeats):
+        names = {"repeat": repeat + 1, "repeats": repeats}
+        label = arm.label.format(**names)
+        stack_dir = run_dir / arm.run_name.format(**names)
+        if progress is not None:
+            progress.step(f"{label}: starting the stack", STACK_START_EST_S)
+        arm_settings = replace(settings, tracing=arm.traced)
+        with running_stack(config, arm.layout, stack_dir, tracing=arm.tracing) as stack:
+            host, port = stack.config.listener.address.host, stack.config.listener.address.port
+            targets = targets_for(stack.config, host, port, tuple(rates), settings.seed)
+            result = measure(
+                stack,
+                targets,
+                rates,
+                arm_settings,
+                stack_dir,
+                label=label,
+                repeat=repeat,
+                progress=progress,
+            )
+        results.append((arm, with_spans(result, stack)))
+    return results
 
 
 def compare(
@@ -445,28 +528,14 @@ def compare(
     run_dir: Path,
     progress: Progress | None = None,
 ) -> list[RunResult]:
-    """Both layouts from the same route config, the same N processes and the same
-    arrivals, interleaved `repeats` times. Every run is returned (not just the best)."""
-    config = prepared_config(config, workers, run_dir)
-    rates = kind_rates(settings.group_rates_rps)
-    results = []
-    for repeat, layout in run_order(repeats):
-        label = f"repeat {repeat + 1}/{repeats} {layout.value}"
-        stack_dir = run_dir / f"r{repeat + 1}-{layout.value}"
-        if progress is not None:
-            progress.step(f"{label}: starting the stack", STACK_START_EST_S)
-        with running_stack(config, layout, stack_dir, tracing=settings.tracing) as stack:
-            host, port = stack.config.listener.address.host, stack.config.listener.address.port
-            targets = targets_for(stack.config, host, port, tuple(rates), settings.seed)
-            result = measure(
-                stack,
-                targets,
-                rates,
-                settings,
-                stack_dir,
-                label=label,
-                repeat=repeat,
-                progress=progress,
-            )
-        results.append(with_spans(result, stack))
-    return results
+    """The shared and the split layout, interleaved (see `run_interleaved`)."""
+    runs = run_interleaved(
+        config,
+        settings,
+        layout_arms(settings.tracing),
+        workers=workers,
+        repeats=repeats,
+        run_dir=run_dir,
+        progress=progress,
+    )
+    return [result for _, result in runs]

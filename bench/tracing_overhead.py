@@ -14,22 +14,13 @@ measure the same thing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.progress import Progress
-from bench.run import (
-    DRIVER,
-    LoadSettings,
-    RunResult,
-    measure,
-    prepared_config,
-    running_stack,
-    with_spans,
-)
+from bench.run import DRIVER, Arm, LoadSettings, RunResult, run_interleaved
 from bench.stats import GroupStats, Rows
-from bench.traffic import CPU_KINDS, OFFER_KINDS, kind_rates, targets_for
+from bench.traffic import CPU_KINDS, OFFER_KINDS
 from routing.model import Layout, RouteConfig
 
 SCHEMA = "pricingservice.bench.tracing-overhead/1"
@@ -38,12 +29,16 @@ MODES = ("off", "spans", "full")
 CALLS_PER_OFFER = 3
 
 
-def run_order(repeats: int) -> list[tuple[int, str]]:
-    order: list[tuple[int, str]] = []
-    for r in range(repeats):
-        modes = MODES if r % 2 == 0 else tuple(reversed(MODES))
-        order += [(r, m) for m in modes]
-    return order
+ARMS = tuple(
+    Arm(
+        mode,
+        Layout.SPLIT,
+        mode,
+        f"tracing {mode}, repeat {{repeat}}/{{repeats}}",
+        f"tracing-{mode}-r{{repeat}}",
+    )
+    for mode in MODES
+)
 
 
 def run_tracing_overhead(
@@ -56,29 +51,17 @@ def run_tracing_overhead(
     run_dir: Path,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    config = prepared_config(config, workers, run_dir)
-    rates = kind_rates(settings.group_rates_rps)
     runs: dict[str, list[RunResult]] = {m: [] for m in MODES}
-    for repeat, mode in run_order(repeats):
-        label = f"tracing {mode}, repeat {repeat + 1}/{repeats}"
-        stack_dir = run_dir / f"tracing-{mode}-r{repeat + 1}"
-        if progress is not None:
-            progress.step(f"{label}: starting the stack", 8.0)
-        mode_settings = replace(settings, tracing=mode != "off")
-        with running_stack(config, Layout.SPLIT, stack_dir, tracing=mode) as stack:
-            host, port = stack.config.listener.address.host, stack.config.listener.address.port
-            targets = targets_for(stack.config, host, port, tuple(rates), settings.seed)
-            result = measure(
-                stack,
-                targets,
-                rates,
-                mode_settings,
-                stack_dir,
-                label=label,
-                repeat=repeat,
-                progress=progress,
-            )
-        runs[mode].append(with_spans(result, stack))
+    for arm, result in run_interleaved(
+        config,
+        settings,
+        ARMS,
+        workers=workers,
+        repeats=repeats,
+        run_dir=run_dir,
+        progress=progress,
+    ):
+        runs[arm.key].append(result)
     per_mode = {mode: _mode_json(rs, deadline_s) for mode, rs in runs.items()}
     on = runs["full"]
     spans = sum(len(r.spans.calls) for r in on if r.spans is not None)
@@ -91,11 +74,7 @@ def run_tracing_overhead(
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "settings": {
-            "workers": workers,
-            "repeats": repeats,
-            "duration_s": settings.duration_s,
-            "warmup_s": settings.warmup_s,
-            "rates_rps": dict(settings.group_rates_rps),
+            **settings.to_json(workers=workers, repeats=repeats),
             "switch": "PRICING_TRACING=off/spans/full in the pools' environment",
         },
         "tracing_active": active,

@@ -388,9 +388,9 @@ def _measure_compare(run: Run) -> str:
 
 
 def _planned_compare(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
-    from bench.run import run_order
+    from bench.run import layout_arms, run_order
 
-    return planned_seconds(settings, len(run_order(d.repeats)))
+    return planned_seconds(settings, len(run_order(layout_arms(False), d.repeats)))
 
 
 COMPARE = Part(FULL, QUICK, _planned_compare, _measure_compare)
@@ -496,9 +496,10 @@ IO_CAPACITY = Part(
 
 
 def _planned_overhead(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
-    from bench.tracing_overhead import run_order
+    from bench.run import run_order
+    from bench.tracing_overhead import ARMS
 
-    return planned_seconds(settings, len(run_order(d.repeats)))
+    return planned_seconds(settings, len(run_order(ARMS, d.repeats)))
 
 
 def _measure_overhead(run: Run) -> str:

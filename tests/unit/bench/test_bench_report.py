@@ -10,7 +10,7 @@ from bench import plots, report
 from bench.cpu import OTHER, ComponentCpu
 from bench.floor import Floor
 from bench.loadgen import Samples
-from bench.run import LoadSettings, RunResult, run_order
+from bench.run import LoadSettings, RunResult, layout_arms, run_order
 
 SETTINGS = LoadSettings({"cpu": 30.0, "offers": 100.0}, duration_s=10.0, warmup_s=2.0)
 FLOOR = Floor(100.0, 100.0, 100.0, "configured", 1000)
@@ -54,8 +54,8 @@ def fake_run(layout: str, repeat: int, offer_extra_ms: float) -> RunResult:
 
 def runs() -> list[RunResult]:
     out = []
-    for repeat, layout in run_order(2):
-        out.append(fake_run(layout.value, repeat, 300.0 if layout.value == "shared" else 10.0))
+    for repeat, arm in run_order(layout_arms(False), 2):
+        out.append(fake_run(arm.key, repeat, 300.0 if arm.key == "shared" else 10.0))
     return out
 
 
