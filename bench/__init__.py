@@ -14,6 +14,8 @@ Module per idea:
 - `run`: the route config for `--workers N`; one stack + one load run; the interleaved
   shared/split comparison;
 - `envoy_hop`, `io_capacity`, `tracing_overhead`: the separately measurable parts;
+- `timing_accuracy`, `timing_cost`: the gevent timing core against ground truth, and
+  its CPU cost (no stack);
 - `report`, `plots`, `progress`: results.json and writing each part's files, PNGs, the
   progress bar.
 """

@@ -4,9 +4,11 @@
     pricingctl bench envoy-hop [--quick] ...
     pricingctl bench io-capacity [--quick] ...
     pricingctl bench tracing-overhead [--quick] ...
+    pricingctl bench timing-accuracy [--quick] [--calls N] [--hogs N] ...
+    pricingctl bench timing-cost [--quick] [--rounds N] [--repeat N]
 
-Every part runs through one skeleton (`_handler`): machine check, measurement,
-results written by the part, one summary printed, one way to fail.
+Every part runs through one skeleton (`_measure_and_report`): machine check,
+measurement, results written by the part, one summary printed, one way to fail.
 
 Exit codes: 0 measured (targets met or not: they are reported, not enforced),
 1 the benchmark could not run, 2 bad flags, 130 interrupted (143 on SIGTERM).
@@ -231,6 +233,28 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _load_flags(tr, FULL)
     tr.set_defaults(handler=_handler(TRACING_OVERHEAD))
 
+    acc = sub.add_parser(
+        "timing-accuracy",
+        help="the per-call network / scheduling-delay split against ground truth",
+    )
+    _timing_flags(acc)
+    acc.add_argument("--calls", type=_count(1, 100_000), default=None, help="default 300")
+    acc.add_argument("--hogs", type=_count(0, 64), default=2, help="CPU-hog greenlets")
+    acc.add_argument(
+        "--phase-calls", type=_count(1, 100_000), default=None, help="calls per load phase"
+    )
+    acc.add_argument("--reply-ms", type=_count(0, 10_000), default=20, help="upstream delay")
+    acc.add_argument("--concurrency", type=_count(1, 1000), default=4, help="client greenlets")
+    acc.add_argument("--pause-ms", type=_positive, default=10.0, help="max pause between calls")
+    acc.add_argument("--seed", type=_count(0, 2**31), default=1, help="random seed")
+    acc.set_defaults(handler=_timing_accuracy)
+
+    cost = sub.add_parser("timing-cost", help="CPU cost of the gevent timing instrumentation")
+    _timing_flags(cost)
+    cost.add_argument("--rounds", type=_count(100, 10**7), default=None, help="default 50000")
+    cost.add_argument("--repeat", type=_count(1, 100), default=None, help="default 15")
+    cost.set_defaults(handler=_timing_cost)
+
 
 # --- one skeleton for every part ----------------------------------------------------------
 
@@ -268,6 +292,8 @@ class Part:
 
 
 def _handler(part: Part) -> Callable[[argparse.Namespace], int]:
+    """A part that starts stacks: its load settings and the route config's timeouts."""
+
     def handler(args: argparse.Namespace) -> int:
         problem = part.check(args)
         if problem is not None:
@@ -275,25 +301,36 @@ def _handler(part: Part) -> Callable[[argparse.Namespace], int]:
             return 2
         defaults = _defaults(args, part.full, part.quick)
         settings = _settings(args, defaults)
-        progress = Progress(part.planned_s(args, settings, defaults))
 
-        def body() -> int:
-            from bench.report import machine_before_start
-
-            machine = machine_before_start()
+        def measure(progress: Progress, machine: dict[str, object]) -> str:
             config = load_routes(args.config)
             timed = replace(settings, cpu_timeout_s=_route_timeout_s(config, "offers.rideshare"))
             deadline_s = _route_timeout_s(config, "offers.bike")
-            summary = part.measure(
+            return part.measure(
                 Run(args, defaults, config, timed, deadline_s, progress, _command(), machine)
             )
-            progress.finish()
-            print(summary)
-            return 0
 
-        return _guarded(body, progress)
+        return _measure_and_report(part.planned_s(args, settings, defaults), measure)
 
     return handler
+
+
+def _measure_and_report(
+    planned_s: float, measure: Callable[[Progress, dict[str, object]], str]
+) -> int:
+    """The one skeleton of every part: look at the machine, measure (the part writes its
+    results to --out), print its summary; fail in one of the ways the docstring lists."""
+    progress = Progress(planned_s)
+
+    def body() -> int:
+        from bench.report import machine_before_start
+
+        summary = measure(progress, machine_before_start())
+        progress.finish()
+        print(summary)
+        return 0
+
+    return _guarded(body, progress)
 
 
 def _defaults(args: argparse.Namespace, full: Defaults, quick: Defaults) -> Defaults:
@@ -518,3 +555,63 @@ def _measure_overhead(run: Run) -> str:
 
 
 TRACING_OVERHEAD = Part(FULL, QUICK, _planned_overhead, _measure_overhead)
+
+
+# --- the parts that start no stack: the gevent timing core's accuracy and cost -------------
+
+ACCURACY_FULL = {"calls": 300, "phase_calls": 25}
+ACCURACY_QUICK = {"calls": 40, "phase_calls": 10}
+COST_FULL = {"rounds": 50_000, "repeat": 15}
+COST_QUICK = {"rounds": 5_000, "repeat": 3}
+
+
+def _resolved(
+    args: argparse.Namespace, full: dict[str, int], quick: dict[str, int]
+) -> dict[str, int]:
+    """Flags left unset take the full or the --quick default."""
+    base = quick if args.quick else full
+    return {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in base.items()}
+
+
+def _timing_accuracy(args: argparse.Namespace) -> int:
+    from bench.timing_accuracy import run_timing_accuracy, write_timing_accuracy
+
+    n = _resolved(args, ACCURACY_FULL, ACCURACY_QUICK)
+
+    def measure(progress: Progress, machine: dict[str, object]) -> str:
+        progress.step("timing-accuracy: measuring (its own process)", 0.15 * n["calls"])
+        doc = run_timing_accuracy(
+            calls=n["calls"],
+            hogs=args.hogs,
+            phase_calls=n["phase_calls"],
+            reply_ms=args.reply_ms,
+            concurrency=args.concurrency,
+            pause_ms=args.pause_ms,
+            seed=args.seed,
+        )
+        return write_timing_accuracy({"command": _command(), "machine": machine, **doc}, args.out)
+
+    return _measure_and_report(0.15 * n["calls"], measure)
+
+
+def _timing_cost(args: argparse.Namespace) -> int:
+    from bench.timing_cost import run_timing_cost, write_timing_cost
+
+    n = _resolved(args, COST_FULL, COST_QUICK)
+    planned_s = 4e-5 * n["rounds"] * n["repeat"]
+
+    def measure(progress: Progress, machine: dict[str, object]) -> str:
+        progress.step("timing-cost: microbenchmarks", planned_s)
+        doc = run_timing_cost(rounds=n["rounds"], repeat=n["repeat"])
+        return write_timing_cost({"command": _command(), "machine": machine, **doc}, args.out)
+
+    return _measure_and_report(planned_s, measure)
+
+
+def _timing_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--quick", action="store_true", help="a short run: a smoke test, not a figure to quote"
+    )
+    p.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"results directory (default {DEFAULT_OUT})"
+    )

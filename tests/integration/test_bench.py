@@ -112,6 +112,32 @@ def test_bench_parts_quick(tmp_path: Path) -> None:
     assert (out / "io_capacity.png").read_bytes()[:8] == PNG
 
 
+def test_timing_parts_quick(tmp_path: Path) -> None:
+    """The gevent timing core's accuracy and cost parts run end to end (no stack)."""
+    accuracy = pricingctl(
+        "bench", "timing-accuracy", "--quick", "--out", str(tmp_path), timeout_s=300
+    )
+    assert accuracy.returncode == 0, accuracy.stderr[-3000:]
+    doc = json.loads((tmp_path / "timing_accuracy.json").read_text())
+    assert doc["calls"] >= 40
+    window = doc["reply_arrival_in_send_window"]
+    assert 0 < window["in"] <= window["of"] <= doc["calls"]
+    assert doc["call_duration_ms"]["min"] <= doc["call_duration_ms"]["max"]
+    assert "reply arrival in send window" in accuracy.stdout
+
+    cost = pricingctl("bench", "timing-cost", "--quick", "--out", str(tmp_path), timeout_s=300)
+    assert cost.returncode == 0, cost.stderr[-3000:]
+    doc = json.loads((tmp_path / "timing_cost.json").read_text())
+    assert doc["greenlet_switch_us"]["bare"] > 0
+    assert doc["send_and_read_wait_us"]["uninstrumented"] > 0
+    assert set(doc["pieces_us"]) == {
+        "peek_receive_timestamp",
+        "begin_call_and_finish",
+        "culprits_of_1ms_with_100_switches",
+        "set_greenlet_label",
+    }
+
+
 def test_bad_flag_is_one_line_and_exit_2() -> None:
     done = pricingctl("bench", "--workers", "1", timeout_s=60)
     assert done.returncode == 2

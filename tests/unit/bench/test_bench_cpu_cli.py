@@ -52,6 +52,9 @@ def test_parse_rates() -> None:
         ["bench", "--bogus"],
         ["bench", "io-capacity", "--p99-limit-ms", "x"],
         ["bench", "envoy-hop", "--nope"],
+        ["bench", "timing-accuracy", "--calls", "0"],
+        ["bench", "timing-cost", "--rounds", "1"],
+        ["routes", "render", "--layout", "diagonal"],
     ],
 )
 def test_bad_flags_give_one_line_and_exit_2(
@@ -62,7 +65,7 @@ def test_bad_flags_give_one_line_and_exit_2(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    assert err.startswith("pricingctl bench")
+    assert err.startswith(f"pricingctl {argv[0]}")
 
 
 def test_good_flags_parse() -> None:

@@ -2,7 +2,7 @@
 in a subprocess, next to a CPU-hog greenlet.
 
 Tolerances are loose on purpose (a noisy 2-core machine): these tests check that the
-split is visible and blames the right greenlet; the benchmark (python -m tracing._measure)
+split is visible and blames the right greenlet; the benchmark (pricingctl bench timing-accuracy)
 holds the precise figures.
 """
 
