@@ -186,10 +186,3 @@ def targets_for(
             raise ValueError(f"unknown request kind {kind!r}")
         targets.append(Target(kind, host, port, requests))
     return tuple(targets)
-
-
-def group_of(kind: str) -> str:
-    for group, kinds in GROUPS.items():
-        if kind in kinds:
-            return group
-    raise KeyError(kind)

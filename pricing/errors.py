@@ -48,11 +48,6 @@ class UnsupportedMediaType(PricingError):
     title = "Unsupported media type"
 
 
-class OutsideServiceArea(InvalidRequest):
-    slug = "outside-service-area"
-    title = "Outside the service area"
-
-
 class NoVehicleNearby(PricingError):
     status = 404
     slug = "no-vehicle-nearby"

@@ -60,7 +60,6 @@ REGIONS: dict[str, Region] = {
         ),
     ),
 }
-DEFAULT_REGION = "sf"
 
 
 def region_for(point: LatLng) -> Region | None:

@@ -97,17 +97,6 @@ class HttpGateway:
             )
             self._bulkheads[name] = BoundedSemaphore(spec.max_concurrency)
 
-    def set_observer(self, observer: CallObserver) -> None:
-        for client in self.clients.values():
-            client.observer = observer
-
-    def in_flight(self) -> dict[str, int]:
-        """Calls in flight per upstream (for tests and /readyz)."""
-        return {
-            name: self._specs[name].max_concurrency - sem.counter
-            for name, sem in self._bulkheads.items()
-        }
-
     def fetch_all(self, calls: Sequence[Call], deadline: Deadline) -> dict[str, Answer]:
         greenlets = [spawn_in_context(self._call, call, deadline) for call in calls]
         gevent.joinall(greenlets, timeout=deadline.remaining_s() + _JOIN_GRACE_S)

@@ -5,7 +5,3 @@ from __future__ import annotations
 
 class RouteConfigError(ValueError):
     """The route config is invalid. The message names the offending route or key."""
-
-
-class StaleRenderError(RuntimeError):
-    """A committed generated file no longer matches what the route config renders."""

@@ -29,9 +29,8 @@ import yaml
 from stack.procs import Proc, StartError, free_port, http_ok
 
 # The Go module keeps v1 tags; module v1.76.0 is the Jaeger v2.13.0 release
-# (same code as the Docker image jaegertracing/jaeger:2.13.0).
+# (same code as the Docker image jaegertracing/jaeger:2.13.0 in deploy/docker-compose.yml).
 JAEGER_VERSION = "v1.76.0"
-JAEGER_RELEASE = "2.13.0"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO_ROOT / "deploy" / "jaeger" / "build.sh"
