@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-REPO = HERE.parents[2]
+REPO = HERE.parents[3]
 HOG = "POST /v1/offers/rideshare"
 
 

@@ -1,0 +1,33 @@
+"""CPU accounting from /proc."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.cpu import OTHER, Snapshot, process_cpu_s, tree, usage
+
+
+def test_process_cpu_and_tree_of_this_process() -> None:
+    sum(i * i for i in range(200_000))  # burn a little CPU
+    assert (process_cpu_s(os.getpid()) or 0.0) > 0.0
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        assert child.pid in tree(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert process_cpu_s(child.pid) is None
+
+
+def test_usage_is_the_difference_per_component_and_the_rest_is_other() -> None:
+    before = Snapshot({"a": {1: 10.0, 2: 5.0}, "b": {3: 1.0}}, machine_busy_s=100.0)
+    after = Snapshot({"a": {1: 11.0, 2: 5.5, 4: 0.5}, "b": {3: 1.2}}, machine_busy_s=104.0)
+    use = usage(before, after, window_s=2.0)
+    assert use["a"].cpu_s == pytest.approx(2.0)  # 1 + 0.5 + a new process's 0.5
+    assert use["a"].cpu_pct == pytest.approx(100.0)
+    assert use["b"].cpu_pct == pytest.approx(10.0)
+    assert use[OTHER].cpu_s == pytest.approx(4.0 - 2.2)

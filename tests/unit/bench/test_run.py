@@ -1,0 +1,49 @@
+"""bench.run: the route config for --workers N, and the interleaved run order."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.run import layout_arms, run_order, with_workers
+from bench.tracing_overhead import ARMS
+from routing.load import parse_routes
+from routing.model import Layout, RouteConfig
+from routing.write import render_routes_toml
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_with_workers_keeps_the_same_total(routes: RouteConfig, n: int) -> None:
+    derived = with_workers(routes, n)
+    assert derived.pool("cpu").workers == n - 1
+    assert derived.pool("io").workers == 1
+    assert derived.pool("shared", Layout.SHARED).workers == n
+    # and the loader derives the same shared count from the file
+    assert parse_routes(render_routes_toml(derived)) == derived
+
+
+def test_with_workers_refuses_one(routes: RouteConfig) -> None:
+    with pytest.raises(ValueError, match="at least 2"):
+        with_workers(routes, 1)
+
+
+def test_run_order_interleaves_and_alternates_which_arm_goes_first() -> None:
+    order = [(repeat, arm.key) for repeat, arm in run_order(layout_arms(False), 3)]
+    assert order == [
+        (0, "shared"),
+        (0, "split"),
+        (1, "split"),
+        (1, "shared"),
+        (2, "shared"),
+        (2, "split"),
+    ]
+    modes = [arm.key for _, arm in run_order(ARMS, 2)]
+    assert modes == ["off", "spans", "full", "full", "spans", "off"]
+
+
+def test_arms_name_their_runs_where_replot_looks() -> None:
+    shared, split = layout_arms(True)
+    assert (shared.run_name.format(repeat=2), split.label.format(repeat=1, repeats=3)) == (
+        "r2-shared",
+        "repeat 1/3 split",
+    )
+    assert shared.traced and not ARMS[0].traced

@@ -1,0 +1,26 @@
+"""routing.write: a route config written back as routes.toml reads back the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.run import with_workers
+from routing.load import parse_routes
+from routing.model import RouteConfig
+from routing.write import render_routes_toml, write_routes
+
+
+def test_rendered_toml_reads_back_as_the_same_config(routes: RouteConfig) -> None:
+    assert parse_routes(render_routes_toml(routes)) == routes
+
+
+def test_meta_paths_are_written_once(routes: RouteConfig) -> None:
+    text = render_routes_toml(routes)
+    assert text.count('"/openapi.json"') == 1  # in [meta]; the meta.openapi route has no path
+    assert '[meta]\nhealthz = "/healthz"\nreadyz = "/readyz"' in text
+
+
+def test_write_routes_points_source_at_the_file(routes: RouteConfig, tmp_path: Path) -> None:
+    written = write_routes(with_workers(routes, 4), tmp_path / "r.toml")
+    assert written.source == str((tmp_path / "r.toml").resolve())
+    assert written.pool("cpu").workers == 3
