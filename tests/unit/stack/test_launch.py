@@ -1,0 +1,104 @@
+"""stack.launch: what a stack gives each pool (environment, config, readiness probe),
+checked without starting anything."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from routing.load import default_routes_path
+from routing.model import Layout, RouteConfig
+from stack import launch
+from stack.jaeger import JaegerPorts
+from stack.launch import PortTaken, Stack
+from tracing.settings import TracingSettings
+
+
+def test_on_free_ports_moves_every_listener(routes: RouteConfig, tmp_path: Path) -> None:
+    stack = Stack.on_free_ports(routes, Layout.SPLIT, tmp_path)
+    ports = {
+        stack.config.listener.address.port,
+        stack.config.admin.port,
+        stack.simulator_port,
+        *(p.bind.port for p in stack.config.pools),
+        stack.config.shared.bind.port,
+    }
+    assert len(ports) == 6  # all distinct
+    assert not ports & {8080, 9901, 8200, 8101, 8102, 8103}  # none of routes.toml's
+    assert stack.pool_url("io") == f"http://127.0.0.1:{stack.config.pool('io').bind.port}"
+
+
+def test_pool_env_is_what_the_pool_reads(
+    routes: RouteConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written = routes.with_ports(upstream_base_url="http://127.0.0.1:1")
+    stack = Stack(written, Layout.SPLIT, tmp_path, simulator_port=8299)
+    stack.with_jaeger, stack.jaeger_ports = True, JaegerPorts(1, 4999, 3, 4)
+    for key, value in stack.pool_env("io").items():
+        monkeypatch.setenv(key, value)
+    assert default_routes_path() == Path(written.source)
+    settings = TracingSettings.from_env()
+    assert settings.span_file == stack.span_file
+    assert settings.otlp_endpoint == "http://127.0.0.1:4999"
+    from routing.env import POOL_ENV, UPSTREAM_URL_ENV
+
+    assert stack.pool_env("io")[POOL_ENV] == "io"
+    assert stack.pool_env("io")[UPSTREAM_URL_ENV] == "http://127.0.0.1:8299"
+
+
+def test_extra_env_wins(routes: RouteConfig, tmp_path: Path) -> None:
+    stack = Stack(routes, Layout.SPLIT, tmp_path, extra_env={"PRICING_TRACING": "off"})
+    assert stack.pool_env("cpu")["PRICING_TRACING"] == "off"
+
+
+class FakeProc:
+    """Records what the stack would start, and the readiness check it waits for."""
+
+    started: list[FakeProc] = []
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, **kw: Any) -> None:
+        self.name, self.argv, self.env = name, argv, kw.get("env")
+        self.ready: Callable[[], bool] | None = None
+
+    def start(self) -> FakeProc:
+        FakeProc.started.append(self)
+        return self
+
+    def wait_ready(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
+        self.ready = ready
+
+
+def test_a_pool_is_started_from_its_gunicorn_config_and_waited_for_until_ready(
+    routes: RouteConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probed: list[str] = []
+    monkeypatch.setattr(launch, "Proc", FakeProc)
+    monkeypatch.setattr(launch, "http_ok", lambda url: probed.append(url) or True)
+    stack = Stack.on_free_ports(routes, Layout.SPLIT, tmp_path)
+    stack._start_pool("cpu", timeout_s=1)
+    (proc,) = FakeProc.started[-1:]
+    assert proc.argv[:4] == [sys.executable, "-m", "gunicorn", "--config"]
+    assert proc.argv[4] == "python:gunicorn_conf.cpu"
+    assert proc.ready is not None and proc.ready()
+    # Readiness, as Envoy's health check sees it: the path [meta].readyz names.
+    assert probed == [f"{stack.pool_url('cpu')}{routes.meta.readyz}"]
+
+
+def test_a_taken_port_is_named_before_anything_starts(
+    routes: RouteConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = Stack.on_free_ports(routes, Layout.SPLIT, tmp_path)
+    taken = stack.config.pool("io").bind.port
+    monkeypatch.setattr(launch, "port_in_use", lambda host, port: port == taken)
+    with pytest.raises(PortTaken, match=rf"port {taken} on 127.0.0.1 \(pool io\) is already in"):
+        stack.check_ports()
+
+
+def test_envoy_config_is_rendered_per_layout(routes: RouteConfig, tmp_path: Path) -> None:
+    assert Stack(routes, Layout.SHARED, tmp_path).envoy_config_path() == (
+        tmp_path / "envoy.shared.yaml"
+    )

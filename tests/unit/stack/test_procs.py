@@ -1,0 +1,85 @@
+"""stack.procs: ports, readiness polling, and processes stopped by process group."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
+
+
+def test_free_port_is_bindable_and_port_in_use_sees_a_listener() -> None:
+    port = free_port()
+    assert not port_in_use("127.0.0.1", port)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        assert port_in_use("127.0.0.1", port)
+
+
+def test_http_ok_is_false_when_nothing_listens() -> None:
+    assert not http_ok(f"http://127.0.0.1:{free_port()}/readyz", timeout_s=0.5)
+
+
+def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    # A parent that starts a grandchild and reports its pid: both must go on stop().
+    script = (
+        "import subprocess, sys, time;"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid));"
+        "time.sleep(60)"
+    )
+    proc = Proc("sleeper", [sys.executable, "-c", script], tmp_path / "sleeper.log").start()
+    proc.wait_ready(lambda: pid_file.exists() and pid_file.read_text() != "", 20, "started")
+    grandchild = int(pid_file.read_text())
+    proc.stop(timeout_s=5)
+    assert not proc.alive()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _running(grandchild):
+        time.sleep(0.05)
+    assert not _running(grandchild)
+
+
+def test_a_process_that_dies_before_ready_names_itself_and_its_log(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "print('cannot bind'); raise SystemExit(3)"]
+    proc = Proc("pool-io", argv, tmp_path / "logs" / "pool-io.log").start()
+    with pytest.raises(StartError) as info:
+        proc.wait_ready(lambda: False, 20, "ready")
+    message = str(info.value)
+    assert message.startswith("pool-io exited with code 3 before it was ready")
+    assert "cannot bind" in message  # the tail of its log
+    proc.stop()
+
+
+def test_not_ready_in_time_is_a_start_error(tmp_path: Path) -> None:
+    proc = Proc("slow", [sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "s.log")
+    proc.start()
+    try:
+        with pytest.raises(StartError, match=r"^slow was not ready after 0 s"):
+            proc.wait_ready(lambda: False, 0.2, "ready")
+    finally:
+        proc.stop()
+
+
+def test_a_missing_command_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StartError, match="command not found: /no/such/binary"):
+        Proc("x", ["/no/such/binary"], tmp_path / "x.log").start()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0): it is dead but not reaped by its (dead) parent.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
