@@ -1,6 +1,8 @@
 """Route config -> Envoy config and per-pool settings.
 
-`routing` is pure data and rendering: it loads `routes.toml`, validates it
-and renders what is derived from it (envoy.yaml, gunicorn settings). It opens
-no sockets and imports no Flask at module level.
+`routing` is pure data and rendering: it loads `routes.toml` and validates it
+(`load`, `model`), writes a derived one back (`write`), renders what is derived
+from it (`envoy`, `gunicorn`), checks it against the endpoints an app hands in
+(`check`) and names the pool process's environment (`env`). It imports no other
+package of the project, opens no sockets and imports no Flask.
 """
