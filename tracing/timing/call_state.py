@@ -36,6 +36,13 @@ class CulpritLog(Protocol):
     def attribute(self, start_ns: int, end_ns: int, into: dict[str, int]) -> None: ...
 
 
+class CpuWaitClock(Protocol):
+    """Says how much of an interval the thread waited for a CPU
+    (``runqueue.RunQueueClock`` is one)."""
+
+    def wait_between(self, start_ns: int, end_ns: int, wait_at_end: int | None = None) -> int: ...
+
+
 #: Delay pieces shorter than this (seconds) are counted but their culprits are not named:
 #: walking the switch log costs ~0.12 us per switch inside the piece, and nobody needs
 #: the culprits of a 200 us delay.
@@ -58,14 +65,34 @@ measuring: list[int] = [0]
 # Set by the instrumentor; a measurement begun while they are unset still measures what
 # the hooks feed it, without culprits.
 _switch_log: CulpritLog | None = None
+_cpu_wait: CpuWaitClock | None = None
 _culprit_threshold_ns: int = int(CULPRIT_THRESHOLD_S * NS_PER_S)
 
 
-def configure(switch_log: CulpritLog | None, culprit_threshold_s: float) -> None:
-    """Set the switch log used to name culprits, and the delay worth naming them for."""
-    global _switch_log, _culprit_threshold_ns
+def configure(
+    switch_log: CulpritLog | None,
+    culprit_threshold_s: float,
+    cpu_wait: CpuWaitClock | None = None,
+) -> None:
+    """Set the switch log used to name culprits, the clock that splits off the time the
+    thread waited for a CPU, and the delay worth both (shorter pieces are counted, but
+    neither attributed nor split: their CPU wait counts as 0)."""
+    global _switch_log, _culprit_threshold_ns, _cpu_wait
     _switch_log = switch_log
+    _cpu_wait = cpu_wait
     _culprit_threshold_ns = int(culprit_threshold_s * NS_PER_S)
+
+
+def explain_delay(start_ns: int, end_ns: int, culprits_ns: dict[str, int]) -> int:
+    """Name who ran during a delay ``[start_ns, end_ns)`` (into *culprits_ns*) and return
+    how much of it the thread waited for a CPU (ns). Pieces below the threshold: 0."""
+    if end_ns - start_ns < _culprit_threshold_ns:
+        return 0
+    log = _switch_log
+    if log is not None:
+        log.attribute(start_ns, end_ns, culprits_ns)
+    clock = _cpu_wait
+    return 0 if clock is None else clock.wait_between(start_ns, end_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +109,15 @@ class CallTiming:
     culprits: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     #: Socket waits measured (reads, writes, connects).
     socket_waits: int = 0
+    #: Of ``scheduling_delay_s``, the time this process's thread was runnable but not
+    #: on a CPU (run-queue wait); the rest, other greenlets or the hub ran.
+    cpu_wait_s: float = 0.0
+    #: When the measurement began and ended (``time.monotonic_ns()``).
+    start_ns: int = 0
+    end_ns: int = 0
+    #: When the last reply bytes waited for reached this host's kernel (Unix ns, the
+    #: kernel receive timestamp), if any was read.
+    reply_arrived_unix_ns: int | None = None
 
     @property
     def running_s(self) -> float:
@@ -95,7 +131,7 @@ class CallTiming:
         return sorted(self.culprits.items(), key=lambda item: item[1], reverse=True)[:limit]
 
 
-def _realtime_offset_ns(
+def realtime_offset_ns(
     monotonic_ns: Callable[[], int] = time.monotonic_ns,
     realtime_ns: Callable[[], int] = time.time_ns,
 ) -> tuple[int, int]:
@@ -124,6 +160,7 @@ class CallState:
     __slots__ = (
         "awaiting_first_read",
         "blocked_ns",
+        "cpu_wait_ns",
         "culprits_ns",
         "delay_ns",
         "depth",
@@ -136,6 +173,7 @@ class CallState:
         "pending_done",
         "previous",
         "realtime_offset_ns",
+        "reply_arrived_unix_ns",
         "reply_pending",
         "sent_ns",
         "since_send",
@@ -146,10 +184,12 @@ class CallState:
     def __init__(self, previous: CallState | None = None) -> None:
         self.previous = previous
         self.depth: int = 1 if previous is None else previous.depth + 1
-        self.realtime_offset_ns, self.start_ns = _realtime_offset_ns()
+        self.realtime_offset_ns, self.start_ns = realtime_offset_ns()
         self.network_ns = 0
         self.delay_ns = 0
         self.blocked_ns = 0
+        self.cpu_wait_ns = 0
+        self.reply_arrived_unix_ns: int | None = None
         self.culprits_ns: dict[str, int] = {}
         self.socket_waits = 0
         # Set by the socket wait hook around a wait, so the tracer leaves that switch-out
@@ -197,9 +237,8 @@ class CallState:
             return
         self.delay_ns += delay
         self._piece(_DELAY, start_ns, end_ns)
-        log = _switch_log
-        if log is not None and delay >= _culprit_threshold_ns:
-            log.attribute(start_ns, end_ns, self.culprits_ns)
+        if delay >= _culprit_threshold_ns:
+            self.cpu_wait_ns += explain_delay(start_ns, end_ns, self.culprits_ns)
 
     def on_socket_wait(self, started_ns: int, resumed_ns: int, ready_ns: int | None) -> None:
         """One socket wait from *started_ns* to *resumed_ns*; the socket became ready
@@ -218,8 +257,8 @@ class CallState:
             self.network_ns += ready_ns - started_ns
             delay = resumed_ns - ready_ns
             self.delay_ns += delay
-            if delay >= _culprit_threshold_ns and _switch_log is not None:
-                _switch_log.attribute(ready_ns, resumed_ns, self.culprits_ns)
+            if delay >= _culprit_threshold_ns:
+                self.cpu_wait_ns += explain_delay(ready_ns, resumed_ns, self.culprits_ns)
 
     def wait_start_ns(self, now_ns: int, is_read: bool) -> int:
         """Where a socket wait starting at *now_ns* begins counting.
@@ -309,7 +348,10 @@ class CallState:
         self.network_ns += inner.network_ns
         self.delay_ns += inner.delay_ns
         self.blocked_ns += inner.blocked_ns
+        self.cpu_wait_ns += inner.cpu_wait_ns
         self.socket_waits += inner.socket_waits
+        if inner.reply_arrived_unix_ns is not None:
+            self.reply_arrived_unix_ns = inner.reply_arrived_unix_ns
         for label, ns in inner.culprits_ns.items():
             self.culprits_ns[label] = self.culprits_ns.get(label, 0) + ns
 
@@ -322,4 +364,8 @@ class CallState:
             blocked_s=max(self.blocked_ns, 0) / NS_PER_S,
             culprits=MappingProxyType(culprits),
             socket_waits=self.socket_waits,
+            cpu_wait_s=min(max(self.cpu_wait_ns, 0), max(self.delay_ns, 0)) / NS_PER_S,
+            start_ns=self.start_ns,
+            end_ns=end_ns,
+            reply_arrived_unix_ns=self.reply_arrived_unix_ns,
         )

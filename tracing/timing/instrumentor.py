@@ -34,6 +34,7 @@ from tracing.timing import (
 from tracing.timing.hub_block import HubBlockDetector
 from tracing.timing.labels import tag_of
 from tracing.timing.loop_lag import LoopLagGauge
+from tracing.timing.runqueue import SCHEDSTAT_PATH, RunQueueClock
 from tracing.timing.switch_tracer import SwitchTracer
 
 logger = logging.getLogger("tracing")
@@ -85,6 +86,9 @@ class GeventTimingInstrumentor:
         self.loop_lag: LoopLagGauge | None = None
         #: The hub-block detector while instrumented (if enabled): ``register()`` on it.
         self.hub_block: HubBlockDetector | None = None
+        #: The hub thread's run-queue clock while instrumented (None where the kernel
+        #: does not count run-queue wait).
+        self.cpu_wait: RunQueueClock | None = None
         self._thread_ident: int | None = None
 
     @property
@@ -111,8 +115,12 @@ class GeventTimingInstrumentor:
         kernel_rx.hold_timestamping()
         hub = gevent.get_hub()
         tag_of(hub)  # labelled "<hub>" before the first switch is logged
-        self._tracer.install()
-        call_state.configure(self.switch_log, self.culprit_threshold_s)
+        # Opened here, on the hub's thread: the descriptor names the thread that opens it.
+        self.cpu_wait = RunQueueClock.open()
+        if self.cpu_wait is None:
+            logger.info("no %s: scheduling delay is not split by CPU wait", SCHEDSTAT_PATH)
+        self._tracer.install(None if self.cpu_wait is None else self.cpu_wait.maybe_sample)
+        call_state.configure(self.switch_log, self.culprit_threshold_s, self.cpu_wait)
         if self._loop_lag_interval_s is not None:
             detector = None
             if self._hub_block_threshold_s is not None:
@@ -146,6 +154,9 @@ class GeventTimingInstrumentor:
             self.loop_lag.stop()
             self.loop_lag = None
         call_state.configure(None, self.culprit_threshold_s)
+        if self.cpu_wait is not None:
+            self.cpu_wait.close()
+            self.cpu_wait = None
         if not self._tracer.uninstall():
             logger.warning(
                 "another greenlet tracer was installed after ours; ours stays in its chain, "

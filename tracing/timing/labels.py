@@ -20,6 +20,7 @@ from greenlet import getcurrent
 
 if TYPE_CHECKING:
     from tracing.timing.call_state import CallState
+    from tracing.timing.request_state import InboundWatch, RequestState
 
 #: Label of the hub greenlet: time spent in the hub's own callbacks and in polling.
 HUB_LABEL = "<hub>"
@@ -31,13 +32,16 @@ TAG_ATTR = "_gevent_timing_tag"
 
 
 class GreenletTag:
-    """Per-greenlet tracing state: its label and its active call measurement, if any."""
+    """Per-greenlet tracing state: its label, its active call measurement, and, for a
+    greenlet serving a connection, the connection's inbound watch and its request."""
 
-    __slots__ = ("call", "label")
+    __slots__ = ("call", "inbound", "label", "request")
 
     def __init__(self, label: str | None) -> None:
         self.label = label
         self.call: CallState | None = None
+        self.inbound: InboundWatch | None = None
+        self.request: RequestState | None = None
 
 
 _hub_type: type | None = None

@@ -9,7 +9,9 @@ became ready. Around it:
 - ``_internal_connect`` switches kernel receive timestamps on before any byte can arrive;
 - ``sendall`` notes when a request was handed to the kernel;
 - ``recv``/``recv_into``/SSL ``read`` check, on the first read after a send, for a reply
-  that was already queued (a read that never waits is invisible to ``_wait``).
+  that was already queued (a read that never waits is invisible to ``_wait``); on a
+  watched server connection (``server_timing``), the first read of each request notes
+  when its first bytes reached the kernel.
 
 With no measurement in progress anywhere each hook costs a call and one check; with one
 in progress elsewhere, one ``getattr`` on the current greenlet more.
@@ -30,6 +32,7 @@ from tracing.timing.call_state import CallState, measuring
 from tracing.timing.hook_errors import swallow
 from tracing.timing.labels import TAG_ATTR
 from tracing.timing.patching import Factory, Patches, is_patch
+from tracing.timing.server_timing import stamp_arrival, watching
 
 _patches = Patches()
 
@@ -40,7 +43,10 @@ def _ready_ns(call: CallState, sock: Any, is_read: bool, resumed_ns: int) -> int
     raw = sock._sock
     if is_read:
         arrival = kernel_rx.peek_arrival_ns(raw)
-        return None if arrival is None else arrival - call.realtime_offset_ns
+        if arrival is None:
+            return None
+        call.reply_arrived_unix_ns = arrival
+        return arrival - call.realtime_offset_ns
     age = kernel_rx.last_ack_age_ns(raw)
     if age is None:
         return None
@@ -134,6 +140,8 @@ def _check_queued_reply(call: CallState, sock: Any) -> None:
     try:
         arrival = kernel_rx.peek_arrival_ns(sock._sock)
         now = time.monotonic_ns()
+        if arrival is not None:
+            call.reply_arrived_unix_ns = arrival
         call.on_first_read(
             None if arrival is None else call.monotonic_from_realtime_ns(arrival), now
         )
@@ -144,10 +152,21 @@ def _check_queued_reply(call: CallState, sock: Any) -> None:
 def _make_read(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def read(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not measuring[0]:
+        if not measuring[0] and not watching[0]:
             return original(self, *args, **kwargs)
         tag = getattr(getcurrent(), TAG_ATTR, None)
         if tag is not None:
+            watch = tag.inbound
+            if watch is not None and watch.armed and watch.sock is self:
+                try:
+                    stamp_arrival(watch, self)
+                except TimeoutError:
+                    raise  # the socket's own timeout: the read would have raised it
+                except OSError:
+                    watch.armed = False  # the read itself reports the failure
+                except Exception as exc:
+                    watch.armed = False
+                    swallow("stamp request arrival", exc)
             call = tag.call
             if call is not None and call.awaiting_first_read:
                 if call.out_since_send:

@@ -23,13 +23,19 @@ from tracing.timing.switchlog import SwitchLog
 TraceFunction = Callable[[str, Any], Any]
 
 
-def _make_trace(log: SwitchLog, previous: TraceFunction | None, enabled: list[bool]) -> Any:
+def _make_trace(
+    log: SwitchLog,
+    previous: TraceFunction | None,
+    enabled: list[bool],
+    sampler: Callable[[int], None] | None = None,
+) -> Any:
     # Everything the hot path touches is bound to a local name here, once.
     append = log.append
     clock = time.monotonic_ns
     find = getattr
     attr = TAG_ATTR
     active = measuring
+    sample = sampler
 
     def trace(event: str, args: Any) -> None:
         if (event == "switch" or event == "throw") and enabled[0]:
@@ -40,6 +46,8 @@ def _make_trace(log: SwitchLog, previous: TraceFunction | None, enabled: list[bo
                 if target_tag is None:
                     target_tag = tag_of(target)
                 append((now, target_tag.label))
+                if sample is not None:
+                    sample(now)
                 if active[0]:
                     origin_tag = find(origin, attr, None)
                     if origin_tag is not None:
@@ -49,11 +57,17 @@ def _make_trace(log: SwitchLog, previous: TraceFunction | None, enabled: list[bo
                                 call.out_since_send = True
                             else:
                                 call.on_switch_out(origin, now)
+                        request = origin_tag.request
+                        if request is not None:
+                            request.on_switch_out(now)
                     call = target_tag.call
                     if call is not None:
                         call.last_in_ns = now
                         if call.out_ns is not None:
                             call.on_switch_in(now)
+                    request = target_tag.request
+                    if request is not None:
+                        request.on_switch_in(now)
             except Exception as exc:
                 # An exception escaping a greenlet trace function fails the switch itself.
                 swallow("greenlet switch tracer", exc)
@@ -68,6 +82,7 @@ class SwitchTracer:
 
     def __init__(self, log: SwitchLog) -> None:
         self.log = log
+        self._sampler: Callable[[int], None] | None = None
         self._trace: TraceFunction | None = None
         self._previous: TraceFunction | None = None
         self._enabled = [False]
@@ -76,14 +91,17 @@ class SwitchTracer:
     def installed(self) -> bool:
         return self._trace is not None
 
-    def install(self) -> None:
+    def install(self, sampler: Callable[[int], None] | None = None) -> None:
         """Install on the current thread, chaining to the previous tracer (idempotent)."""
         if self._trace is not None:
             return
+        # Called with the switch time on every switch: keep it to a compare and rarely
+        # more (the run-queue clock's maybe_sample).
+        self._sampler = sampler
         self._previous = greenlet.gettrace()
         # A fresh flag per install: a disabled tracer left in someone's chain stays off.
         self._enabled = [True]
-        self._trace = _make_trace(self.log, self._previous, self._enabled)
+        self._trace = _make_trace(self.log, self._previous, self._enabled, self._sampler)
         greenlet.settrace(self._trace)
         labels.current_label_listener = self._on_relabel
 

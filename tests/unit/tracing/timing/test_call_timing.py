@@ -205,6 +205,6 @@ def test_realtime_offset_keeps_the_least_disturbed_sample() -> None:
     """A sample preempted between its reads is off by half the gap: take the tight one."""
     monotonic = iter([0, 8 * MS, 10 * MS, 10 * MS + 200])  # first gap 8 ms, second 0.2 us
     realtime = iter([1_000 * MS, 1_010 * MS])
-    offset, now = call_state._realtime_offset_ns(lambda: next(monotonic), lambda: next(realtime))
+    offset, now = call_state.realtime_offset_ns(lambda: next(monotonic), lambda: next(realtime))
     assert offset == 1_010 * MS - (10 * MS + 100)
     assert now == 10 * MS + 200

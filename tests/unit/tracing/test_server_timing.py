@@ -1,0 +1,257 @@
+"""Inbound delay against ground truth: a client on a real OS thread stamps each send,
+a hog greenlet blocks the hub for a known time meanwhile, and the server's measured
+arrival and inbound delay must match within 1 ms; who ran must be named."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import gevent
+import pytest
+from gevent import socket as gsocket
+from gevent.monkey import get_original
+
+from tracing.timing import server_timing
+from tracing.timing.call_state import CallTiming
+from tracing.timing.instrumentor import GeventTimingInstrumentor
+from tracing.timing.labels import set_greenlet_label
+from tracing.timing.request_state import RequestState
+from tracing.timing.server_timing import RequestTiming
+
+(OsThread,) = get_original("threading", ["Thread"])
+(os_socket,) = get_original("socket", ["socket"])
+(os_sleep,) = get_original("time", ["sleep"])
+
+HOG = "POST /hog"
+
+
+class Server:
+    """One gevent listener; each connection answers lines, one request per line."""
+
+    def __init__(self) -> None:
+        self.listener = gsocket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        server_timing.enable_on_listener(self.listener._sock)
+        self.port = self.listener.getsockname()[1]
+        self.timings: list[RequestTiming] = []
+        self._accepter = gevent.spawn(self._accept)
+
+    def _accept(self) -> None:
+        while True:
+            sock, _ = self.listener.accept()
+            gevent.spawn(self._serve, sock)
+
+    def _serve(self, sock: Any) -> None:
+        server_timing.watch_connection(sock)
+        try:
+            buf = b""
+            while True:
+                data = sock.recv(4096)
+                if not data:
+                    return
+                buf += data
+                while b"\n" in buf:
+                    _line, buf = buf.split(b"\n", 1)
+                    measurement = server_timing.begin_request()
+                    set_greenlet_label("GET /line")
+                    self.timings.append(measurement.finish())
+                    set_greenlet_label(None)
+                    sock.sendall(b"ok\n")
+        finally:
+            server_timing.unwatch_connection()
+            sock.close()
+
+    def close(self) -> None:
+        self._accepter.kill()
+        self.listener.close()
+
+
+@pytest.fixture
+def server(instrumentor: GeventTimingInstrumentor) -> Iterator[Server]:
+    srv = Server()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+def client_thread(port: int, sends: list[int], go: list[threading.Event], n: int) -> Any:
+    """A real OS thread: connect, then for each go event stamp the time and send a line."""
+
+    def run() -> None:
+        conn = os_socket()
+        conn.connect(("127.0.0.1", port))
+        try:
+            for i in range(n):
+                go[i].wait(10)
+                sends.append(time.time_ns())
+                conn.sendall(b"x\n")
+                conn.recv(16)
+        finally:
+            conn.close()
+
+    thread = OsThread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def block_hub(seconds: float) -> tuple[int, int]:
+    """Hold the hub without yielding (CPU in Python, as a pricing quote does)."""
+    set_greenlet_label(HOG)
+    start = time.time_ns()
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+    end = time.time_ns()
+    set_greenlet_label(None)
+    return start, end
+
+
+@pytest.mark.parametrize("block_s", [0.001, 0.01, 0.1, 1.0])
+def test_inbound_delay_matches_ground_truth_while_the_hub_is_blocked(
+    server: Server, block_s: float
+) -> None:
+    rounds = 3
+    sends: list[int] = []
+    go = [threading.Event() for _ in range(rounds)]
+    thread = client_thread(server.port, sends, go, rounds)
+    gevent.sleep(0.05)  # connected and accepted
+    blocks = []
+    for i in range(rounds):
+        go[i].set()
+        os_sleep(0.0005)  # the client thread stamps and sends while the hub is ours
+        blocks.append(gevent.spawn(block_hub, block_s).get())
+        deadline = time.monotonic() + 5
+        while len(server.timings) <= i and time.monotonic() < deadline:
+            gevent.sleep(0.001)
+    thread.join(5)
+    assert len(server.timings) == rounds
+    for timing, sent, (_hog_start, hog_end) in zip(server.timings, sends, blocks, strict=True):
+        assert timing.arrival_unix_ns is not None
+        # The request reached the kernel right after the client's send (loopback).
+        assert 0 <= timing.arrival_unix_ns - sent < 1_000_000
+        truth_s = (timing.start_unix_ns - sent) / 1e9
+        assert timing.inbound_delay_s is not None
+        assert abs(timing.inbound_delay_s - truth_s) < 0.001
+        # The handler could only start once the hog let go of the hub, and the delay
+        # covers the block from the send on.
+        assert timing.start_unix_ns >= hog_end
+        assert timing.inbound_delay_s >= (hog_end - sent) / 1e9 - 0.001
+        if block_s >= 0.01:
+            # Most of the wait is named: the hog held the hub from the arrival on.
+            hog_part = timing.inbound_culprits.get(HOG, 0.0)
+            expected = (hog_end - max(sent, timing.arrival_unix_ns)) / 1e9
+            assert abs(hog_part - expected) < 0.001 + 0.02 * expected
+
+
+def test_an_idle_keep_alive_connection_is_stamped_per_request(server: Server) -> None:
+    """The arrival is the request's, not the connection's: a request sent long after the
+    connection opened has no inbound delay to speak of."""
+    sends: list[int] = []
+    go = [threading.Event() for _ in range(2)]
+    thread = client_thread(server.port, sends, go, 2)
+    go[0].set()
+    while not server.timings:
+        gevent.sleep(0.001)
+    gevent.sleep(0.2)  # the connection idles, armed for the next request
+    go[1].set()
+    while len(server.timings) < 2:
+        gevent.sleep(0.001)
+    thread.join(5)
+    second = server.timings[1]
+    assert second.inbound_delay_s is not None
+    assert second.inbound_delay_s < 0.05
+    assert second.arrival_unix_ns is not None and second.arrival_unix_ns >= sends[1]
+
+
+def test_without_a_watch_there_is_no_inbound_delay(instrumentor: GeventTimingInstrumentor) -> None:
+    measurement = server_timing.begin_request()
+    timing = measurement.finish()
+    assert timing.arrival_unix_ns is None and timing.inbound_delay_s is None
+
+
+def test_the_critical_call_explains_the_handlers_wait() -> None:
+    """The call that ended last is the critical one: the wait around it splits into the
+    time before it began, the call, and the time until the handler ran again."""
+    measurement = server_timing.RequestMeasurement(None, start_ns=1_000, offset_ns=0)
+    state: RequestState = measurement._state
+    state.on_switch_out(2_000)  # handler runs 1 us, then waits for its fan-out
+    state.on_switch_in(50_000)
+    calls = [
+        ("vehicles", CallTiming(0.00001, 0.000008, 0.0, 0.0, start_ns=3_000, end_ns=13_000)),
+        ("routing", CallTiming(0.00004, 0.00003, 0.000005, 0.0, start_ns=4_000, end_ns=44_000)),
+    ]
+    timing = measurement.finish(calls, end_ns=60_000)
+    assert timing.critical_upstream == "routing"
+    assert timing.presend_delay_s == pytest.approx(2e-6)
+    assert timing.wake_delay_s == pytest.approx(6e-6)
+    assert timing.running_s == pytest.approx(11e-6)  # 1 us before, 10 us after the wait
+    assert timing.waiting_s == pytest.approx(48e-6)
+    assert timing.explained_wait_s == pytest.approx(timing.waiting_s)
+
+
+@pytest.fixture
+def cpu_competitor() -> Iterator[None]:
+    """This process and a busy subprocess pinned to the same CPU: whenever both are
+    runnable, the kernel shares that CPU between them, so our thread waits on its run
+    queue for about half of any busy interval."""
+    import os
+    import subprocess
+    import sys
+
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {%d})\nwhile True: pass" % cpu]
+    )
+    os.sched_setaffinity(0, {cpu})
+    try:
+        os_sleep(0.2)  # the spinner is running
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+        spinner.kill()
+        spinner.wait()
+
+
+def test_cpu_wait_is_split_off_when_the_process_shares_its_cpu(
+    server: Server, cpu_competitor: None
+) -> None:
+    sends: list[int] = []
+    go = [threading.Event()]
+    thread = client_thread(server.port, sends, go, 1)
+    gevent.sleep(0.05)
+    go[0].set()
+    os_sleep(0.002)
+    gevent.spawn(block_hub, 0.3).get()
+    while not server.timings:
+        gevent.sleep(0.001)
+    thread.join(5)
+    timing = server.timings[0]
+    assert timing.inbound_delay_s is not None and timing.inbound_delay_s > 0.25
+    # Half of the 300 ms block our thread was runnable but the spinner had the CPU.
+    share = timing.inbound_cpu_wait_s / timing.inbound_delay_s
+    assert 0.25 < share < 0.75, share
+    # Without the competitor the same block is the hog's: hub time, not CPU wait.
+    assert sum(timing.inbound_culprits.values()) == pytest.approx(timing.inbound_delay_s, rel=0.1)
+
+
+def test_cpu_wait_is_nearly_nothing_when_only_the_hub_is_busy(server: Server) -> None:
+    sends: list[int] = []
+    go = [threading.Event()]
+    thread = client_thread(server.port, sends, go, 1)
+    gevent.sleep(0.05)
+    go[0].set()
+    os_sleep(0.002)
+    gevent.spawn(block_hub, 0.3).get()
+    while not server.timings:
+        gevent.sleep(0.001)
+    thread.join(5)
+    timing = server.timings[0]
+    assert timing.inbound_delay_s is not None and timing.inbound_delay_s > 0.25
+    # A shared machine may steal some; most of the block is the hog on our CPU.
+    assert timing.inbound_cpu_wait_s < 0.5 * timing.inbound_delay_s

@@ -1,0 +1,241 @@
+"""The server side of a request: how long it waited before its handler ran (inbound
+delay), and where the handler's own time went.
+
+Inbound delay runs from the moment the request's first bytes reached this host's kernel
+(a receive timestamp, as for replies: accepted sockets inherit ``SO_TIMESTAMPNS`` from
+their listener) until its handler started. It is the starvation the product exposes, on
+the inbound side: the bytes sat in the socket while the hub ran other greenlets, or while
+the process waited for a CPU.
+
+How it is fed, by any gevent server:
+
+- :func:`enable_on_listener` on the listening socket, before connections arrive;
+- :func:`watch_connection` in the greenlet that serves a connection (gunicorn: its
+  ``handle``); the socket hooks then stamp the first read of each request on it;
+- :func:`begin_request` when the handler starts and :meth:`RequestMeasurement.finish`
+  when it ends; the latter re-arms the stamp for the next request on the connection.
+
+While a request is measured, the switch tracer splits the handler greenlet's time into
+running (switched in) and waiting (switched out); the critical upstream call, the one
+whose end the handler waited for last, explains the wait: the time before that call
+began (``presend``), the call itself, and the time from its end until the handler ran
+again (``wake``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from greenlet import getcurrent
+
+from tracing.timing import call_state, kernel_rx
+from tracing.timing.call_state import NS_PER_S, CallTiming, explain_delay, realtime_offset_ns
+from tracing.timing.hook_errors import swallow
+from tracing.timing.labels import tag_of
+from tracing.timing.request_state import InboundWatch, RequestState
+
+#: Connections watched in this process (one-element list, read by the socket hooks).
+watching: list[int] = [0]
+
+
+def enable_on_listener(raw_sock: Any) -> None:
+    """Stamp the bytes of every connection this listening socket will accept."""
+    kernel_rx.hold_timestamping()
+    kernel_rx.enable_rx_timestamps(raw_sock)
+
+
+def watch_connection(sock: Any) -> InboundWatch | None:
+    """The current greenlet serves requests read from *sock* (a gevent socket). Never raises."""
+    try:
+        watch = InboundWatch(sock)
+        tag_of(getcurrent()).inbound = watch
+        watching[0] += 1
+        return watch
+    except Exception as exc:
+        swallow("watch connection", exc)
+        return None
+
+
+def unwatch_connection() -> None:
+    """The current greenlet is done with its connection. Never raises."""
+    try:
+        tag = tag_of(getcurrent())
+        if tag.inbound is not None:
+            tag.inbound = None
+            watching[0] -= 1
+    except Exception as exc:
+        swallow("unwatch connection", exc)
+
+
+def stamp_arrival(watch: InboundWatch, sock: Any) -> None:
+    """Called by the read hook before the first read of a request on a watched socket:
+    note when the request's first bytes reached the kernel, waiting for them if none
+    are queued yet (exactly as the read itself would)."""
+    arrival = kernel_rx.peek_arrival_ns(sock._sock)
+    if arrival is None and sock.timeout != 0.0:
+        sock._wait(sock._read_event)  # raises the socket's timeout as the read would
+        arrival = kernel_rx.peek_arrival_ns(sock._sock)
+    watch.armed = False
+    watch.arrival_unix_ns = arrival
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTiming:
+    """Where one request's time went (seconds unless named ``_ns``)."""
+
+    #: When its first bytes reached the kernel (Unix ns), if stamped.
+    arrival_unix_ns: int | None
+    #: When the handler started and ended (Unix ns, converted from the monotonic clock).
+    start_unix_ns: int
+    end_unix_ns: int
+    #: First bytes in the kernel -> handler started.
+    inbound_delay_s: float | None
+    #: Of the inbound delay, the time the process waited for a CPU.
+    inbound_cpu_wait_s: float
+    inbound_culprits: Mapping[str, float]
+    #: Handler started -> ended.
+    duration_s: float
+    #: The handler greenlet switched in (its own CPU, and the OS preempting it).
+    running_s: float
+    #: The handler greenlet switched out: waiting for its upstream calls.
+    waiting_s: float
+    #: The upstream call whose end the handler waited for last, if any.
+    critical: CallTiming | None = None
+    critical_upstream: str | None = None
+    #: Handler switched out -> the critical call began (its greenlet waited for its turn).
+    presend_delay_s: float = 0.0
+    #: Critical call ended -> the handler ran again.
+    wake_delay_s: float = 0.0
+    calls: int = 0
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def explained_wait_s(self) -> float:
+        """The part of ``waiting_s`` the critical call explains."""
+        if self.critical is None:
+            return 0.0
+        return self.presend_delay_s + self.critical.duration_s + self.wake_delay_s
+
+
+class RequestMeasurement:
+    """Handle of one request begun by :func:`begin_request`."""
+
+    __slots__ = (
+        "_inbound",
+        "_offset_ns",
+        "_state",
+        "_tag",
+        "arrival_unix_ns",
+        "inbound_cpu_wait_ns",
+        "inbound_culprits_ns",
+        "start_ns",
+        "timing",
+    )
+
+    def __init__(self, tag: Any, start_ns: int, offset_ns: int) -> None:
+        self._tag = tag
+        self._offset_ns = offset_ns
+        self.start_ns = start_ns
+        self._state = RequestState(start_ns)
+        self._inbound: InboundWatch | None = None if tag is None else tag.inbound
+        self.arrival_unix_ns: int | None = None
+        self.inbound_culprits_ns: dict[str, int] = {}
+        self.inbound_cpu_wait_ns = 0
+        self.timing: RequestTiming | None = None
+
+    @property
+    def start_unix_ns(self) -> int:
+        return self.start_ns + self._offset_ns
+
+    def finish(
+        self, calls: Sequence[tuple[str, CallTiming]] = (), end_ns: int | None = None
+    ) -> RequestTiming:
+        """End the measurement (idempotent) and explain the handler's wait with the
+        critical one of *calls* (``(upstream, timing)`` pairs). Never raises."""
+        if self.timing is not None:
+            return self.timing
+        end = time.monotonic_ns() if end_ns is None else end_ns
+        state = self._state
+        try:
+            tag = self._tag
+            if tag is not None and tag.request is state:
+                tag.request = None
+                call_state.measuring[0] -= 1
+            if self._inbound is not None:
+                self._inbound.armed = True
+            running = state.running_ns + max(end - state.in_ns, 0)
+            self.timing = self._timing(end, running, state.waits, calls)
+        except Exception as exc:
+            swallow("finish request measurement", exc)
+            self.timing = self._timing(end, end - self.start_ns, [], ())
+        return self.timing
+
+    def _timing(
+        self,
+        end: int,
+        running_ns: int,
+        waits: Sequence[tuple[int, int]],
+        calls: Sequence[tuple[str, CallTiming]],
+    ) -> RequestTiming:
+        duration = end - self.start_ns
+        arrival = self.arrival_unix_ns
+        inbound = None if arrival is None else (self.start_unix_ns - arrival) / NS_PER_S
+        critical_name, critical = None, None
+        presend = wake = 0
+        if calls:
+            critical_name, critical = max(calls, key=lambda item: item[1].end_ns)
+            for out, back in waits:
+                if out <= critical.end_ns <= back:
+                    presend = max(critical.start_ns - out, 0)
+                    wake = back - critical.end_ns
+                    break
+        return RequestTiming(
+            arrival_unix_ns=arrival,
+            start_unix_ns=self.start_unix_ns,
+            end_unix_ns=end + self._offset_ns,
+            inbound_delay_s=inbound,
+            inbound_cpu_wait_s=self.inbound_cpu_wait_ns / NS_PER_S,
+            inbound_culprits=MappingProxyType(
+                {k: v / NS_PER_S for k, v in self.inbound_culprits_ns.items()}
+            ),
+            duration_s=duration / NS_PER_S,
+            running_s=min(running_ns, duration) / NS_PER_S,
+            waiting_s=max(duration - running_ns, 0) / NS_PER_S,
+            critical=critical,
+            critical_upstream=critical_name,
+            presend_delay_s=presend / NS_PER_S,
+            wake_delay_s=wake / NS_PER_S,
+            calls=len(calls),
+        )
+
+
+def begin_request() -> RequestMeasurement:
+    """The current greenlet starts handling a request. Never raises.
+
+    Takes the arrival stamped on its connection (if watched) and explains the inbound
+    delay at once, while the switch log still covers it.
+    """
+    offset, now = realtime_offset_ns()
+    try:
+        tag = tag_of(getcurrent())
+        measurement = RequestMeasurement(tag, now, offset)
+        watch = tag.inbound
+        if watch is not None and watch.arrival_unix_ns is not None:
+            arrival = watch.arrival_unix_ns
+            watch.arrival_unix_ns = None
+            if arrival <= measurement.start_unix_ns:
+                measurement.arrival_unix_ns = arrival
+                measurement.inbound_cpu_wait_ns = explain_delay(
+                    arrival - offset, now, measurement.inbound_culprits_ns
+                )
+        if tag.request is None:
+            call_state.measuring[0] += 1
+        tag.request = measurement._state
+        return measurement
+    except Exception as exc:
+        swallow("begin request measurement", exc)
+        return RequestMeasurement(None, now, offset)
