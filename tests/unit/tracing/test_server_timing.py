@@ -206,7 +206,7 @@ def cpu_competitor() -> Iterator[None]:
     cpu = min(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
     spinner = subprocess.Popen(
-        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {%d})\nwhile True: pass" % cpu]
+        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"]
     )
     os.sched_setaffinity(0, {cpu})
     try:
@@ -236,11 +236,11 @@ def test_cpu_wait_is_split_off_when_the_process_shares_its_cpu(
     # Half of the 300 ms block our thread was runnable but the spinner had the CPU.
     share = timing.inbound_cpu_wait_s / timing.inbound_delay_s
     assert 0.25 < share < 0.75, share
-    # Without the competitor the same block is the hog's: hub time, not CPU wait.
+    # Who held the hub meanwhile is still named: the hog.
     assert sum(timing.inbound_culprits.values()) == pytest.approx(timing.inbound_delay_s, rel=0.1)
 
 
-def test_cpu_wait_is_nearly_nothing_when_only_the_hub_is_busy(server: Server) -> None:
+def test_a_hog_on_the_hub_is_named_whatever_the_machine_does(server: Server) -> None:
     sends: list[int] = []
     go = [threading.Event()]
     thread = client_thread(server.port, sends, go, 1)
@@ -253,5 +253,7 @@ def test_cpu_wait_is_nearly_nothing_when_only_the_hub_is_busy(server: Server) ->
     thread.join(5)
     timing = server.timings[0]
     assert timing.inbound_delay_s is not None and timing.inbound_delay_s > 0.25
-    # A shared machine may steal some; most of the block is the hog on our CPU.
-    assert timing.inbound_cpu_wait_s < 0.5 * timing.inbound_delay_s
+    # The hog held the hub for the whole block (a busy machine may have preempted it:
+    # that part is CPU wait as well, but the hub was still the hog's).
+    assert timing.inbound_culprits.get(HOG, 0.0) > 0.8 * 0.3
+    assert timing.inbound_cpu_wait_s <= timing.inbound_delay_s
