@@ -34,3 +34,62 @@ UPSTREAM: Final = "pricing.upstream"
 
 #: Resource: the pool the worker process serves (``io``, ``cpu``, ``shared``).
 POOL: Final = "pricing.pool"
+
+# --- where the process waited for a CPU -----------------------------------------------
+
+#: Of ``gevent.scheduling.delay`` (client span; server span: the sum over its calls),
+#: the time this process's hub thread was runnable but not on a CPU: a busy machine,
+#: the pool next door, a CPU quota (seconds). The rest, other greenlets held the hub.
+SCHEDULING_CPU_WAIT: Final = "gevent.scheduling.cpu_wait"
+
+# --- the server span's breakdown: every part of an offer's time -------------------------
+
+#: Server span: from the moment the request's first bytes reached the pool's kernel
+#: until its handler started (seconds): it sat in the socket while the hub ran other
+#: greenlets, or while the process waited for a CPU.
+INBOUND_DELAY: Final = "gevent.inbound.delay"
+#: Of ``gevent.inbound.delay``, the time the process waited for a CPU (seconds).
+INBOUND_CPU_WAIT: Final = "gevent.inbound.cpu_wait"
+#: Who held the hub during the inbound delay, as ``gevent.scheduling.culprits``.
+INBOUND_CULPRITS: Final = "gevent.inbound.culprits"
+
+#: Server span: time the handler greenlet itself ran (its CPU, Flask, JSON; seconds).
+HANDLER_RUNNING: Final = "gevent.handler.running"
+#: Server span: time the handler greenlet was switched out, waiting for its upstream
+#: calls (seconds); the critical call below explains it.
+HANDLER_WAITING: Final = "gevent.handler.waiting"
+
+#: Server span: the upstream whose call ended last, the one the handler waited for.
+CRITICAL_UPSTREAM: Final = "gevent.critical.upstream"
+#: From the handler switching out until the critical call began: its greenlet waited
+#: for its turn behind the other calls and greenlets (seconds).
+CRITICAL_PRESEND_DELAY: Final = "gevent.critical.presend_delay"
+#: The critical call's network time and scheduling delay (as on its client span).
+CRITICAL_NETWORK: Final = "gevent.critical.network.duration"
+CRITICAL_SCHEDULING_DELAY: Final = "gevent.critical.scheduling.delay"
+#: The critical call's own CPU and other waits: duration - network - delay (seconds).
+CRITICAL_RUNNING: Final = "gevent.critical.running"
+#: From the critical call's end until the handler ran again (seconds).
+CRITICAL_WAKE_DELAY: Final = "gevent.critical.wake_delay"
+
+#: Server span: from Envoy receiving the request (its ``%START_TIME%``, sent in the
+#: ``x-pricing-envoy-start`` header) until the request's bytes reached the pool's
+#: kernel: Envoy's queue for a connection, and the proxying (seconds).
+ENVOY_BEFORE_POOL: Final = "pricing.envoy.before_pool"
+
+#: Server span: why the span was exported: ``sampled`` (Envoy sampled the trace) or
+#: ``slow`` (slower than its route's threshold; exported whatever the sampling: such a
+#: trace has no Envoy span).
+TRACE_REASON: Final = "pricing.trace.reason"
+#: ``true`` on the server span of a request slower than its route's threshold:
+#: searchable in Jaeger as the tag ``pricing.slow=true``.
+SLOW: Final = "pricing.slow"
+
+# --- span events: where network time ended and waiting began ------------------------------
+
+#: Client span event at the moment the reply's bytes reached this host's kernel.
+EVENT_REPLY_IN_KERNEL: Final = "reply reached kernel"
+#: Server span event at the moment the request's first bytes reached the pool's kernel.
+EVENT_REQUEST_IN_KERNEL: Final = "request reached kernel"
+#: Server span event at the moment the handler started.
+EVENT_HANDLER_STARTED: Final = "handler started"

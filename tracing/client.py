@@ -8,10 +8,11 @@ injects W3C `traceparent` into the request.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import propagate, trace
 from opentelemetry.semconv.attributes.http_attributes import (
@@ -23,19 +24,54 @@ from opentelemetry.semconv.attributes.url_attributes import URL_PATH
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracing import attributes
-from tracing.timing.call_timing import CallTiming, begin_call
+from tracing.timing.call_timing import CallMeasurement, CallTiming, begin_call
 from tracing.timing.hook_errors import swallow
 
 
-class RequestTotals:
-    """Sum of the scheduling delay of one server request's upstream calls."""
+class UpstreamCall:
+    """One measured upstream call of a request: enough to observe its histograms and,
+    for a slow request that was not sampled, to export its client span afterwards."""
 
-    __slots__ = ("calls", "network_s", "scheduling_delay_s")
+    __slots__ = (
+        "end_unix_ns",
+        "host",
+        "method",
+        "path",
+        "port",
+        "start_unix_ns",
+        "status",
+        "timing",
+        "upstream",
+    )
+
+    def __init__(
+        self, upstream: str, method: str, host: str, port: int, path: str, start_unix_ns: int
+    ) -> None:
+        self.upstream = upstream
+        self.method = method
+        self.host = host
+        self.port = port
+        self.path = path
+        self.start_unix_ns = start_unix_ns
+        self.end_unix_ns = start_unix_ns
+        self.status: int | None = None
+        self.timing: CallTiming | None = None
+
+
+class RequestTotals:
+    """The measured upstream calls of one server request."""
+
+    __slots__ = ("records",)
 
     def __init__(self) -> None:
-        self.calls = 0
-        self.network_s = 0.0
-        self.scheduling_delay_s = 0.0
+        self.records: list[UpstreamCall] = []
+
+    @property
+    def calls(self) -> int:
+        return len(self.records)
+
+    def timed(self) -> list[tuple[str, CallTiming]]:
+        return [(r.upstream, r.timing) for r in self.records if r.timing is not None]
 
 
 # Set per request by the server side (tracing.server); fan-out greenlets run in a
@@ -56,46 +92,110 @@ class _Observed:
 class TracingCallObserver:
     """A `pricing.httpclient.CallObserver` (by shape: tracing imports nothing from pricing)."""
 
-    def __init__(self, tracer: trace.Tracer, *, measure: bool) -> None:
+    def __init__(
+        self, tracer: trace.Tracer, *, measure: bool, metrics: CallMetrics | None = None
+    ) -> None:
         self._tracer = tracer
         self._measure = measure
+        self._metrics = metrics
 
     @contextmanager
     def call(
         self, upstream: str, method: str, host: str, port: int, path: str
     ) -> Iterator[_Observed]:
-        route = path.split("?", 1)[0]
         observed = _Observed()
-        span_attributes: dict[str, Any] = {
-            HTTP_REQUEST_METHOD: method,
-            SERVER_ADDRESS: host,
-            SERVER_PORT: port,
-            URL_PATH: route,
-            attributes.UPSTREAM: upstream,
-        }
-        with self._tracer.start_as_current_span(
-            f"{method} {route}", kind=SpanKind.CLIENT, attributes=span_attributes
-        ) as span:
-            propagate.inject(observed.headers)
-            measurement = begin_call() if self._measure else None
-            try:
-                yield observed
-            finally:
+        record = UpstreamCall(upstream, method, host, port, path, time.time_ns())
+        parent = trace.get_current_span().get_span_context()
+        if parent.trace_flags.sampled or not parent.is_valid:
+            # Sampled, or outside any trace (the tracer's sampler decides).
+            with self._tracer.start_as_current_span(
+                f"{method} {path.split('?', 1)[0]}",
+                kind=SpanKind.CLIENT,
+                attributes=client_span_attributes(record),
+            ) as span:
+                propagate.inject(observed.headers)
+                measurement = begin_call() if self._measure else None
                 try:
-                    if observed.status is not None:
-                        span.set_attribute(HTTP_RESPONSE_STATUS_CODE, observed.status)
-                        if observed.status >= 400:  # client spans: 4xx is an error too
-                            span.set_status(Status(StatusCode.ERROR))
-                    if measurement is not None:
-                        timing = measurement.finish()
-                        span.set_attributes(timing_attributes(timing))
-                        totals = request_totals.get()
-                        if totals is not None:
-                            totals.calls += 1
-                            totals.network_s += timing.network_s
-                            totals.scheduling_delay_s += timing.scheduling_delay_s
-                except Exception as exc:  # tracing never breaks a request
-                    swallow("client span attributes", exc)
+                    yield observed
+                finally:
+                    self._finish(record, observed, measurement, span)
+            return
+        # Not sampled (the common case in production): no span, but the trace id goes on
+        # to the upstreams, and the call is measured for the histograms and, should the
+        # request turn out slow, for a span exported afterwards.
+        observed.headers["traceparent"] = (
+            f"00-{parent.trace_id:032x}-{parent.span_id:016x}-{int(parent.trace_flags):02x}"
+        )
+        measurement = begin_call() if self._measure else None
+        try:
+            yield observed
+        finally:
+            self._finish(record, observed, measurement, None)
+
+    def _finish(
+        self,
+        record: UpstreamCall,
+        observed: _Observed,
+        measurement: CallMeasurement | None,
+        span: trace.Span | None,
+    ) -> None:
+        try:
+            record.end_unix_ns = time.time_ns()
+            record.status = observed.status
+            if measurement is not None:
+                record.timing = timing = measurement.finish()
+                metrics = self._metrics
+                if metrics is not None:
+                    metrics.observe_call(record.upstream, timing)
+            if span is not None:
+                span.set_attributes(finished_call_attributes(record))
+                if record.status is not None and record.status >= 400:
+                    span.set_status(Status(StatusCode.ERROR))  # client spans: 4xx too
+                add_call_events(span, record)
+            totals = request_totals.get()
+            if totals is not None and record.timing is not None:
+                totals.records.append(record)
+        except Exception as exc:  # tracing never breaks a request
+            swallow("client span attributes", exc)
+
+
+class CallMetrics(Protocol):
+    """Where every measured call's timings go (``tracing.metrics.WorkerMetrics``)."""
+
+    def observe_call(self, upstream: str, timing: CallTiming) -> None: ...
+
+
+def client_span_attributes(record: UpstreamCall) -> dict[str, Any]:
+    """A client span's attributes known when the call starts."""
+    return {
+        HTTP_REQUEST_METHOD: record.method,
+        SERVER_ADDRESS: record.host,
+        SERVER_PORT: record.port,
+        URL_PATH: record.path.split("?", 1)[0],
+        attributes.UPSTREAM: record.upstream,
+    }
+
+
+def finished_call_attributes(record: UpstreamCall) -> dict[str, Any]:
+    """A client span's attributes once the call is over: status and timing."""
+    out: dict[str, Any] = {}
+    if record.status is not None:
+        out[HTTP_RESPONSE_STATUS_CODE] = record.status
+    if record.timing is not None:
+        out.update(timing_attributes(record.timing))
+    return out
+
+
+def add_call_events(span: trace.Span, record: UpstreamCall) -> None:
+    """Mark on the span's timeline where the reply reached the kernel: network time ends
+    there, and what follows until the span ends is waiting for the hub and parsing."""
+    timing = record.timing
+    if timing is not None and timing.reply_arrived_unix_ns is not None:
+        span.add_event(
+            attributes.EVENT_REPLY_IN_KERNEL,
+            {attributes.SCHEDULING_DELAY: timing.scheduling_delay_s},
+            timestamp=timing.reply_arrived_unix_ns,
+        )
 
 
 def timing_attributes(timing: CallTiming, max_culprits: int = 5) -> dict[str, Any]:
@@ -103,6 +203,7 @@ def timing_attributes(timing: CallTiming, max_culprits: int = 5) -> dict[str, An
     result: dict[str, Any] = {
         attributes.NETWORK_DURATION: timing.network_s,
         attributes.SCHEDULING_DELAY: timing.scheduling_delay_s,
+        attributes.SCHEDULING_CPU_WAIT: timing.cpu_wait_s,
         attributes.BLOCKED_DURATION: timing.blocked_s,
     }
     if timing.culprits:
@@ -110,11 +211,3 @@ def timing_attributes(timing: CallTiming, max_culprits: int = 5) -> dict[str, An
             f"{label}={seconds:.6f}" for label, seconds in timing.top_culprits(max_culprits)
         ]
     return result
-
-
-def server_span_attributes(totals: RequestTotals) -> dict[str, Any]:
-    return {
-        attributes.SCHEDULING_DELAY: totals.scheduling_delay_s,
-        attributes.NETWORK_DURATION: totals.network_s,
-        attributes.UPSTREAM_CALLS: totals.calls,
-    }

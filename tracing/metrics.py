@@ -11,11 +11,85 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tracing.timing.call_state import CallTiming
+from tracing.timing.histogram import HistogramFamily
 from tracing.timing.loop_lag import LAG_BUCKETS_S
+from tracing.timing.server_timing import RequestTiming
 
 #: The endpoint name; its path is [meta].metrics in routes.toml.
 ENDPOINT = "meta.metrics"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class WorkerMetrics:
+    """Histograms of every request's and every upstream call's timings (100 %, whatever
+    the span sampling): cheap (~0.3 us an observation), per worker process."""
+
+    def __init__(self) -> None:
+        self.inbound_delay = HistogramFamily(
+            "pricing_inbound_delay_seconds",
+            "From a request's first bytes in the pool's kernel until its handler started.",
+            "route",
+        )
+        self.inbound_cpu_wait = HistogramFamily(
+            "pricing_inbound_cpu_wait_seconds",
+            "Of the inbound delay, time the process waited for a CPU.",
+            "route",
+        )
+        self.handler = HistogramFamily(
+            "pricing_handler_duration_seconds",
+            "From the handler's start until its end (the server span's time).",
+            "route",
+        )
+        self.network = HistogramFamily(
+            "pricing_upstream_network_seconds",
+            "Time an upstream call waited for the network (send until reply in kernel).",
+            "upstream",
+        )
+        self.delay = HistogramFamily(
+            "pricing_upstream_scheduling_delay_seconds",
+            "Time an upstream call's greenlet was ready but waited for the hub.",
+            "upstream",
+        )
+        self.cpu_wait = HistogramFamily(
+            "pricing_upstream_cpu_wait_seconds",
+            "Of the scheduling delay, time the process waited for a CPU.",
+            "upstream",
+        )
+
+    @property
+    def families(self) -> tuple[HistogramFamily, ...]:
+        return (
+            self.inbound_delay,
+            self.inbound_cpu_wait,
+            self.handler,
+            self.network,
+            self.delay,
+            self.cpu_wait,
+        )
+
+    def observe_call(self, upstream: str, timing: CallTiming) -> None:
+        self.network.observe(upstream, timing.network_s)
+        self.delay.observe(upstream, timing.scheduling_delay_s)
+        self.cpu_wait.observe(upstream, timing.cpu_wait_s)
+
+    def observe_request(self, route: str, timing: RequestTiming) -> None:
+        self.handler.observe(route, timing.duration_s)
+        if timing.inbound_delay_s is not None:
+            self.inbound_delay.observe(route, timing.inbound_delay_s)
+            self.inbound_cpu_wait.observe(route, timing.inbound_cpu_wait_s)
+
+
+def _family_lines(family: HistogramFamily, base: str) -> list[str]:
+    lines = [f"# HELP {family.name} {family.help}", f"# TYPE {family.name} histogram"]
+    for value, histogram in sorted(family.by_label.items()):
+        labels = f'{base},{family.label}="{_escape(value)}"'
+        for bound, count in histogram.cumulative():
+            le = "+Inf" if bound == float("inf") else f"{bound:g}"
+            lines.append(f'{family.name}_bucket{{{labels},le="{le}"}} {count}')
+        lines.append(f"{family.name}_sum{{{labels}}} {histogram.sum:.6f}")
+        lines.append(f"{family.name}_count{{{labels}}} {histogram.count}")
+    return lines
 
 
 def _escape(value: str) -> str:
@@ -51,6 +125,8 @@ def render(worker: Any) -> str:
     ]
     for route, count in sorted(worker.hub_blocks.counts.items()):
         lines.append(f'pricing_hub_blocks_total{{{base},route="{_escape(route)}"}} {count}')
+    for family in worker.metrics.families:
+        lines += _family_lines(family, base)
     processor = worker.processor
     lines += [
         "# HELP pricing_spans_exported_total Spans handed to the exporter successfully.",

@@ -13,33 +13,68 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+from opentelemetry.semconv.attributes.http_attributes import (
+    HTTP_REQUEST_METHOD,
+    HTTP_RESPONSE_STATUS_CODE,
+    HTTP_ROUTE,
+)
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracing import attributes
 from tracing.client import (
     RequestTotals,
     TracingCallObserver,
+    add_call_events,
+    client_span_attributes,
+    finished_call_attributes,
     request_totals,
-    server_span_attributes,
 )
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
+from tracing.metrics import WorkerMetrics
 from tracing.settings import Mode, TracingSettings
+from tracing.timing import server_timing
 from tracing.timing.hook_errors import swallow
 from tracing.timing.hub_block import HubBlockLog
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import set_greenlet_label
+from tracing.timing.server_timing import RequestMeasurement, RequestTiming
 
 log = logging.getLogger(__name__)
 
 SERVICE = "pricingservice"
 # Hub blocks longer than this are reported with their stack (seconds).
 HUB_BLOCK_THRESHOLD_S = 0.1
+
+#: Request header Envoy sets to its ``%START_TIME(%s.%6f)%`` (routing.envoy).
+ENVOY_START_HEADER = "x-pricing-envoy-start"
+_ENVIRON_MEASUREMENT = "pricing.request_measurement"
+# Largest plausible gap between Envoy's start and the pool's arrival stamp (ns): a
+# header from elsewhere (a client setting it, a clock step) is ignored past it.
+_MAX_ENVOY_BEFORE_NS = 60_000_000_000
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Which requests get spans. Envoy decides (pools follow ``traceparent``'s sampled
+    flag, so a trace is whole or absent); ``ratio`` is used only for requests that
+    arrive without a decision (sent to a pool directly). A request slower than its
+    route's threshold is exported in full whatever the decision."""
+
+    ratio: float = 0.01
+    #: route template (``"GET /v1/offers/bike"``) -> seconds.
+    slow_s: Mapping[str, float] = field(default_factory=dict)
+    default_slow_s: float = 1.0
+
+    def slow_threshold_s(self, route: str) -> float:
+        return self.slow_s.get(route, self.default_slow_s)
 
 
 @dataclass
@@ -51,6 +86,11 @@ class WorkerTracing:
     instrumentor: GeventTimingInstrumentor | None  # when mode is FULL
     # Hub blocks per route, counted for /metrics (stays empty without the instrumentor).
     hub_blocks: HubBlockLog = field(default_factory=lambda: HubBlockLog(log))
+    sampling: Sampling = field(default_factory=Sampling)
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    # Exports the spans of slow requests that were not sampled: same processor, a
+    # sampler that keeps everything.
+    slow_provider: TracerProvider | None = None
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -64,7 +104,9 @@ def current() -> WorkerTracing | None:
     return _worker
 
 
-def setup_worker(pool: str, settings: TracingSettings | None = None) -> WorkerTracing | None:
+def setup_worker(
+    pool: str, settings: TracingSettings | None = None, sampling: Sampling | None = None
+) -> WorkerTracing | None:
     """Set up tracing for this worker process. Never raises: a broken tracing set-up
     logs and leaves the worker serving without spans."""
     global _worker
@@ -83,9 +125,14 @@ def setup_worker(pool: str, settings: TracingSettings | None = None) -> WorkerTr
                 attributes.POOL: pool,
             }
         )
-        provider = TracerProvider(resource=resource)
+        sampling = sampling or Sampling()
+        provider = TracerProvider(
+            resource=resource, sampler=ParentBased(TraceIdRatioBased(sampling.ratio))
+        )
         processor = ThreadedSpanProcessor(_exporter(settings))
         provider.add_span_processor(processor)
+        slow_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
+        slow_provider.add_span_processor(processor)
         instrumentor = None
         hub_blocks = HubBlockLog(log)
         if settings.mode is Mode.FULL:
@@ -93,7 +140,16 @@ def setup_worker(pool: str, settings: TracingSettings | None = None) -> WorkerTr
             instrumentor.instrument()
             if instrumentor.hub_block is not None:
                 instrumentor.hub_block.register(hub_blocks)
-        _worker = WorkerTracing(pool, settings, provider, processor, instrumentor, hub_blocks)
+        _worker = WorkerTracing(
+            pool,
+            settings,
+            provider,
+            processor,
+            instrumentor,
+            hub_blocks,
+            sampling=sampling,
+            slow_provider=slow_provider,
+        )
         return _worker
     except Exception:
         log.exception("tracing set-up failed; serving without spans")
@@ -118,10 +174,33 @@ def shutdown_worker() -> None:
         return
     try:
         worker.provider.shutdown()
+        if worker.slow_provider is not None:
+            worker.slow_provider.shutdown()
         if worker.instrumentor is not None:
             worker.instrumentor.uninstrument()
     except Exception:
         log.warning("tracing shutdown failed", exc_info=True)
+
+
+def watch_gunicorn_worker(worker: Any) -> None:
+    """Stamp inbound bytes on a gunicorn gevent worker: its listeners' accepted sockets
+    inherit receive timestamps, and each connection greenlet watches its socket. Call in
+    ``post_fork``, before the worker starts serving. Never raises."""
+    try:
+        for listener in getattr(worker, "sockets", ()):
+            server_timing.enable_on_listener(listener.sock)
+        handle = worker.handle
+
+        def watched_handle(listener: Any, client: Any, addr: Any) -> Any:
+            server_timing.watch_connection(client)
+            try:
+                return handle(listener, client, addr)
+            finally:
+                server_timing.unwatch_connection()
+
+        worker.handle = watched_handle
+    except Exception:
+        log.exception("inbound delay not measured: the gunicorn worker could not be watched")
 
 
 def init_app(
@@ -137,7 +216,7 @@ def init_app(
     app.extensions["tracing"] = worker.settings.mode.value if worker else Mode.OFF.value
     if worker is None:
         return None
-    from flask import request
+    from flask import g, request
     from opentelemetry.instrumentation.flask import FlaskInstrumentor
 
     measure = worker.instrumentor is not None
@@ -146,6 +225,15 @@ def init_app(
         tracer_provider=worker.provider,
         excluded_urls=",".join(re.escape(path) + r"(\?|$)" for path in untraced_paths) or None,
     )
+    if measure:
+        # Outermost, so the handler's time starts before Flask and its instrumentation.
+        instrumented = app.wsgi_app
+
+        def timed_wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
+            environ[_ENVIRON_MEASUREMENT] = server_timing.begin_request()
+            return instrumented(environ, start_response)
+
+        app.wsgi_app = timed_wsgi_app
 
     @app.before_request
     def _begin() -> None:
@@ -158,16 +246,34 @@ def init_app(
             swallow("begin request", exc)
 
     @app.after_request
-    def _end(response: Any) -> Any:
+    def _status(response: Any) -> Any:
+        g.pricing_status = response.status_code
+        return response
+
+    # Registered after the instrumentation's own teardown, so it runs before it: the
+    # server span is still open.
+    @app.teardown_request
+    def _end(exc: BaseException | None) -> None:
         try:
             totals = request_totals.get()
-            if measure and totals is not None and totals.calls:
-                trace.get_current_span().set_attributes(server_span_attributes(totals))
+            measurement = request.environ.get(_ENVIRON_MEASUREMENT)
+            rule = request.url_rule
+            route = f"{request.method} {rule.rule}" if rule is not None else "<no route>"
+            if isinstance(measurement, RequestMeasurement):
+                timing = measurement.finish(totals.timed() if totals is not None else ())
+                _account(
+                    worker,
+                    route,
+                    timing,
+                    totals,
+                    envoy_start_ns=_envoy_start_ns(request.headers.get(ENVOY_START_HEADER)),
+                    status=500 if exc is not None else g.get("pricing_status"),
+                    headers=request.headers,
+                )
             request_totals.set(None)
             set_greenlet_label(None)
-        except Exception as exc:
-            swallow("end request", exc)
-        return response
+        except Exception as err:
+            swallow("end request", err)
 
     from flask import Response
 
@@ -177,7 +283,152 @@ def init_app(
         return Response(metrics.render(worker), mimetype=None, content_type=metrics.CONTENT_TYPE)
 
     app.add_url_rule(metrics_path, endpoint=metrics.ENDPOINT, view_func=_metrics)
-    return TracingCallObserver(worker.tracer, measure=measure)
+    return TracingCallObserver(worker.tracer, measure=measure, metrics=worker.metrics)
 
 
-__all__ = ["attributes", "current", "init_app", "setup_worker", "shutdown_worker"]
+def _envoy_start_ns(raw: str | None) -> int | None:
+    if not raw:
+        return None
+    try:
+        seconds, _, fraction = raw.partition(".")
+        return int(seconds) * 1_000_000_000 + int((fraction + "000000000")[:9])
+    except ValueError:
+        return None
+
+
+def request_attributes(
+    route: str,
+    timing: RequestTiming,
+    totals: RequestTotals | None,
+    envoy_start_ns: int | None = None,
+    *,
+    slow: bool = False,
+    reason: str = "sampled",
+) -> dict[str, Any]:
+    """The server span's attributes: the sums over its calls and every part of its time."""
+    out: dict[str, Any] = {
+        attributes.HANDLER_RUNNING: timing.running_s,
+        attributes.HANDLER_WAITING: timing.waiting_s,
+        attributes.TRACE_REASON: reason,
+    }
+    if slow:
+        out[attributes.SLOW] = True
+    if timing.inbound_delay_s is not None:
+        out[attributes.INBOUND_DELAY] = timing.inbound_delay_s
+        out[attributes.INBOUND_CPU_WAIT] = timing.inbound_cpu_wait_s
+        if timing.inbound_culprits:
+            top = sorted(timing.inbound_culprits.items(), key=lambda kv: kv[1], reverse=True)
+            out[attributes.INBOUND_CULPRITS] = [f"{k}={v:.6f}" for k, v in top[:5]]
+        if envoy_start_ns is not None and timing.arrival_unix_ns is not None:
+            before = timing.arrival_unix_ns - envoy_start_ns
+            if 0 <= before <= _MAX_ENVOY_BEFORE_NS:
+                out[attributes.ENVOY_BEFORE_POOL] = before / 1e9
+    if totals is not None and totals.records:
+        timed = [r.timing for r in totals.records if r.timing is not None]
+        out[attributes.UPSTREAM_CALLS] = len(totals.records)
+        out[attributes.NETWORK_DURATION] = sum(t.network_s for t in timed)
+        out[attributes.SCHEDULING_DELAY] = sum(t.scheduling_delay_s for t in timed)
+        out[attributes.SCHEDULING_CPU_WAIT] = sum(t.cpu_wait_s for t in timed)
+    critical = timing.critical
+    if critical is not None:
+        out[attributes.CRITICAL_UPSTREAM] = timing.critical_upstream or ""
+        out[attributes.CRITICAL_PRESEND_DELAY] = timing.presend_delay_s
+        out[attributes.CRITICAL_NETWORK] = critical.network_s
+        out[attributes.CRITICAL_SCHEDULING_DELAY] = critical.scheduling_delay_s
+        out[attributes.CRITICAL_RUNNING] = (
+            critical.duration_s - critical.network_s - critical.scheduling_delay_s
+        )
+        out[attributes.CRITICAL_WAKE_DELAY] = timing.wake_delay_s
+    return out
+
+
+def _account(
+    worker: WorkerTracing,
+    route: str,
+    timing: RequestTiming,
+    totals: RequestTotals | None,
+    *,
+    envoy_start_ns: int | None,
+    status: int | None,
+    headers: Any,
+) -> None:
+    """Histograms for every request; span attributes for a sampled one; a whole trace
+    exported afterwards for a slow one that was not sampled."""
+    worker.metrics.observe_request(route, timing)
+    first = timing.arrival_unix_ns if timing.arrival_unix_ns is not None else timing.start_unix_ns
+    slow = (timing.end_unix_ns - first) / 1e9 >= worker.sampling.slow_threshold_s(route)
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attributes(request_attributes(route, timing, totals, envoy_start_ns, slow=slow))
+        _add_request_events(span, timing)
+    elif slow and worker.slow_provider is not None:
+        _export_slow(worker, route, timing, totals, envoy_start_ns, status, headers)
+
+
+def _add_request_events(span: trace.Span, timing: RequestTiming) -> None:
+    if timing.arrival_unix_ns is not None:
+        span.add_event(
+            attributes.EVENT_REQUEST_IN_KERNEL,
+            {attributes.INBOUND_DELAY: timing.inbound_delay_s or 0.0},
+            timestamp=timing.arrival_unix_ns,
+        )
+    span.add_event(attributes.EVENT_HANDLER_STARTED, timestamp=timing.start_unix_ns)
+
+
+def _export_slow(
+    worker: WorkerTracing,
+    route: str,
+    timing: RequestTiming,
+    totals: RequestTotals | None,
+    envoy_start_ns: int | None,
+    status: int | None,
+    headers: Any,
+) -> None:
+    """Build the spans of a request that Envoy did not sample from what was measured,
+    under its trace id and Envoy's span as parent (Envoy's span itself was not kept)."""
+    assert worker.slow_provider is not None
+    tracer = worker.slow_provider.get_tracer(SERVICE)
+    parent = propagate.extract({k.lower(): v for k, v in headers.items()})
+    method, _, template = route.partition(" ")
+    server_attrs: dict[str, Any] = {HTTP_REQUEST_METHOD: method, HTTP_ROUTE: template}
+    if status is not None:
+        server_attrs[HTTP_RESPONSE_STATUS_CODE] = status
+    server_attrs.update(
+        request_attributes(route, timing, totals, envoy_start_ns, slow=True, reason="slow")
+    )
+    server = tracer.start_span(
+        route,
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=server_attrs,
+        start_time=timing.start_unix_ns,
+    )
+    if status is not None and status >= 500:
+        server.set_status(Status(StatusCode.ERROR))
+    _add_request_events(server, timing)
+    inside = trace.set_span_in_context(server)
+    for record in totals.records if totals is not None else ():
+        child = tracer.start_span(
+            f"{record.method} {record.path.split('?', 1)[0]}",
+            context=inside,
+            kind=SpanKind.CLIENT,
+            attributes=client_span_attributes(record),
+            start_time=record.start_unix_ns,
+        )
+        child.set_attributes(finished_call_attributes(record))
+        if record.status is not None and record.status >= 400:
+            child.set_status(Status(StatusCode.ERROR))
+        add_call_events(child, record)
+        child.end(end_time=record.end_unix_ns)
+    server.end(end_time=timing.end_unix_ns)
+
+
+__all__ = [
+    "Sampling",
+    "attributes",
+    "current",
+    "init_app",
+    "setup_worker",
+    "shutdown_worker",
+    "watch_gunicorn_worker",
+]

@@ -9,11 +9,11 @@ not a per-call number: per call it was off by tens of ms in measurements; use
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from tracing.timing.histogram import Histogram
 from tracing.timing.hook_errors import swallow
 
 #: Default period of the timer (seconds). Lag below this is mostly invisible to a gauge
@@ -25,22 +25,17 @@ DEFAULT_INTERVAL_S: Final = 0.05
 LAG_BUCKETS_S: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
-class LagHistogram:
-    """Cumulative-bucket histogram of tick lags (Prometheus style), cheap to update."""
+class LagHistogram(Histogram):
+    """Histogram of tick lags (Prometheus style), cheap to update."""
 
-    __slots__ = ("counts", "sum_s")
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self.counts = [0] * (len(LAG_BUCKETS_S) + 1)
-        self.sum_s = 0.0
-
-    def observe(self, lag_s: float) -> None:
-        self.counts[bisect.bisect_left(LAG_BUCKETS_S, lag_s)] += 1
-        self.sum_s += lag_s
+        super().__init__(LAG_BUCKETS_S)
 
     @property
-    def count(self) -> int:
-        return sum(self.counts)
+    def sum_s(self) -> float:
+        return self.sum
 
 
 class LoopLagGauge:

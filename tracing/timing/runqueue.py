@@ -53,10 +53,10 @@ class RunQueueClock:
         self._last_sample_ns = 0
 
     @classmethod
-    def open(cls, **kw: int) -> RunQueueClock | None:
+    def open(cls, sample_interval_ns: int = DEFAULT_SAMPLE_INTERVAL_NS) -> RunQueueClock | None:
         """A clock for the calling thread, or None where the kernel does not count it."""
         try:
-            clock = cls(**kw)
+            clock = cls(sample_interval_ns)
             clock.read_ns()
             return clock
         except (OSError, ValueError, IndexError):

@@ -43,7 +43,8 @@ def span_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def worker(span_file: Path) -> tracing.server.WorkerTracing:
     settings = TracingSettings(mode=Mode.SPANS, otlp_endpoint=None, span_file=span_file)
-    worker = tracing.server.setup_worker("io", settings)
+    # Every request sampled (requests without traceparent are roots here).
+    worker = tracing.server.setup_worker("io", settings, tracing.server.Sampling(ratio=1.0))
     assert worker is not None
     return worker
 
@@ -171,3 +172,61 @@ def test_unusable_span_file_logs_and_returns_none(
         assert tracing.server.setup_worker("io", settings) is None
     assert "serving without spans" in caplog.text
     assert tracing.server.current() is None
+
+
+def full_worker(span_file: Path, sampling: tracing.server.Sampling) -> tracing.server.WorkerTracing:
+    settings = TracingSettings(mode=Mode.FULL, otlp_endpoint=None, span_file=span_file)
+    worker = tracing.server.setup_worker("io", settings, sampling)
+    assert worker is not None and worker.instrumentor is not None
+    return worker
+
+
+@pytest.mark.parametrize(("flag", "spans"), [("01", 1), ("00", 0)])
+def test_pools_follow_the_sampled_flag_of_the_traceparent(
+    span_file: Path, config: RouteConfig, flag: str, spans: int
+) -> None:
+    """Envoy decides: a pool samples exactly what the traceparent says, whatever its own
+    ratio (here: 100 % for a request without traceparent)."""
+    worker = full_worker(span_file, tracing.server.Sampling(ratio=1.0, default_slow_s=60))
+    client = io_app(config).test_client()
+    traceparent = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-{flag}"
+    assert client.get(BIKE, headers={"traceparent": traceparent}).status_code == 200
+    assert len(flushed(worker, span_file)) == spans
+
+
+def test_a_slow_request_is_exported_whatever_the_sampling(
+    span_file: Path, config: RouteConfig
+) -> None:
+    worker = full_worker(
+        span_file,
+        tracing.server.Sampling(ratio=0.0, slow_s={"GET /v1/offers/bike": 0.0}, default_slow_s=60),
+    )
+    client = io_app(config).test_client()
+    unsampled = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-00"
+    assert client.get(BIKE, headers={"traceparent": unsampled}).status_code == 200
+    assert client.get("/v1/offers/scooter" + BIKE[len("/v1/offers/bike") :]).status_code == 200
+    (span,) = flushed(worker, span_file)  # the bike offer only: scooter is not "slow"
+    assert span.name == "GET /v1/offers/bike"
+    assert span.trace_id == TRACEPARENT_TRACE and span.parent_id == TRACEPARENT_PARENT
+    assert span.attributes["pricing.trace.reason"] == "slow"
+    assert span.attributes["pricing.slow"] is True
+    assert span.attributes["http.response.status_code"] == 200
+    assert span.attributes["gevent.handler.running"] > 0
+
+
+def test_metrics_count_every_request_whatever_the_sampling(
+    span_file: Path, config: RouteConfig
+) -> None:
+    worker = full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
+    client = io_app(config).test_client()
+    for _ in range(3):
+        assert client.get(BIKE).status_code == 200
+    text = client.get("/metrics").get_data(as_text=True)
+    assert flushed(worker, span_file) == []
+    line = next(
+        ln
+        for ln in text.splitlines()
+        if ln.startswith("pricing_handler_duration_seconds_count")
+        and 'route="GET /v1/offers/bike"' in ln
+    )
+    assert line.endswith(" 3")
