@@ -33,7 +33,19 @@ def post_fork(server: Any, worker: Any) -> None:
         os.nice(pool.nice)
     from tracing import server as tracing
 
-    traced = tracing.setup_worker(pool_name)
+    config = load_routes()
+    policy = config.tracing
+    sampling = tracing.Sampling(
+        ratio=policy.sample_percent / 100,
+        slow_s={
+            f"{method} {route.path}": policy.slow_ms(route) / 1000
+            for route in config.routes
+            for method in route.methods
+        },
+    )
+    traced = tracing.setup_worker(pool_name, sampling=sampling)
+    if traced is not None and traced.instrumentor is not None:
+        tracing.watch_gunicorn_worker(worker)
     worker.log.info(
         "worker %s serving pool %s (nice %s, tracing %s)",
         worker.pid,

@@ -55,14 +55,21 @@ def cluster_name(pool: Pool | str) -> str:
     return f"{name}_pool"
 
 
+#: Request header carrying Envoy's start time of the request (Unix seconds, 6 decimals);
+#: ``tracing.server`` reads it under the same name.
+ENVOY_START_HEADER = "x-pricing-envoy-start"
+
+
 def render_envoy(
     config: RouteConfig,
     layout: Layout = Layout.SPLIT,
     *,
     tracing_collector: tuple[str, int] | None = None,
 ) -> str:
-    """envoy.yaml text for `layout`. With `tracing_collector` (host, port of an
-    OTLP gRPC receiver), Envoy sends its own span of each request there."""
+    """envoy.yaml text for `layout`. Envoy samples [tracing].sample_percent of requests
+    and sends its spans over OTLP gRPC to `tracing_collector` (host, port), default
+    [tracing].collector; with nothing listening there its spans are dropped, and the
+    sampling decision still reaches the pools in traceparent."""
     document = envoy_config(config, layout, tracing_collector=tracing_collector)
     width = max(len(r.path) for r in config.routes) + 2
     route_map = "\n".join(
@@ -88,8 +95,9 @@ def envoy_config(
 ) -> dict[str, Any]:
     pools = config.pools_for(layout)
     clusters = [_cluster(pool, config.meta.readyz) for pool in pools]
-    if tracing_collector is not None:
-        clusters.append(_collector_cluster(*tracing_collector))
+    if tracing_collector is None:
+        tracing_collector = (config.tracing.collector.host, config.tracing.collector.port)
+    clusters.append(_collector_cluster(*tracing_collector))
     listener = config.listener
     return {
         "admin": {
@@ -112,9 +120,7 @@ def envoy_config(
                 {
                     "name": "ingress",
                     "address": _socket(listener.address.host, listener.address.port),
-                    "filter_chains": [
-                        {"filters": [_http_connection_manager(config, layout, tracing_collector)]}
-                    ],
+                    "filter_chains": [{"filters": [_http_connection_manager(config, layout)]}],
                 }
             ],
             "clusters": clusters,
@@ -122,9 +128,7 @@ def envoy_config(
     }
 
 
-def _http_connection_manager(
-    config: RouteConfig, layout: Layout, tracing_collector: tuple[str, int] | None
-) -> dict[str, Any]:
+def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, Any]:
     routes = [_route(config, route, layout) for route in config.routes]
     routes.append(
         {
@@ -195,7 +199,21 @@ def _http_connection_manager(
         },
         "route_config": {
             "name": "pricing",
-            "virtual_hosts": [{"name": "pricing", "domains": ["*"], "routes": routes}],
+            "virtual_hosts": [
+                {
+                    "name": "pricing",
+                    "domains": ["*"],
+                    "routes": routes,
+                    # When Envoy got the request: the pool's server span gets the time
+                    # from here until the bytes reached it (Envoy's queue + proxying).
+                    "request_headers_to_add": [
+                        {
+                            "header": {"key": ENVOY_START_HEADER, "value": "%START_TIME(%s.%6f)%"},
+                            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                        }
+                    ],
+                }
+            ],
         },
         "http_filters": [
             {
@@ -213,21 +231,22 @@ def _http_connection_manager(
             },
         ],
     }
-    if tracing_collector is not None:
-        hcm["tracing"] = {
-            "provider": {
-                "name": "envoy.tracers.opentelemetry",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig",
-                    "grpc_service": {
-                        "envoy_grpc": {"cluster_name": "otel_collector"},
-                        "timeout": "0.5s",
-                    },
-                    "service_name": "envoy",
+    hcm["tracing"] = {
+        "provider": {
+            "name": "envoy.tracers.opentelemetry",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig",
+                "grpc_service": {
+                    "envoy_grpc": {"cluster_name": "otel_collector"},
+                    "timeout": "0.5s",
                 },
+                "service_name": "envoy",
             },
-            "random_sampling": {"value": 100},
-        }
+        },
+        # Envoy decides for the whole trace: it overrides an incoming sampled flag,
+        # and the pools follow the one it sends on.
+        "random_sampling": {"value": config.tracing.sample_percent},
+    }
     return {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
 
 

@@ -29,6 +29,7 @@ from routing.model import (
     RetryPolicy,
     Route,
     RouteConfig,
+    TracingPolicy,
 )
 
 DEFAULT_ROUTES_PATH = Path(__file__).resolve().parent.parent / "routes.toml"
@@ -38,7 +39,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _ENDPOINT = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 _PATH = re.compile(r"^(/[A-Za-z0-9._~-]+)+$|^/$")
 
-_TOP_KEYS = {"listener", "admin", "upstreams", "pools", "shared", "meta", "routes"}
+_TOP_KEYS = {"listener", "admin", "upstreams", "pools", "shared", "meta", "tracing", "routes"}
 _LISTENER_KEYS = {
     "address",
     "port",
@@ -48,7 +49,7 @@ _LISTENER_KEYS = {
 }
 _POOL_KEYS = {"bind", "workers", "worker_connections", "keepalive_s", "max_pending", "nice"}
 _SHARED_KEYS = _POOL_KEYS - {"workers", "nice"}
-_ROUTE_KEYS = {"endpoint", "path", "methods", "pool", "timeout_ms", "retry"}
+_ROUTE_KEYS = {"endpoint", "path", "methods", "pool", "timeout_ms", "retry", "slow_ms"}
 _RETRY_KEYS = {"attempts", "on"}
 
 
@@ -135,6 +136,7 @@ def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
     routes = tuple(_route(i, body, pool_names, meta) for i, body in enumerate(routes_raw))
 
     _unique(routes, pools, shared, listener, admin, meta)
+    tracing = _tracing(raw.get("tracing", {}))
     return RouteConfig(
         listener=listener,
         admin=admin,
@@ -143,8 +145,30 @@ def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
         shared=shared,
         routes=routes,
         meta=meta,
+        tracing=tracing,
         source=source,
     )
+
+
+def _tracing(raw: Any) -> TracingPolicy:
+    if not isinstance(raw, Mapping):
+        raise RouteConfigError("[tracing] must be a table")
+    _only(raw, {"sample_percent", "slow_fraction", "collector"}, "[tracing]")
+    default = TracingPolicy()
+    percent = raw.get("sample_percent", default.sample_percent)
+    if isinstance(percent, bool) or not isinstance(percent, int | float) or not 0 <= percent <= 100:
+        raise RouteConfigError(
+            f"[tracing].sample_percent must be a number from 0 to 100, got {percent!r}"
+        )
+    fraction = raw.get("slow_fraction", default.slow_fraction)
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not fraction > 0:
+        raise RouteConfigError(
+            f"[tracing].slow_fraction must be a number above 0, got {fraction!r}"
+        )
+    collector = default.collector
+    if "collector" in raw:
+        collector = _address(_str(raw, "collector", "[tracing]"), "[tracing].collector")
+    return TracingPolicy(float(percent), float(fraction), collector)
 
 
 def _meta(raw: Mapping[str, Any]) -> MetaRoutes:
@@ -256,6 +280,7 @@ def _route(index: int, body: Any, pool_names: set[str], meta: MetaRoutes) -> Rou
         pool=pool,
         timeout_ms=timeout_ms,
         retry=retry,
+        slow_ms=_int(body, "slow_ms", where, 1, 300_000) if "slow_ms" in body else None,
     )
 
 

@@ -61,6 +61,9 @@ class Route:
     pool: str
     timeout_ms: int
     retry: RetryPolicy | None = None
+    # A request slower than this is traced whatever the sampling (None: the route's
+    # timeout x [tracing].slow_fraction).
+    slow_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,24 @@ META_NAMES = ("healthz", "readyz", "openapi", "metrics")
 
 
 @dataclass(frozen=True)
+class TracingPolicy:
+    """Which requests get spans. Envoy samples ``sample_percent`` of requests at the edge
+    and the pools follow its decision (a trace is whole or absent); a request slower
+    than its route's threshold is exported by its pool whatever the decision."""
+
+    sample_percent: float = 1.0
+    # A route's slow threshold, as a fraction of its timeout, unless it sets slow_ms.
+    slow_fraction: float = 0.5
+    # Where Envoy sends its spans (OTLP gRPC) when the stack does not say otherwise.
+    collector: Address = field(default_factory=lambda: Address("127.0.0.1", 4317))
+
+    def slow_ms(self, route: Route) -> int:
+        if route.slow_ms is not None:
+            return route.slow_ms
+        return max(1, round(route.timeout_ms * self.slow_fraction))
+
+
+@dataclass(frozen=True)
 class Listener:
     address: Address
     max_request_bytes: int
@@ -103,6 +124,7 @@ class RouteConfig:
     shared: Pool
     routes: tuple[Route, ...]
     meta: MetaRoutes
+    tracing: TracingPolicy = field(default_factory=TracingPolicy)
     source: str = field(default="routes.toml", compare=False)
 
     def pools_for(self, layout: Layout) -> tuple[Pool, ...]:

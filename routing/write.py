@@ -54,6 +54,8 @@ def _route_lines(route: Route) -> list[str]:
         lines.append(
             f"retry = {{ attempts = {route.retry.attempts}, on = {_value(route.retry.on)} }}"
         )
+    if route.slow_ms is not None:
+        lines.append(f"slow_ms = {route.slow_ms}")
     return lines
 
 
@@ -84,6 +86,14 @@ def render_routes_toml(config: RouteConfig) -> str:
     out += [
         "[meta]",
         *(f"{name} = {_value(getattr(config.meta, name))}" for name in META_NAMES),
+        "",
+    ]
+    tracing = config.tracing
+    out += [
+        "[tracing]",
+        f"sample_percent = {tracing.sample_percent!r}",
+        f"slow_fraction = {tracing.slow_fraction!r}",
+        f"collector = {_value(str(tracing.collector))}",
         "",
     ]
     for route in config.routes:

@@ -28,6 +28,7 @@ from opentelemetry.semconv.attributes.http_attributes import (
 )
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from routing.envoy import ENVOY_START_HEADER
 from tracing import attributes
 from tracing.client import (
     RequestTotals,
@@ -53,8 +54,6 @@ SERVICE = "pricingservice"
 # Hub blocks longer than this are reported with their stack (seconds).
 HUB_BLOCK_THRESHOLD_S = 0.1
 
-#: Request header Envoy sets to its ``%START_TIME(%s.%6f)%`` (routing.envoy).
-ENVOY_START_HEADER = "x-pricing-envoy-start"
 _ENVIRON_MEASUREMENT = "pricing.request_measurement"
 # Largest plausible gap between Envoy's start and the pool's arrival stamp (ns): a
 # header from elsewhere (a client setting it, a clock step) is ignored past it.

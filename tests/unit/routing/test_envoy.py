@@ -88,7 +88,7 @@ def test_circuit_breakers_match_each_pools_capacity() -> None:
 def test_shared_layout_sends_everything_to_one_pool_of_the_same_size() -> None:
     config = load_routes()
     doc = envoy_config(config, Layout.SHARED)
-    assert list(_clusters(doc)) == ["shared_pool"]
+    assert list(_clusters(doc)) == ["shared_pool", "otel_collector"]
     assert {r["route"]["cluster"] for r in _routes(doc).values() if "route" in r} == {"shared_pool"}
     breaker = _clusters(doc)["shared_pool"]["circuit_breakers"]["thresholds"][0]
     assert breaker["max_connections"] == config.shared.workers * config.shared.worker_connections

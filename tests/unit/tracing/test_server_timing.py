@@ -79,8 +79,11 @@ def server(instrumentor: GeventTimingInstrumentor) -> Iterator[Server]:
         srv.close()
 
 
-def client_thread(port: int, sends: list[int], go: list[threading.Event], n: int) -> Any:
-    """A real OS thread: connect, then for each go event stamp the time and send a line."""
+def client_thread(
+    port: int, sends: list[int], go: list[threading.Event], n: int, sent: list[int] | None = None
+) -> Any:
+    """A real OS thread: connect, then for each go event send a line, stamping the time
+    just before the send (*sends*) and just after it (*sent*)."""
 
     def run() -> None:
         conn = os_socket()
@@ -90,6 +93,8 @@ def client_thread(port: int, sends: list[int], go: list[threading.Event], n: int
                 go[i].wait(10)
                 sends.append(time.time_ns())
                 conn.sendall(b"x\n")
+                if sent is not None:
+                    sent.append(time.time_ns())
                 conn.recv(16)
         finally:
             conn.close()
@@ -117,8 +122,9 @@ def test_inbound_delay_matches_ground_truth_while_the_hub_is_blocked(
 ) -> None:
     rounds = 3
     sends: list[int] = []
+    sent_by: list[int] = []
     go = [threading.Event() for _ in range(rounds)]
-    thread = client_thread(server.port, sends, go, rounds)
+    thread = client_thread(server.port, sends, go, rounds, sent_by)
     gevent.sleep(0.05)  # connected and accepted
     blocks = []
     for i in range(rounds):
@@ -130,13 +136,19 @@ def test_inbound_delay_matches_ground_truth_while_the_hub_is_blocked(
             gevent.sleep(0.001)
     thread.join(5)
     assert len(server.timings) == rounds
-    for timing, sent, (_hog_start, hog_end) in zip(server.timings, sends, blocks, strict=True):
+    for timing, sent, after, (_hog_start, hog_end) in zip(
+        server.timings, sends, sent_by, blocks, strict=True
+    ):
         assert timing.arrival_unix_ns is not None
-        # The request reached the kernel right after the client's send (loopback).
-        assert 0 <= timing.arrival_unix_ns - sent < 1_000_000
-        truth_s = (timing.start_unix_ns - sent) / 1e9
+        # The request reached the kernel during the client's send (loopback): between
+        # the stamps taken just before and just after it (a busy machine may preempt
+        # the client between a stamp and the syscall, hence the bracket).
+        assert sent <= timing.arrival_unix_ns <= after + 1_000_000
         assert timing.inbound_delay_s is not None
-        assert abs(timing.inbound_delay_s - truth_s) < 0.001
+        # Ground truth from the client's stamps, within 1 ms beyond the bracket.
+        earliest_s = (timing.start_unix_ns - after) / 1e9
+        latest_s = (timing.start_unix_ns - sent) / 1e9
+        assert earliest_s - 0.001 < timing.inbound_delay_s < latest_s + 0.001
         # The handler could only start once the hog let go of the hub, and the delay
         # covers the block from the send on.
         assert timing.start_unix_ns >= hog_end
@@ -233,9 +245,10 @@ def test_cpu_wait_is_split_off_when_the_process_shares_its_cpu(
     thread.join(5)
     timing = server.timings[0]
     assert timing.inbound_delay_s is not None and timing.inbound_delay_s > 0.25
-    # Half of the 300 ms block our thread was runnable but the spinner had the CPU.
+    # About half of the 300 ms block our thread was runnable but the spinner (or, on a
+    # busy machine, something else) had the CPU.
     share = timing.inbound_cpu_wait_s / timing.inbound_delay_s
-    assert 0.25 < share < 0.75, share
+    assert 0.25 < share < 0.9, share
     # Who held the hub meanwhile is still named: the hog.
     assert sum(timing.inbound_culprits.values()) == pytest.approx(timing.inbound_delay_s, rel=0.1)
 
