@@ -71,6 +71,9 @@ CRITICAL_SCHEDULING_DELAY: Final = "gevent.critical.scheduling.delay"
 CRITICAL_RUNNING: Final = "gevent.critical.running"
 #: From the critical call's end until the handler ran again (seconds).
 CRITICAL_WAKE_DELAY: Final = "gevent.critical.wake_delay"
+#: Handler running while the critical call was in flight (part of
+#: ``gevent.handler.running``, concurrent with the call, so not added twice; seconds).
+CRITICAL_OVERLAP: Final = "gevent.critical.overlap"
 
 #: Server span: from Envoy receiving the request (its ``%START_TIME%``, sent in the
 #: ``x-pricing-envoy-start`` header) until the request's bytes reached the pool's

@@ -338,6 +338,7 @@ def request_attributes(
             critical.duration_s - critical.network_s - critical.scheduling_delay_s
         )
         out[attributes.CRITICAL_WAKE_DELAY] = timing.wake_delay_s
+        out[attributes.CRITICAL_OVERLAP] = timing.overlap_s
     return out
 
 

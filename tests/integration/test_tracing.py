@@ -117,13 +117,17 @@ def _traced(
 
 
 @pytest.fixture(scope="module")
-def shared_traced(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from _traced(routes, Layout.SHARED, tmp_path_factory)
+def shared_traced(
+    all_traced_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    yield from _traced(all_traced_routes, Layout.SHARED, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def split_traced(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from _traced(routes, Layout.SPLIT, tmp_path_factory)
+def split_traced(
+    all_traced_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    yield from _traced(all_traced_routes, Layout.SPLIT, tmp_path_factory)
 
 
 def measure(stack: Stack, hog_threads: int, count: int = 25) -> tuple[list[Span], dict[str, int]]:
@@ -255,9 +259,11 @@ def test_server_span_carries_the_sum_of_its_calls_delay(shared_traced: Stack) ->
 
 
 @pytest.fixture(scope="module")
-def jaeger_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def jaeger_stack(
+    all_traced_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     run_dir = tmp_path_factory.mktemp("jaeger-stack")
-    with Stack.on_free_ports(routes, Layout.SPLIT, run_dir, with_jaeger=True) as stack:
+    with Stack.on_free_ports(all_traced_routes, Layout.SPLIT, run_dir, with_jaeger=True) as stack:
         yield stack
 
 

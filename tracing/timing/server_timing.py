@@ -110,6 +110,9 @@ class RequestTiming:
     presend_delay_s: float = 0.0
     #: Critical call ended -> the handler ran again.
     wake_delay_s: float = 0.0
+    #: Handler running while the critical call was in flight (it woke as other calls
+    #: finished): part of ``running_s``, concurrent with the critical call.
+    overlap_s: float = 0.0
     calls: int = 0
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -118,7 +121,7 @@ class RequestTiming:
         """The part of ``waiting_s`` the critical call explains."""
         if self.critical is None:
             return 0.0
-        return self.presend_delay_s + self.critical.duration_s + self.wake_delay_s
+        return self.presend_delay_s + self.critical.duration_s + self.wake_delay_s - self.overlap_s
 
 
 class RequestMeasurement:
@@ -185,14 +188,10 @@ class RequestMeasurement:
         arrival = self.arrival_unix_ns
         inbound = None if arrival is None else (self.start_unix_ns - arrival) / NS_PER_S
         critical_name, critical = None, None
-        presend = wake = 0
+        presend = wake = overlap = 0
         if calls:
             critical_name, critical = max(calls, key=lambda item: item[1].end_ns)
-            for out, back in waits:
-                if out <= critical.end_ns <= back:
-                    presend = max(critical.start_ns - out, 0)
-                    wake = back - critical.end_ns
-                    break
+            presend, wake, overlap = _explain_wait(waits, critical.start_ns, critical.end_ns)
         return RequestTiming(
             arrival_unix_ns=arrival,
             start_unix_ns=self.start_unix_ns,
@@ -209,8 +208,33 @@ class RequestMeasurement:
             critical_upstream=critical_name,
             presend_delay_s=presend / NS_PER_S,
             wake_delay_s=wake / NS_PER_S,
+            overlap_s=overlap / NS_PER_S,
             calls=len(calls),
         )
+
+
+def _explain_wait(
+    waits: Sequence[tuple[int, int]], call_start_ns: int, call_end_ns: int
+) -> tuple[int, int, int]:
+    """(presend, wake, overlap) ns of a critical call from the handler's waits.
+
+    The handler may wake several times while its calls are in flight (``joinall`` hands
+    it each call that finishes): the window runs from the switch-out before the call
+    began to the switch-in after it ended; the handler's runs inside it overlap the call.
+    """
+    first = last = None
+    for index, (out, back) in enumerate(waits):
+        if out <= call_start_ns:
+            first = index
+        if back >= call_end_ns:
+            last = index
+            break
+    if first is None or last is None or first > last:
+        return 0, 0, 0
+    presend = max(call_start_ns - waits[first][0], 0)
+    wake = waits[last][1] - call_end_ns
+    overlap = sum(waits[i + 1][0] - waits[i][1] for i in range(first, last))
+    return presend, wake, overlap
 
 
 def begin_request() -> RequestMeasurement:

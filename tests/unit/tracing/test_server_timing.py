@@ -270,3 +270,26 @@ def test_a_hog_on_the_hub_is_named_whatever_the_machine_does(server: Server) -> 
     # that part is CPU wait as well, but the hub was still the hog's).
     assert timing.inbound_culprits.get(HOG, 0.0) > 0.8 * 0.3
     assert timing.inbound_cpu_wait_s <= timing.inbound_delay_s
+
+
+def test_a_handler_woken_by_each_finished_call_still_has_its_wait_explained() -> None:
+    """joinall hands the handler each call as it finishes: three waits around the
+    critical call. Its presend counts from the first, its wake to the last, and the
+    handler's runs in between overlap the call instead of adding to it."""
+    measurement = server_timing.RequestMeasurement(None, start_ns=0, offset_ns=0)
+    state: RequestState = measurement._state
+    for out, back in ((10, 30), (32, 60), (61, 100)):
+        state.on_switch_out(out)
+        state.on_switch_in(back)
+    critical = CallTiming(80e-9, 70e-9, 5e-9, 0.0, start_ns=12, end_ns=92)
+    timing = measurement.finish([("routing", critical)], end_ns=110)
+    assert timing.presend_delay_s == pytest.approx(2e-9)
+    assert timing.wake_delay_s == pytest.approx(8e-9)
+    assert timing.overlap_s == pytest.approx(3e-9)  # 30->32 and 60->61
+    assert timing.running_s == pytest.approx(23e-9)  # 10 + 2 + 1 + 10
+    assert timing.waiting_s + timing.running_s == pytest.approx(110e-9)
+    # Every ns of the handler's time, once: its running, and the wait the call explains;
+    # or, as the trace shows it: running outside the call window, and the window.
+    assert timing.running_s + timing.explained_wait_s == pytest.approx(timing.duration_s)
+    window = timing.presend_delay_s + critical.duration_s + timing.wake_delay_s
+    assert timing.running_s - timing.overlap_s + window == pytest.approx(timing.duration_s)
