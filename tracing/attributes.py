@@ -53,6 +53,8 @@ INBOUND_CPU_WAIT: Final = "gevent.inbound.cpu_wait"
 #: Who held the hub during the inbound delay, as ``gevent.scheduling.culprits``.
 INBOUND_CULPRITS: Final = "gevent.inbound.culprits"
 
+#: Server span: from the handler's start to its end (seconds); running + waiting.
+HANDLER_DURATION: Final = "gevent.handler.duration"
 #: Server span: time the handler greenlet itself ran (its CPU, Flask, JSON; seconds).
 HANDLER_RUNNING: Final = "gevent.handler.running"
 #: Server span: time the handler greenlet was switched out, waiting for its upstream
@@ -67,6 +69,7 @@ CRITICAL_PRESEND_DELAY: Final = "gevent.critical.presend_delay"
 #: The critical call's network time and scheduling delay (as on its client span).
 CRITICAL_NETWORK: Final = "gevent.critical.network.duration"
 CRITICAL_SCHEDULING_DELAY: Final = "gevent.critical.scheduling.delay"
+CRITICAL_CPU_WAIT: Final = "gevent.critical.scheduling.cpu_wait"
 #: The critical call's own CPU and other waits: duration - network - delay (seconds).
 CRITICAL_RUNNING: Final = "gevent.critical.running"
 #: From the critical call's end until the handler ran again (seconds).

@@ -306,6 +306,7 @@ def request_attributes(
 ) -> dict[str, Any]:
     """The server span's attributes: the sums over its calls and every part of its time."""
     out: dict[str, Any] = {
+        attributes.HANDLER_DURATION: timing.duration_s,
         attributes.HANDLER_RUNNING: timing.running_s,
         attributes.HANDLER_WAITING: timing.waiting_s,
         attributes.TRACE_REASON: reason,
@@ -334,6 +335,7 @@ def request_attributes(
         out[attributes.CRITICAL_PRESEND_DELAY] = timing.presend_delay_s
         out[attributes.CRITICAL_NETWORK] = critical.network_s
         out[attributes.CRITICAL_SCHEDULING_DELAY] = critical.scheduling_delay_s
+        out[attributes.CRITICAL_CPU_WAIT] = critical.cpu_wait_s
         out[attributes.CRITICAL_RUNNING] = (
             critical.duration_s - critical.network_s - critical.scheduling_delay_s
         )
