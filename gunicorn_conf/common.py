@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from routing.env import POOL_ENV
+from routing.envoy import ENVOY_START_HEADER
 from routing.gunicorn import gunicorn_settings, layout_of
 from routing.load import load_routes
 from routing.model import SHARED_POOL
@@ -43,7 +44,9 @@ def post_fork(server: Any, worker: Any) -> None:
             for method in route.methods
         },
     )
-    traced = tracing.setup_worker(pool_name, sampling=sampling)
+    traced = tracing.setup_worker(
+        pool_name, sampling=sampling, envoy_start_header=ENVOY_START_HEADER
+    )
     if traced is not None and traced.instrumentor is not None:
         tracing.watch_gunicorn_worker(worker)
     worker.log.info(

@@ -28,7 +28,6 @@ from opentelemetry.semconv.attributes.http_attributes import (
 )
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from routing.envoy import ENVOY_START_HEADER
 from tracing import attributes
 from tracing.client import (
     RequestTotals,
@@ -86,6 +85,9 @@ class WorkerTracing:
     # Hub blocks per route, counted for /metrics (stays empty without the instrumentor).
     hub_blocks: HubBlockLog = field(default_factory=lambda: HubBlockLog(log))
     sampling: Sampling = field(default_factory=Sampling)
+    # Request header in which the proxy in front sends when it got the request (Unix
+    # seconds with decimals; routing.envoy sets it); None: not measured.
+    envoy_start_header: str | None = None
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
     # Exports the spans of slow requests that were not sampled: same processor, a
     # sampler that keeps everything.
@@ -104,7 +106,10 @@ def current() -> WorkerTracing | None:
 
 
 def setup_worker(
-    pool: str, settings: TracingSettings | None = None, sampling: Sampling | None = None
+    pool: str,
+    settings: TracingSettings | None = None,
+    sampling: Sampling | None = None,
+    envoy_start_header: str | None = None,
 ) -> WorkerTracing | None:
     """Set up tracing for this worker process. Never raises: a broken tracing set-up
     logs and leaves the worker serving without spans."""
@@ -147,6 +152,7 @@ def setup_worker(
             instrumentor,
             hub_blocks,
             sampling=sampling,
+            envoy_start_header=envoy_start_header,
             slow_provider=slow_provider,
         )
         return _worker
@@ -265,7 +271,9 @@ def init_app(
                     route,
                     timing,
                     totals,
-                    envoy_start_ns=_envoy_start_ns(request.headers.get(ENVOY_START_HEADER)),
+                    envoy_start_ns=_envoy_start_ns(
+                        request.headers.get(worker.envoy_start_header or "", None)
+                    ),
                     status=500 if exc is not None else g.get("pricing_status"),
                     headers=request.headers,
                 )

@@ -120,10 +120,19 @@ def test_post_fork_lowers_priority_and_sets_tracing_up(monkeypatch: pytest.Monke
     from tracing import server
 
     niced: list[int] = []
-    traced: list[str] = []
+    traced: list[tuple[str, server.Sampling]] = []
     monkeypatch.setenv("PRICING_POOL", "cpu")
     monkeypatch.setattr(common.os, "nice", niced.append)
-    monkeypatch.setattr(server, "setup_worker", lambda pool: traced.append(pool))
+    monkeypatch.setattr(
+        server, "setup_worker", lambda pool, sampling, **_: traced.append((pool, sampling))
+    )
     worker = SimpleNamespace(pid=123, log=logging.getLogger("test.gunicorn"))
     common.post_fork(server=None, worker=worker)
-    assert (niced, traced) == ([5], ["cpu"])  # [pools.cpu] nice = 5
+    assert niced == [5]  # [pools.cpu] nice = 5
+    ((pool, sampling),) = traced
+    assert pool == "cpu"
+    # Sampling from routes.toml: Envoy's percentage, and each route's slow threshold
+    # (half its timeout unless it sets slow_ms).
+    assert sampling.ratio == pytest.approx(0.01)
+    assert sampling.slow_threshold_s("GET /v1/offers/bike") == pytest.approx(0.25)
+    assert sampling.slow_threshold_s("POST /v1/offers/rideshare") == pytest.approx(1.5)
