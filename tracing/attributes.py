@@ -23,3 +23,12 @@ SCHEDULING_CULPRITS: Final = "gevent.scheduling.culprits"
 #: Time switched out for other reasons: locks, pool queues, DNS on the thread pool, timers
 #: that had not expired yet (seconds). Neither network nor scheduling delay.
 BLOCKED_DURATION: Final = "gevent.blocked.duration"
+
+#: On the server span: ``True`` when the request's upstream calls together waited at
+#: least :data:`SLOW_SCHEDULING_DELAY_S` for the hub, else ``False``. Jaeger's search
+#: matches tags as text (it cannot do ``gevent.scheduling.delay>0.05``): searching for
+#: ``pricing.slow=true`` finds the requests the hub held up.
+SLOW: Final = "pricing.slow"
+
+#: The threshold of :data:`SLOW` (seconds of summed scheduling delay).
+SLOW_SCHEDULING_DELAY_S: Final = 0.05

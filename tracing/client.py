@@ -99,4 +99,6 @@ def server_span_attributes(totals: RequestTotals) -> dict[str, Any]:
         attributes.SCHEDULING_DELAY: totals.scheduling_delay_s,
         attributes.NETWORK_DURATION: totals.network_s,
         "pricing.upstream_calls": totals.calls,
+        # A searchable flag: Jaeger's tag search cannot compare the delay as a number.
+        attributes.SLOW: totals.scheduling_delay_s >= attributes.SLOW_SCHEDULING_DELAY_S,
     }

@@ -182,7 +182,19 @@ def test_measure_adds_each_call_to_the_request_totals(
         attributes.SCHEDULING_DELAY: totals.scheduling_delay_s,
         attributes.NETWORK_DURATION: totals.network_s,
         "pricing.upstream_calls": 3,
+        attributes.SLOW: totals.scheduling_delay_s >= attributes.SLOW_SCHEDULING_DELAY_S,
     }
+
+
+@pytest.mark.parametrize(
+    ("delay_s", "slow"),
+    [(0.0, False), (0.0499, False), (0.05, True), (0.3, True)],
+)
+def test_server_span_is_flagged_slow_from_the_delay_threshold(delay_s: float, slow: bool) -> None:
+    totals = RequestTotals()
+    totals.calls = 3
+    totals.scheduling_delay_s = delay_s
+    assert server_span_attributes(totals)[attributes.SLOW] is slow
 
 
 def test_measure_without_request_totals_is_fine(
