@@ -14,7 +14,9 @@ from opentelemetry.trace import SpanKind
 
 from stack.cli import main
 from tracing import attributes
+from tracing import cli as traces_cli
 from tracing.export import JsonLinesFileExporter
+from tracing.spans import Span
 
 CULPRIT = "POST /v1/offers/rideshare=0.272800"
 
@@ -97,6 +99,58 @@ def test_trace_id_prints_the_waterfall(
     assert "net 111.0 / sched 272.8" in vehicles
     assert "<- POST /v1/offers/rideshare 272.8" in vehicles
     assert vehicles.index("pricingservice:") == lines[1].index("pricingservice:") + 2
+
+
+def test_table_ends_with_each_rows_slowest_trace_as_a_command(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, trace_ids = span_file
+    assert main(["traces", "--file", str(path)]) == 0
+    out = capsys.readouterr().out
+    table, _, examples = out.partition("\n\nslowest trace of each row, slowest first")
+    assert "times in ms" in table
+    lines = examples.splitlines()[1:]
+    assert len(lines) == 3  # one per row
+    for line in lines:
+        command = line[line.index("pricingctl traces") :]
+        assert command.startswith(f"pricingctl traces --file {path} --trace-id ")
+        assert command.split()[-1] in trace_ids
+
+
+def jaeger_spans(trace_id: str = "abc123") -> list[Span]:
+    def one(span_id: str, name: str, kind: str, ms: int) -> Span:
+        return Span(trace_id, span_id, None, "pricingservice", name, kind, 0, ms * 1000, {})
+
+    return [
+        one("s1", "GET /v1/offers/bike", "server", 400),
+        one("c1", "GET /vehicles/v1/nearby", "client", 380),
+    ]
+
+
+def test_rows_from_jaeger_link_to_its_ui_slowest_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(traces_cli, "from_jaeger", lambda *a, **kw: jaeger_spans())
+    assert main(["traces", "--jaeger", "http://127.0.0.1:16686/"]) == 0
+    out = capsys.readouterr().out
+    examples = out.split("(open in Jaeger's UI):\n", 1)[1].splitlines()
+    assert examples[0].endswith("400.0 ms  http://127.0.0.1:16686/trace/abc123?uiFind=s1")
+    assert examples[1].endswith("380.0 ms  http://127.0.0.1:16686/trace/abc123?uiFind=c1")
+
+    assert main(["traces", "--jaeger", "http://127.0.0.1:16686", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    (slowest,) = rows["GET /vehicles/v1/nearby"]["slowest"]
+    assert slowest["url"] == "http://127.0.0.1:16686/trace/abc123?uiFind=c1"
+
+
+def test_trace_id_from_jaeger_ends_with_its_ui_link(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(traces_cli, "from_jaeger", lambda *a, **kw: jaeger_spans())
+    assert main(["traces", "--jaeger", "http://127.0.0.1:9", "--trace-id", "abc123"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("trace abc123")
+    assert lines[-1] == "in Jaeger's UI: http://127.0.0.1:9/trace/abc123"
 
 
 def test_trace_id_with_json_lists_its_spans(
