@@ -13,7 +13,7 @@ interfaces, so we always pass our own config: only what we use, 127.0.0.1 only,
 ports chosen by the caller so tests can run it next to a developer's instance.
 
 The web UI is a separate project (jaeger-ui), in neither the Go module nor the npm
-registry: deploy/jaeger/build-ui.sh builds it from source (Node, ~2.5 min once) into
+registry: deploy/jaeger/build-ui.sh builds it from source (Node, ~3 min once) into
 ui/ beside the binary, and Jaeger serves that directory (`ui.assets_path`). Without
 it Jaeger serves its API and a placeholder page.
 """
@@ -49,7 +49,7 @@ UI_UNAVAILABLE_EXIT = 2
 # Twice the slowest cold build seen (9.3 min on 2 busy cores, modules already
 # downloaded; the download adds ~1 min).
 DEFAULT_BUILD_TIMEOUT_S = 1200.0
-# The UI: ~2.5 min cold on 2 idle cores; generous for busy ones.
+# The UI: 163-254 s measured on 2 busy cores (npm download, build, cleanup).
 DEFAULT_UI_BUILD_TIMEOUT_S = 900.0
 
 

@@ -157,5 +157,7 @@ if [[ -e "$out" ]]; then
 fi
 mv "$tmp_out" "$out"
 rm -rf "$out_dir/.ui.old.$$"
+# node_modules goes now, inside the timed part: deleting ~100k files is not free.
+rm -rf "$work"
 log "built $out ($(du -sh "$out" | cut -f1)) in $((SECONDS - start)) s"
 printf '%s\n' "$out" >&3
