@@ -59,12 +59,13 @@ class Browser:
         profile_dir.mkdir(parents=True, exist_ok=True)
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        # A fresh profile per run; the shell puts the pipe ends on fds 3 and 4.
+        # A fresh profile per run; bash puts the pipe ends on fds 3 and 4 (not sh:
+        # dash only redirects single-digit fds, and in a long test run ours are not).
         argv = [
-            "/bin/sh",
+            shutil.which("bash") or "/bin/bash",
             "-c",
             f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}',
-            "sh",
+            "bash",
             executable,
             *CHROMIUM_FLAGS,
             f"--user-data-dir={profile_dir}",
@@ -95,7 +96,10 @@ class Browser:
         message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params}
         if self._session is not None and not method.startswith(("Target.", "Browser.")):
             message["sessionId"] = self._session
-        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        try:
+            os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        except BrokenPipeError:
+            raise BrowserError(f"Chromium is gone; log:\n{self.log_tail()}") from None
         deadline = time.monotonic() + timeout_s
         while True:
             reply = self._read(deadline)
