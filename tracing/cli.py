@@ -5,20 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.parse
 from pathlib import Path
 
 from tracing.report import Linker, render_examples, render_table, summarize, waterfall
 from tracing.settings import DEFAULT_SPAN_FILE
-from tracing.spans import SpanSourceError, from_file, from_jaeger
+from tracing.spans import SpanSourceError, from_file, from_jaeger, jaeger_trace_url
 
 DEFAULT_JAEGER_URL = "http://127.0.0.1:16686"
-
-
-def jaeger_trace_url(base_url: str, trace_id: str, span_id: str | None = None) -> str:
-    """A trace's page in Jaeger's web UI; with span_id that span is highlighted."""
-    url = f"{base_url.rstrip('/')}/trace/{urllib.parse.quote(trace_id)}"
-    return f"{url}?uiFind={urllib.parse.quote(span_id)}" if span_id else url
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
