@@ -28,10 +28,15 @@ test: setup jaeger
 	if [ $$code -eq 5 ]; then echo "make: pytest collected no tests (exit 5)"; exit 0; fi; \
 	exit $$code
 
-# Jaeger v2 built from its Go module; cached under ~/.cache/pricingservice, so
-# only the first run pays (about 4-9 minutes on 2 cores).
+# Jaeger v2 built from its Go module, and its web UI from the jaeger-ui source
+# (JAEGER_UI_SOURCE: a tarball or directory of the pinned tag; unset: git clone).
+# Both cached under ~/.cache/pricingservice, so only the first run pays (binary
+# about 4-9 minutes on 2 cores, UI about 3). Without Node or a UI source,
+# build-ui.sh says so in one line (exit 2) and Jaeger serves its API only.
 jaeger:
 	@deploy/jaeger/build.sh >/dev/null
+	@deploy/jaeger/build-ui.sh >/dev/null; code=$$?; \
+	if [ $$code -eq 1 ]; then echo "make: Jaeger's web UI did not build (see above); Jaeger serves its API only"; fi
 
 unit: setup
 	$(PY) -m pytest tests/unit

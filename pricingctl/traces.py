@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from tracing.report import render_table, summarize, waterfall
+from tracing.report import Linker, render_examples, render_table, summarize, waterfall
 from tracing.settings import DEFAULT_SPAN_FILE
-from tracing.spans import SpanSourceError, from_file, from_jaeger
+from tracing.spans import SpanSourceError, from_file, from_jaeger, jaeger_trace_url
 
 DEFAULT_JAEGER_URL = "http://127.0.0.1:16686"
 
@@ -55,15 +55,33 @@ def run(args: argparse.Namespace) -> int:
         hint = "" if args.file is not None else " (start it with `pricingctl up`, or use --file)"
         print(f"pricingctl: {exc}{hint}", file=sys.stderr)
         return 1
+    link: Linker
+    if args.file is not None:
+        heading = "slowest trace of each row, slowest first (as a waterfall):"
+
+        def link(trace_id: str, _span_id: str) -> str:
+            return f"pricingctl traces --file {args.file} --trace-id {trace_id}"
+
+    else:
+        heading = "slowest trace of each row, slowest first (open in Jaeger's UI):"
+
+        def link(trace_id: str, span_id: str) -> str:
+            return jaeger_trace_url(args.jaeger, trace_id, span_id)
+
     if args.trace_id:
         if args.json:
             print(json.dumps([s.__dict__ for s in spans], indent=1))
         else:
             print(waterfall(spans))
+            if args.file is None:
+                print(f"in Jaeger's UI: {jaeger_trace_url(args.jaeger, args.trace_id)}")
         return 0
     rows = summarize(spans)
     if args.json:
-        print(json.dumps({"rows": [r.as_dict() for r in rows]}, indent=1))
+        print(json.dumps({"rows": [r.as_dict(link) for r in rows]}, indent=1))
     else:
         print(render_table(rows))
+        examples = render_examples(rows, link, heading)
+        if examples:
+            print(f"\n{examples}")
     return 0

@@ -87,11 +87,15 @@ def run(args: argparse.Namespace) -> int:
         if stopping.is_set():
             return 0
         pools = " ".join(f"{p.name}={p.bind}" for p in stack.config.pools_for(stack.layout))
-        traces = (
-            f"traces in Jaeger {stack.jaeger_url}"
-            if stack.jaeger_url
-            else f"spans in {stack.span_file}"
-        )
+        if stack.jaeger_url and stack.jaeger_ui:
+            traces = f"traces in Jaeger's UI {stack.jaeger_url}"
+        elif stack.jaeger_url:
+            traces = (
+                f"traces in Jaeger's API {stack.jaeger_url} (no web UI: `make jaeger` builds "
+                "it with Node.js and JAEGER_UI_SOURCE or git)"
+            )
+        else:
+            traces = f"spans in {stack.span_file}"
         print(
             f"pricingservice is up at {stack.url} ({stack.layout.value} layout; pools {pools}; "
             f"upstreams {stack.simulator_url}; admin {stack.admin_url}; "

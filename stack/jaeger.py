@@ -1,4 +1,5 @@
-"""Jaeger v2 all-in-one: built from its Go module, run on loopback with in-memory storage.
+"""Jaeger v2 all-in-one: built from its Go module, run on loopback with in-memory storage,
+serving the web UI when deploy/jaeger/build-ui.sh has built it.
 
 No Jaeger release binary or image registry is reachable from these machines, so
 deploy/jaeger/build.sh compiles `github.com/jaegertracing/jaeger/cmd/jaeger` once
@@ -10,6 +11,11 @@ OpenTelemetry Collector distribution: it takes a collector-style YAML file via
 no arguments it listens on 14 TCP and 2 UDP ports, the query ones (16686, 16685) on all
 interfaces, so we always pass our own config: only what we use, 127.0.0.1 only,
 ports chosen by the caller so tests can run it next to a developer's instance.
+
+The web UI is a separate project (jaeger-ui), in neither the Go module nor the npm
+registry: deploy/jaeger/build-ui.sh builds it from source (Node, ~3 min once) into
+ui/ beside the binary, and Jaeger serves that directory (`ui.assets_path`). Without
+it Jaeger serves its API and a placeholder page.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,14 +41,23 @@ JAEGER_VERSION = "v1.76.0"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO_ROOT / "deploy" / "jaeger" / "build.sh"
+UI_BUILD_SCRIPT = REPO_ROOT / "deploy" / "jaeger" / "build-ui.sh"
+# build-ui.sh's exit status when it cannot build here (no Node, no source).
+UI_UNAVAILABLE_EXIT = 2
 
 # Twice the slowest cold build seen (9.3 min on 2 busy cores, modules already
 # downloaded; the download adds ~1 min).
 DEFAULT_BUILD_TIMEOUT_S = 1200.0
+# The UI: 163-254 s measured on 2 busy cores (npm download, build, cleanup).
+DEFAULT_UI_BUILD_TIMEOUT_S = 900.0
 
 
 class JaegerBuildError(RuntimeError):
-    """build.sh failed; the message carries the tail of its output."""
+    """build.sh or build-ui.sh failed; the message carries the tail of its output."""
+
+
+class JaegerUIUnavailable(RuntimeError):
+    """The UI cannot be built here (no Node.js, or no source): one line saying why."""
 
 
 def cache_dir() -> Path:
@@ -62,15 +78,52 @@ def cached_binary() -> Path | None:
     return None
 
 
+def ui_path() -> Path:
+    """Where build-ui.sh puts the web UI (index.html + static/; it may not exist yet)."""
+    return binary_path().parent / "ui"
+
+
+def cached_ui() -> Path | None:
+    """The built UI for our Jaeger version, or None. build-ui.sh renames only a
+    finished build into place and records its pin in .pin."""
+    path = ui_path()
+    try:
+        pinned_tag = (path / ".pin").read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    if pinned_tag == JAEGER_VERSION and (path / "index.html").is_file():
+        return path
+    return None
+
+
 def build(timeout_s: float = DEFAULT_BUILD_TIMEOUT_S) -> Path:
     """Build (or reuse, in well under a second) the Jaeger binary; return its path."""
-    if not BUILD_SCRIPT.is_file():
-        raise JaegerBuildError(f"build script missing: {BUILD_SCRIPT}")
+    code, out, err = _run_script(BUILD_SCRIPT, timeout_s)
+    if code != 0:
+        raise JaegerBuildError(f"{BUILD_SCRIPT} failed with exit code {code}:\n{_tail(err)}")
+    return _printed_path(BUILD_SCRIPT, out)
+
+
+def build_ui(timeout_s: float = DEFAULT_UI_BUILD_TIMEOUT_S) -> Path:
+    """Build (or reuse) the web UI; return its directory. Raises JaegerUIUnavailable
+    when it cannot be built here (no Node, no source), JaegerBuildError when a build
+    failed. The source is JAEGER_UI_SOURCE (tarball or directory) or a git clone."""
+    code, out, err = _run_script(UI_BUILD_SCRIPT, timeout_s)
+    if code == UI_UNAVAILABLE_EXIT:
+        raise JaegerUIUnavailable(_tail(err, 1))
+    if code != 0:
+        raise JaegerBuildError(f"{UI_BUILD_SCRIPT} failed with exit code {code}:\n{_tail(err)}")
+    return _printed_path(UI_BUILD_SCRIPT, out)
+
+
+def _run_script(script: Path, timeout_s: float) -> tuple[int, str, str]:
+    if not script.is_file():
+        raise JaegerBuildError(f"build script missing: {script}")
     env = {**os.environ, "JAEGER_VERSION": JAEGER_VERSION}
-    # Own session: on timeout the whole tree (go build and its compilers) must go,
-    # not just the bash process.
+    # Own session: on timeout the whole tree (go build and its compilers, npm and
+    # its workers) must go, not just the bash process.
     proc = subprocess.Popen(
-        ["bash", str(BUILD_SCRIPT)],
+        ["bash", str(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -84,7 +137,7 @@ def build(timeout_s: float = DEFAULT_BUILD_TIMEOUT_S) -> Path:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         raise JaegerBuildError(
-            f"building Jaeger {JAEGER_VERSION} took longer than {timeout_s:.0f} s; "
+            f"{script.name} ({JAEGER_VERSION}) took longer than {timeout_s:.0f} s; "
             f"last output:\n{_tail(err)}"
         ) from None
     except BaseException:
@@ -92,14 +145,14 @@ def build(timeout_s: float = DEFAULT_BUILD_TIMEOUT_S) -> Path:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
-    if proc.returncode != 0:
-        raise JaegerBuildError(
-            f"{BUILD_SCRIPT} failed with exit code {proc.returncode}:\n{_tail(err)}"
-        )
+    return proc.returncode, out, err
+
+
+def _printed_path(script: Path, out: str) -> Path:
     lines = out.strip().splitlines()
     path = Path(lines[-1]) if lines else None
-    if path is None or not path.is_file():
-        raise JaegerBuildError(f"{BUILD_SCRIPT} printed no binary path (stdout: {out!r})")
+    if path is None or not path.exists():
+        raise JaegerBuildError(f"{script} printed no path (stdout: {out!r})")
     return path
 
 
@@ -143,10 +196,24 @@ def config_dict(
     host: str = "127.0.0.1",
     max_traces: int = 100_000,
     log_level: str = "info",
+    ui_assets: Path | None = None,
 ) -> dict[str, Any]:
     def addr(port: int) -> dict[str, str]:
         return {"endpoint": f"{host}:{port}"}
 
+    query: dict[str, Any] = {
+        "storage": {"traces": "memstore"},
+        # On by default in v2: the query service then traces itself and
+        # exports over OTLP gRPC to localhost:4317, i.e. into whichever
+        # Jaeger owns the default port, not into this one.
+        "enable_tracing": False,
+        # Both default to all interfaces (":16686", ":16685").
+        "http": addr(query_port),
+        "grpc": addr(query_grpc_port),
+    }
+    if ui_assets is not None:
+        # The built jaeger-ui directory; Jaeger injects its config into index.html.
+        query["ui"] = {"assets_path": str(ui_assets)}
     return {
         "service": {
             "extensions": ["jaeger_storage", "jaeger_query"],
@@ -170,16 +237,7 @@ def config_dict(
         },
         "extensions": {
             "jaeger_storage": {"backends": {"memstore": {"memory": {"max_traces": max_traces}}}},
-            "jaeger_query": {
-                "storage": {"traces": "memstore"},
-                # On by default in v2: the query service then traces itself and
-                # exports over OTLP gRPC to localhost:4317, i.e. into whichever
-                # Jaeger owns the default port, not into this one.
-                "enable_tracing": False,
-                # Both default to all interfaces (":16686", ":16685").
-                "http": addr(query_port),
-                "grpc": addr(query_grpc_port),
-            },
+            "jaeger_query": query,
         },
         "receivers": {
             "otlp": {"protocols": {"grpc": addr(otlp_grpc_port), "http": addr(otlp_http_port)}}
@@ -197,9 +255,11 @@ def config_yaml(
     host: str = "127.0.0.1",
     max_traces: int = 100_000,
     log_level: str = "info",
+    ui_assets: Path | None = None,
 ) -> str:
-    """A complete Jaeger v2 config: OTLP in, in-memory storage, query API; nothing else
-    listens (no Jaeger/Zipkin receivers, sampling, health check or metrics ports)."""
+    """A complete Jaeger v2 config: OTLP in, in-memory storage, query API (and the web
+    UI from ui_assets); nothing else listens (no Jaeger/Zipkin receivers, sampling,
+    health check or metrics ports)."""
     cfg = config_dict(
         otlp_grpc_port,
         otlp_http_port,
@@ -208,6 +268,7 @@ def config_yaml(
         host=host,
         max_traces=max_traces,
         log_level=log_level,
+        ui_assets=ui_assets,
     )
     return yaml.safe_dump(cfg, sort_keys=False)
 
@@ -239,10 +300,14 @@ def start(
     *,
     binary: Path | None = None,
     ports: JaegerPorts | None = None,
+    ui: Path | None = None,
     timeout_s: float = 30.0,
     attempts: int = 3,
 ) -> tuple[Proc, JaegerPorts]:
     """Start Jaeger with config and log in run_dir; return once it is ready.
+
+    ui: a built jaeger-ui directory (cached_ui()) to serve at the query port;
+    None serves the API only.
 
     With ports=None, free ports are picked, and picked again if one was taken
     between the pick and Jaeger's bind (free_port cannot reserve a port).
@@ -262,6 +327,7 @@ def start(
                 chosen.query_http,
                 chosen.query_grpc,
                 host=chosen.host,
+                ui_assets=ui,
             )
         )
         proc = Proc("jaeger", command(exe, config_path), run_dir / "jaeger.log").start()
@@ -291,10 +357,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stack.jaeger")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("build", help="build or reuse the binary; print its path")
+    sub.add_parser("build-ui", help="build or reuse the web UI; print its directory")
     sub.add_parser("config", help="print the config on Jaeger's default ports")
     args = parser.parse_args(argv)
     if args.cmd == "build":
         print(build())
+    elif args.cmd == "build-ui":
+        try:
+            print(build_ui())
+        except JaegerUIUnavailable as exc:
+            print(exc, file=sys.stderr)
+            return UI_UNAVAILABLE_EXIT
     else:
         p = JaegerPorts.defaults()
         body = config_yaml(p.otlp_grpc, p.otlp_http, p.query_http, p.query_grpc)

@@ -48,6 +48,8 @@ class Stack:
     # write OTLP JSON lines to span_file.
     with_jaeger: bool = False
     jaeger_ports: JaegerPorts | None = None  # None: free ports
+    # The web UI Jaeger serves (build-ui.sh's cached build), once started; None: API only.
+    jaeger_ui: Path | None = None
     procs: dict[str, Proc] = field(default_factory=dict)
 
     @property
@@ -147,8 +149,9 @@ class Stack:
         return self.run_dir / "logs" / f"{name}.log"
 
     def _start_jaeger(self, timeout_s: float) -> None:
+        self.jaeger_ui = jaeger.cached_ui()
         proc, self.jaeger_ports = jaeger.start(
-            self.run_dir / "jaeger", ports=self.jaeger_ports, timeout_s=timeout_s
+            self.run_dir / "jaeger", ports=self.jaeger_ports, ui=self.jaeger_ui, timeout_s=timeout_s
         )
         self.procs["jaeger"] = proc
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,19 @@ def parse_culprits(raw: Any) -> list[tuple[str, float]]:
 
 
 @dataclass(frozen=True)
+class Example:
+    """One span of a row, to look at in Jaeger's UI: the trace and the span in it."""
+
+    trace_id: str
+    span_id: str
+    duration_ms: float
+
+
+#: Link to a span in a trace viewer, e.g. Jaeger's UI: (trace_id, span_id) -> text.
+Linker = Callable[[str, str], str]
+
+
+@dataclass(frozen=True)
 class Row:
     kind: str  # "endpoint" | "upstream"
     name: str
@@ -55,14 +68,20 @@ class Row:
     delay_p50_ms: float | None
     delay_p99_ms: float | None
     top_culprits: tuple[tuple[str, float], ...]  # (label, total seconds)
+    # The slowest spans of the row, in distinct traces, slowest first.
+    slowest: tuple[Example, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, link: Linker | None = None) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["top_culprits"] = [{"label": label, "seconds": s} for label, s in self.top_culprits]
+        d["slowest"] = [
+            {**e.__dict__, **({"url": link(e.trace_id, e.span_id)} if link else {})}
+            for e in self.slowest
+        ]
         return d
 
 
-def summarize(spans: Iterable[Span], top: int = 3) -> list[Row]:
+def summarize(spans: Iterable[Span], top: int = 3, examples: int = 3) -> list[Row]:
     groups: dict[tuple[str, str], list[Span]] = defaultdict(list)
     for span in spans:
         if span.service == "envoy":
@@ -94,9 +113,24 @@ def summarize(spans: Iterable[Span], top: int = 3) -> list[Row]:
                 delay_p50_ms=_percentile_ms(delay, 50),
                 delay_p99_ms=_percentile_ms(delay, 99),
                 top_culprits=tuple(sorted(culprits.items(), key=lambda kv: -kv[1])[:top]),
+                slowest=_slowest(members, examples),
             )
         )
     return rows
+
+
+def _slowest(spans: Iterable[Span], count: int) -> tuple[Example, ...]:
+    """The slowest spans, at most one per trace (one trace says it all), slowest first."""
+    out: list[Example] = []
+    seen: set[str] = set()
+    for span in sorted(spans, key=lambda s: -s.duration_us):
+        if len(out) == count:
+            break
+        if span.trace_id in seen:
+            continue
+        seen.add(span.trace_id)
+        out.append(Example(span.trace_id, span.span_id, span.duration_us / 1000))
+    return tuple(out)
 
 
 def _ms(spans: Iterable[Span], key: str) -> list[float]:
@@ -132,6 +166,22 @@ def render_table(rows: Sequence[Row]) -> str:
         "times in ms; net = network + upstream time (kernel receive time), "
         "sched = waiting for the gevent hub after the bytes arrived"
     )
+    return "\n".join(lines)
+
+
+def render_examples(rows: Sequence[Row], link: Linker, heading: str) -> str:
+    """Each row's slowest span, rows with the slowest first: from the table to the picture
+    in one click."""
+    ranked = sorted((r for r in rows if r.slowest), key=lambda r: -r.slowest[0].duration_ms)
+    if not ranked:
+        return ""
+    lines = [heading]
+    for row in ranked:
+        example = row.slowest[0]
+        lines.append(
+            f"  {row.kind:9}{row.name[:29]:30}{example.duration_ms:>8.1f} ms  "
+            f"{link(example.trace_id, example.span_id)}"
+        )
     return "\n".join(lines)
 
 

@@ -62,6 +62,13 @@ def from_jaeger(
     return list(_jaeger_spans(payload.get("data") or []))
 
 
+def jaeger_trace_url(base_url: str, trace_id: str, span_id: str | None = None) -> str:
+    """A trace's page in Jaeger's web UI; with span_id that span is highlighted (and its
+    detail opened)."""
+    url = f"{base_url.rstrip('/')}/trace/{urllib.parse.quote(trace_id)}"
+    return f"{url}?uiFind={urllib.parse.quote(span_id)}" if span_id else url
+
+
 def _jaeger_spans(traces: Iterable[dict[str, Any]]) -> Iterator[Span]:
     for trace in traces:
         processes = trace.get("processes") or {}

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -97,6 +101,97 @@ def test_trace_id_prints_the_waterfall(
     assert "net 111.0 / sched 272.8" in vehicles
     assert "<- POST /v1/offers/rideshare 272.8" in vehicles
     assert vehicles.index("pricingservice:") == lines[1].index("pricingservice:") + 2
+
+
+def test_table_ends_with_each_rows_slowest_trace_as_a_command(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, trace_ids = span_file
+    assert main(["traces", "--file", str(path)]) == 0
+    out = capsys.readouterr().out
+    table, _, examples = out.partition("\n\nslowest trace of each row, slowest first")
+    assert "times in ms" in table
+    lines = examples.splitlines()[1:]
+    assert len(lines) == 3  # one per row
+    for line in lines:
+        command = line[line.index("pricingctl traces") :]
+        assert command.startswith(f"pricingctl traces --file {path} --trace-id ")
+        assert command.split()[-1] in trace_ids
+
+
+def _jaeger_trace(trace_id: str = "abc123") -> dict[str, Any]:
+    """One trace as Jaeger's query API returns it: a server span and a client call."""
+
+    def span(span_id: str, name: str, kind: str, ms: int) -> dict[str, Any]:
+        return {
+            "traceID": trace_id,
+            "spanID": span_id,
+            "operationName": name,
+            "references": [],
+            "startTime": 1_700_000_000_000_000,
+            "duration": ms * 1000,
+            "tags": [{"key": "span.kind", "type": "string", "value": kind}],
+            "processID": "p1",
+        }
+
+    return {
+        "traceID": trace_id,
+        "spans": [
+            span("s1", "GET /v1/offers/bike", "server", 400),
+            span("c1", "GET /vehicles/v1/nearby", "client", 380),
+        ],
+        "processes": {"p1": {"serviceName": "pricingservice"}},
+    }
+
+
+@pytest.fixture
+def fake_jaeger() -> Iterator[str]:
+    """Jaeger's query API on a loopback port, answering every query with one trace."""
+    body = json.dumps({"data": [_jaeger_trace()]}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_rows_from_jaeger_link_to_its_ui_slowest_first(
+    fake_jaeger: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["traces", "--jaeger", f"{fake_jaeger}/"]) == 0
+    out = capsys.readouterr().out
+    examples = out.split("(open in Jaeger's UI):\n", 1)[1].splitlines()
+    assert examples[0].endswith(f"400.0 ms  {fake_jaeger}/trace/abc123?uiFind=s1")
+    assert examples[1].endswith(f"380.0 ms  {fake_jaeger}/trace/abc123?uiFind=c1")
+
+    assert main(["traces", "--jaeger", fake_jaeger, "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    (slowest,) = rows["GET /vehicles/v1/nearby"]["slowest"]
+    assert slowest["url"] == f"{fake_jaeger}/trace/abc123?uiFind=c1"
+
+
+def test_trace_id_from_jaeger_ends_with_its_ui_link(
+    fake_jaeger: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["traces", "--jaeger", fake_jaeger, "--trace-id", "abc123"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("trace abc123")
+    assert lines[-1] == f"in Jaeger's UI: {fake_jaeger}/trace/abc123"
 
 
 def test_trace_id_with_json_lists_its_spans(

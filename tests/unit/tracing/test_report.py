@@ -9,7 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracing import attributes
-from tracing.report import Row, parse_culprits, percentile, render_table, summarize, waterfall
+from tracing.report import (
+    Example,
+    Row,
+    parse_culprits,
+    percentile,
+    render_examples,
+    render_table,
+    summarize,
+    waterfall,
+)
 from tracing.spans import Span
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -28,6 +37,7 @@ def span(
     net: float | None = None,
     sched: float | None = None,
     culprits: list[str] | None = None,
+    trace_id: str = TRACE,
     **extra: Any,
 ) -> Span:
     attrs: dict[str, Any] = dict(extra)
@@ -38,7 +48,7 @@ def span(
     if culprits is not None:
         attrs[attributes.SCHEDULING_CULPRITS] = culprits
     return Span(
-        trace_id=TRACE,
+        trace_id=trace_id,
         span_id=span_id or format(next(_ids), "016x"),
         parent_id=parent_id,
         service=service,
@@ -209,6 +219,49 @@ def test_row_as_dict_is_json_shaped() -> None:
     d = row.as_dict()
     assert d["kind"] == "upstream" and d["count"] == 2
     assert d["top_culprits"][0] == {"label": "<hub>", "seconds": pytest.approx(0.35)}
+
+
+def test_summarize_keeps_the_slowest_span_of_each_trace_slowest_first() -> None:
+    spans = [
+        span("GET /x", "server", duration_ms=30, trace_id="t1", span_id="a"),
+        span("GET /x", "server", duration_ms=90, trace_id="t2", span_id="b"),
+        span("GET /x", "server", duration_ms=80, trace_id="t2", span_id="c"),  # same trace
+        span("GET /x", "server", duration_ms=10, trace_id="t3", span_id="d"),
+        span("GET /x", "server", duration_ms=50, trace_id="t4", span_id="e"),
+    ]
+    (row,) = summarize(spans, examples=3)
+    assert row.slowest == (
+        Example("t2", "b", 90.0),
+        Example("t4", "e", 50.0),
+        Example("t1", "a", 30.0),
+    )
+
+
+def test_row_as_dict_links_its_slowest_spans() -> None:
+    (row,) = summarize([span("GET /x", "server", duration_ms=5, trace_id="t1", span_id="a")])
+    assert row.as_dict()["slowest"] == [{"trace_id": "t1", "span_id": "a", "duration_ms": 5.0}]
+    linked = row.as_dict(lambda t, s: f"ui/{t}/{s}")["slowest"]
+    assert linked == [{"trace_id": "t1", "span_id": "a", "duration_ms": 5.0, "url": "ui/t1/a"}]
+
+
+def test_render_examples_puts_the_slowest_row_first_with_its_link() -> None:
+    rows = summarize(
+        [
+            span("GET /fast", "server", duration_ms=5, trace_id="t1", span_id="a"),
+            span("GET /slow", "server", duration_ms=500, trace_id="t2", span_id="b"),
+            span("GET /up", "client", duration_ms=50, trace_id="t2", span_id="c"),
+        ]
+    )
+    text = render_examples(rows, lambda t, s: f"http://ui/trace/{t}?uiFind={s}", "heading:")
+    lines = text.splitlines()
+    assert lines[0] == "heading:"
+    assert [line.split()[2] for line in lines[1:]] == ["/slow", "/up", "/fast"]
+    assert lines[1].split()[0] == "endpoint"
+    assert lines[1].endswith("500.0 ms  http://ui/trace/t2?uiFind=b")
+
+
+def test_render_examples_of_nothing_is_empty() -> None:
+    assert render_examples([], lambda t, s: t, "heading:") == ""
 
 
 # --- render_table ------------------------------------------------------------------

@@ -1,0 +1,328 @@
+"""Jaeger's real web UI, in a real browser: a bike offer delayed by rideshare quotes
+in the shared layout, seen the way a person sees it.
+
+Needs the UI built (deploy/jaeger/build-ui.sh: Node and a source; skipped with the
+reason otherwise) and Debian's `chromium` (installed by .ci/run; skipped with the
+reason when no browser can be found). Screenshots go under the test's tmp_path;
+their paths are printed (`pytest -s` shows them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.parse
+from collections import defaultdict
+from collections.abc import Iterator
+from http.client import HTTPException
+from pathlib import Path
+
+import pytest
+
+from routing.model import Layout, RouteConfig
+from stack import jaeger
+from stack.launch import Stack
+from tests.integration.browser import Browser, BrowserError, find_chromium
+from tests.integration.conftest import http
+from tests.integration.test_tracing import D_MS, HOG_ROUTE, OFFER, Hogs, fixed_latency
+from tracing import attributes
+from tracing.report import parse_culprits
+from tracing.spans import Span, from_jaeger, jaeger_trace_url
+
+pytestmark = pytest.mark.integration
+
+OFFER_OPERATION = "GET /v1/offers/bike"
+# Rideshare quotes posted in parallel: enough to delay offers in the shared pool,
+# few enough that most are still answered within their deadline.
+HOG_THREADS = 4
+UPSTREAM_CALLS = ["GET /promotions/v1/active", "GET /routing/v1/eta", "GET /vehicles/v1/nearby"]
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = find_chromium()
+    if path is None:
+        pytest.skip(
+            "no Chromium found (chromium, chromium-browser or google-chrome on PATH): "
+            "install Debian's `chromium` package (bash .ci/run does, as root)"
+        )
+    return path
+
+
+@pytest.fixture(scope="module")
+def ui_built() -> Path:
+    """Jaeger and its UI built (or cached). No Node or no source: skip, saying which."""
+    try:
+        jaeger.build()
+    except jaeger.JaegerBuildError as exc:
+        pytest.fail(f"could not build Jaeger {jaeger.JAEGER_VERSION}: {exc}", pytrace=False)
+    try:
+        return jaeger.build_ui()
+    except jaeger.JaegerUIUnavailable as exc:
+        pytest.skip(f"Jaeger's web UI is not built here: {exc}")
+    except jaeger.JaegerBuildError as exc:
+        pytest.fail(f"building Jaeger's web UI failed: {exc}", pytrace=False)
+
+
+def _ui_stack(
+    routes: RouteConfig, layout: Layout, factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    run_dir = factory.mktemp(f"jaeger-ui-{layout.value}")
+    with Stack.on_free_ports(routes, layout, run_dir, with_jaeger=True) as stack:
+        assert stack.jaeger_ui is not None, "Jaeger started without its UI"
+        fixed_latency(stack, D_MS)
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def shared_ui(
+    ui_built: Path, routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    yield from _ui_stack(routes, Layout.SHARED, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def split_ui(
+    ui_built: Path, routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    yield from _ui_stack(routes, Layout.SPLIT, tmp_path_factory)
+
+
+@pytest.fixture
+def page(chromium: str, tmp_path: Path) -> Iterator[Browser]:
+    with Browser(chromium, tmp_path / "chromium-profile") as browser:
+        yield browser
+
+
+# --- traces ------------------------------------------------------------------------
+
+
+def _complete_offer_traces(stack: Stack, since_us: int) -> dict[str, list[Span]]:
+    """Bike-offer traces since since_us with all five spans in Jaeger (Envoy's, the
+    pool's server span, three upstream calls)."""
+    assert stack.jaeger_url is not None
+    traces: dict[str, list[Span]] = defaultdict(list)
+    for span in from_jaeger(stack.jaeger_url, limit=100, lookback="15m"):
+        traces[span.trace_id].append(span)
+    return {
+        trace_id: spans
+        for trace_id, spans in traces.items()
+        if len(spans) == 5
+        and min(s.start_us for s in spans) >= since_us
+        and any(s.service == "envoy" and s.name == OFFER_OPERATION for s in spans)
+    }
+
+
+def _delay_s(span: Span) -> float:
+    value = span.attributes.get(attributes.SCHEDULING_DELAY)
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _hog_delay_s(span: Span) -> float:
+    culprits = parse_culprits(span.attributes.get(attributes.SCHEDULING_CULPRITS))
+    return sum(seconds for label, seconds in culprits if label == HOG_ROUTE)
+
+
+def send_offers(url: str, count: int, pause_s: float = 0.05) -> None:
+    """Bike offers to be traced; under the hogs some time out, which is not checked here."""
+    for _ in range(count):
+        with contextlib.suppress(OSError, HTTPException):
+            http("GET", f"{url}{OFFER}", timeout_s=5)
+        time.sleep(pause_s)
+
+
+def _errored(spans: list[Span]) -> bool:
+    return any(s.attributes.get("error") is True for s in spans)
+
+
+def offer_trace(
+    stack: Stack, *, hog_threads: int = HOG_THREADS, rounds: int = 3
+) -> tuple[str, Span]:
+    """Send bike offers while rideshare quotes hog the CPU; return a trace and its call
+    to look at. Shared layout: a trace flagged `pricing.slow` whose call the hogs
+    delayed most. Split layout (where the hogs delay no offer): the slowest call."""
+    most_s = 0.0
+    for _ in range(rounds):
+        since_us = time.time_ns() // 1000
+        with Hogs(stack.url, hog_threads):
+            send_offers(stack.url, 12)
+        deadline = time.monotonic() + 10
+        traces: dict[str, list[Span]] = {}
+        while time.monotonic() < deadline and len(traces) < 8:
+            time.sleep(0.7)  # spans leave the pools' exporter threads every 0.5 s
+            traces = _complete_offer_traces(stack, since_us)
+        calls = [
+            (trace_id, s) for trace_id, spans in traces.items() for s in spans if s.kind == "client"
+        ]
+        if stack.layout is Layout.SPLIT and calls:
+            return max(calls, key=lambda c: c[1].duration_us)
+        slow = {
+            trace_id
+            for trace_id, spans in traces.items()
+            if any(s.kind == "server" and s.attributes.get(attributes.SLOW) is True for s in spans)
+        }
+        delayed = [c for c in calls if c[0] in slow and _hog_delay_s(c[1]) > 0.005]
+        most_s = max([most_s, *(_hog_delay_s(s) for _, s in calls)])
+        # An offer that was answered in time, if there is one: that is the picture.
+        answered = [c for c in delayed if not _errored(traces[c[0]])]
+        if answered or delayed:
+            return max(answered or delayed, key=lambda c: _hog_delay_s(c[1]))
+    pytest.fail(
+        f"no bike offer flagged {attributes.SLOW} and delayed by {HOG_ROUTE} after {rounds} "
+        f"rounds (largest delay it caused: {most_s * 1000:.1f} ms)"
+    )
+
+
+# --- the pages ---------------------------------------------------------------------
+
+SPAN_ROWS_JS = """[...document.querySelectorAll('.span-row .span-name')].map(a => ({
+    service: a.querySelector('.span-svc-name').innerText.trim(),
+    operation: a.querySelector('.endpoint-name').innerText.trim()}))"""
+
+DETAIL_JS = """[...document.querySelectorAll('.detail-row')].map(e => e.innerText).join('\\n')"""
+
+
+def open_trace(page: Browser, stack: Stack, trace_id: str, call: Span) -> list[dict[str, str]]:
+    """Open the trace page with the delayed call highlighted and its tags expanded;
+    return the timeline's rows (service, operation)."""
+    assert stack.jaeger_url is not None
+    page.goto(jaeger_trace_url(stack.jaeger_url, trace_id, call.span_id))
+    page.wait_for(
+        "document.querySelectorAll('.span-row .span-name').length >= 5",
+        what="the trace timeline with 5 spans",
+    )
+    rows: list[dict[str, str]] = page.evaluate(SPAN_ROWS_JS)
+    # uiFind highlights the call's row and opens its span detail; open it if not.
+    page.evaluate(
+        """(() => { const name = document.querySelector('.span-row.is-matching-filter .span-name');
+                   if (!name.classList.contains('is-detail-expanded')) { name.click(); }
+                   return true; })()"""
+    )
+    page.wait_for(f"({DETAIL_JS}).includes('Tags')", what="the span detail")
+    page.evaluate(
+        """(() => { for (const h of document.querySelectorAll(
+                        '.detail-row .AccordianKeyValues--header')) {
+                      if (h.innerText.trim().startsWith('Tags')) { h.click(); } }
+                   return true; })()"""
+    )
+    page.wait_for(
+        "document.querySelector('.detail-row .KeyValueTable') !== null",
+        what="the span's tag table",
+    )
+    return rows
+
+
+def test_search_page_finds_offers_flagged_slow(
+    shared_ui: Stack, page: Browser, tmp_path: Path
+) -> None:
+    slow_id, _ = offer_trace(shared_ui)
+    assert shared_ui.jaeger_url is not None
+    query = urllib.parse.urlencode(
+        {
+            "service": "pricingservice",
+            "operation": OFFER_OPERATION,
+            "tags": json.dumps({attributes.SLOW: "true"}),
+            "lookback": "1h",
+            "limit": "20",
+        }
+    )
+    page.goto(f"{shared_ui.jaeger_url}/search?{query}")
+    titles = page.wait_for(
+        "[...document.querySelectorAll('.ResultItem')].map(e => e.innerText)",
+        what="search results for pricing.slow=true",
+    )
+    # (for the screenshot: the duration plot draws its points after the list)
+    with contextlib.suppress(BrowserError):
+        page.wait_for("document.querySelector('.recharts-scatter-symbol')", timeout_s=5)
+        time.sleep(1)
+    path = page.screenshot(tmp_path / "jaeger-ui-search.png")
+    print(f"\nsearch page screenshot: {path}")
+    # Bike offers, listed by their root span (Envoy's), the slow one among them ...
+    assert all(f"envoy: {OFFER_OPERATION}" in title for title in titles), titles
+    hits = page.evaluate(
+        "[...document.querySelectorAll('.ResultItem a[href*=\"/trace/\"]')]"
+        ".map(a => a.getAttribute('href').split('/trace/')[1].split('?')[0])"
+    )
+    assert slow_id in hits, (slow_id, hits)
+    # ... and only offers the hub held up.
+    for hit_id in set(hits):
+        spans = from_jaeger(shared_ui.jaeger_url, trace_id=hit_id)
+        (server,) = [s for s in spans if s.service == "pricingservice" and s.kind == "server"]
+        assert server.attributes[attributes.SLOW] is True
+        assert _delay_s(server) >= attributes.SLOW_SCHEDULING_DELAY_S
+
+
+def test_trace_page_shows_the_split_and_the_culprit(
+    shared_ui: Stack, split_ui: Stack, chromium: str, tmp_path: Path
+) -> None:
+    trace_id, call = offer_trace(shared_ui)
+    with Browser(chromium, tmp_path / "profile-shared") as page:
+        rows = open_trace(page, shared_ui, trace_id, call)
+        detail = page.evaluate(DETAIL_JS)
+        shared_png = page.screenshot(tmp_path / "jaeger-ui-shared.png")
+    print(f"\nshared-layout trace screenshot: {shared_png}")
+
+    # The timeline: Envoy's span, the pool's server span, the three upstream calls.
+    assert rows[0] == {"service": "envoy", "operation": OFFER_OPERATION}, rows
+    assert rows[1] == {"service": "pricingservice", "operation": OFFER_OPERATION}, rows
+    assert sorted(r["operation"] for r in rows[2:]) == UPSTREAM_CALLS, rows
+    assert {r["service"] for r in rows[2:]} == {"pricingservice"}, rows
+    # The span detail: the delay and who caused it.
+    assert call.name in detail
+    assert attributes.SCHEDULING_DELAY in detail
+    assert attributes.NETWORK_DURATION in detail
+    assert HOG_ROUTE in detail, detail
+
+    # The same offer in the split layout, under the same hogs, for the side-by-side.
+    split_id, split_call = offer_trace(split_ui)
+    with Browser(chromium, tmp_path / "profile-split") as page:
+        split_rows = open_trace(page, split_ui, split_id, split_call)
+        split_detail = page.evaluate(DETAIL_JS)
+        split_png = page.screenshot(tmp_path / "jaeger-ui-split.png")
+    assert len(split_rows) == 5
+    assert attributes.SCHEDULING_DELAY in split_detail
+    assert HOG_ROUTE not in split_detail  # the io pool runs no rideshare quote
+
+    both = stacked(
+        [
+            (
+                shared_png,
+                f"shared layout: {caption(shared_ui, trace_id, call)}, caused by {HOG_ROUTE}",
+            ),
+            (split_png, f"split layout: {caption(split_ui, split_id, split_call)}"),
+        ],
+        tmp_path / "jaeger-ui-shared-vs-split.png",
+    )
+    print(f"shared vs split screenshot: {both}")
+
+
+def caption(stack: Stack, trace_id: str, call: Span) -> str:
+    assert stack.jaeger_url is not None
+    spans = from_jaeger(stack.jaeger_url, trace_id=trace_id)
+    offer_ms = max(s.duration_us for s in spans) / 1000
+    network_ms = float(call.attributes[attributes.NETWORK_DURATION]) * 1000
+    return (
+        f"the offer took {offer_ms:.0f} ms; its call {call.name} {network_ms:.0f} ms on the "
+        f"network, then {_delay_s(call) * 1000:.1f} ms waiting for the hub"
+    )
+
+
+def stacked(images: list[tuple[Path, str]], out: Path) -> Path:
+    """The screenshots one above the other, each under a caption (readable at the
+    width a README is shown at)."""
+    from PIL import Image, ImageDraw
+
+    opened = [(Image.open(path).convert("RGB"), caption) for path, caption in images]
+    caption_px, gap_px = 34, 10
+    width = max(img.width for img, _ in opened)
+    height = sum(img.height + caption_px + gap_px for img, _ in opened) - gap_px
+    canvas = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(canvas)
+    y = 0
+    for img, caption in opened:
+        draw.text((10, y + 7), caption, fill="black", font_size=20)
+        canvas.paste(img, (0, y + caption_px))
+        y += img.height + caption_px + gap_px
+    canvas.save(out)
+    return out
