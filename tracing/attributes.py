@@ -101,8 +101,8 @@ EVENT_REQUEST_IN_KERNEL: Final = "request reached kernel"
 EVENT_HANDLER_STARTED: Final = "handler started"
 
 #: ``true`` on the server span of a request that waited at least
-#: :data:`DELAYED_THRESHOLD_S` for the hub in all (inbound, and its calls' scheduling
-#: delay; not the process's CPU wait). Jaeger's search matches tags as text (it cannot
+#: :data:`DELAYED_THRESHOLD_S` for the loop in all (its inbound delay and its calls'
+#: scheduling delay). Jaeger's search matches tags as text (it cannot
 #: do ``gevent.scheduling.delay>0.05``): ``pricing.delayed=true`` finds the requests
 #: other greenlets held up.
 DELAYED: Final = "pricing.delayed"
