@@ -49,6 +49,9 @@ class UnsupportedMediaType(PricingError):
 
 
 class OutsideServiceArea(InvalidRequest):
+    """A point lies outside every service area, or the two ends of a trip are not in
+    the same region (the one named, when the request names one)."""
+
     slug = "outside-service-area"
     title = "Outside the service area"
 

@@ -14,7 +14,7 @@ from flask import Response, current_app, request
 from pricing.deadline import ENVOY_TIMEOUT_HEADER, Deadline
 from pricing.errors import FieldError, InvalidRequest, NoRoute, PricingError
 from pricing.offers import Mode, build_offer, offer_calls
-from pricing.schemas import BatchRequest, RideshareRequest
+from pricing.schemas import BatchQuote, BatchRequest, RideshareRequest
 from pricing.upstreams import Gateway
 from pricing.validation import parse_json_body, parse_offer_query, resolve_region
 from routing.model import Route
@@ -49,7 +49,7 @@ def micromobility_offer(mode: Mode) -> ViewFactory:
     return factory
 
 
-def _quote(body: RideshareRequest) -> dict[str, Any]:
+def _quote(body: BatchQuote) -> dict[str, Any]:
     from pricing.fares import NoRouteError, RideshareQuoteInput, quote_rideshare
     from pricing.geo import LatLng
 
