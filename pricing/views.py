@@ -14,6 +14,7 @@ from flask import Response, current_app, request
 from pricing.deadline import ENVOY_TIMEOUT_HEADER, Deadline
 from pricing.errors import FieldError, InvalidRequest, NoRoute, PricingError
 from pricing.offers import Mode, build_offer, offer_calls
+from pricing.regions import REGIONS
 from pricing.schemas import BatchQuote, BatchRequest, RideshareRequest
 from pricing.upstreams import Gateway
 from pricing.validation import parse_json_body, parse_offer_query, resolve_region
@@ -116,6 +117,30 @@ def _item_problem(exc: PricingError, index: int) -> dict[str, Any]:
     return problem
 
 
+def regions(route: Route) -> View:
+    """The regions and their service areas: where a trip's two ends must lie."""
+    body = {
+        "regions": [
+            {
+                "name": region.name,
+                "currency": region.currency,
+                "area": {
+                    "south": region.bbox.south,
+                    "west": region.bbox.west,
+                    "north": region.bbox.north,
+                    "east": region.bbox.east,
+                },
+            }
+            for _, region in sorted(REGIONS.items())
+        ]
+    }
+
+    def view() -> Response:
+        return json_response(body)
+
+    return view
+
+
 def healthz(route: Route | None = None) -> View:
     def view() -> Response:
         return json_response({"status": "ok", "pool": current_app.config["PRICING_POOL"]})
@@ -136,6 +161,7 @@ ENDPOINTS: dict[str, ViewFactory] = {
     "offers.scooter": micromobility_offer("scooter"),
     "offers.rideshare": rideshare_offer,
     "quotes.batch": quotes_batch,
+    "regions.list": regions,
 }
 
 # Served by every pool at a fixed path: Envoy's health checks and the API

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from flask.testing import FlaskClient
 
 from pricing import errors
 from pricing.openapi import PROBLEM_TYPES, build_spec, problem_type
 from pricing.regions import REGIONS
+from pricing.schemas import Regions
 from routing.model import RouteConfig
 
 
@@ -61,3 +63,12 @@ def test_query_points_are_number_pairs_in_a_service_area(spec: dict) -> None:
         lat, lng = areas[f"{name} service area"]
         assert (lat["minimum"], lat["maximum"]) == (region.bbox.south, region.bbox.north)
         assert (lng["minimum"], lng["maximum"]) == (region.bbox.west, region.bbox.east)
+
+
+def test_regions_are_published(io_client: FlaskClient) -> None:
+    response = io_client.get("/v1/regions")
+    assert response.status_code == 200
+    regions = Regions.model_validate(response.get_json()).regions
+    assert {r.name: r.area.south for r in regions} == {
+        name: r.bbox.south for name, r in REGIONS.items()
+    }
