@@ -11,12 +11,11 @@ import os
 
 from flask import Flask, Response
 
+from pricing.problems import POOL_HEADER
 from routing.env import POOL_ENV, UPSTREAM_URL_ENV
 from routing.gunicorn import layout_of
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
-
-POOL_HEADER = "x-pricing-pool"
 
 
 def create_app(

@@ -48,6 +48,14 @@ class UnsupportedMediaType(PricingError):
     title = "Unsupported media type"
 
 
+class OutsideServiceArea(InvalidRequest):
+    """A point lies outside every service area, or the two ends of a trip are not in
+    the same region (the one named, when the request names one)."""
+
+    slug = "outside-service-area"
+    title = "Outside the service area"
+
+
 class NoVehicleNearby(PricingError):
     status = 404
     slug = "no-vehicle-nearby"

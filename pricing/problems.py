@@ -18,6 +18,10 @@ from pricing.errors import FieldError, PricingError
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_TYPE_PREFIX = "urn:pricingservice:problem:"
+# Set by Envoy on every request it routes; Envoy's own problems carry it too.
+REQUEST_ID_HEADER = "x-request-id"
+#: Every response the app makes names the pool that served it in this header.
+POOL_HEADER = "x-pricing-pool"
 # Seconds a client should wait before retrying a 503.
 RETRY_AFTER_S = 1
 
@@ -40,6 +44,9 @@ def problem_response(
         "detail": detail,
         "instance": request.path if request else None,
     }
+    request_id = request.headers.get(REQUEST_ID_HEADER) if request else None
+    if request_id:
+        body["request_id"] = request_id
     if errors:
         body["errors"] = [{"field": e.field, "message": e.message} for e in errors]
     response = Response(json.dumps(body), status=status, mimetype=PROBLEM_JSON)

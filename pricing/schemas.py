@@ -7,28 +7,48 @@ response models here, so the description cannot drift from the behaviour.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Literal
+import re
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StringConstraints,
-    field_validator,
+    WithJsonSchema,
 )
 
 from pricing.regions import REGIONS
 
 MAX_BATCH_QUOTES = 16
 USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-# `lat,lng` in a query string: plain decimal degrees, ASCII digits only.
-LATLNG_PATTERN = r"^-?[0-9]{1,3}(\.[0-9]{1,10})?,-?[0-9]{1,3}(\.[0-9]{1,10})?$"
-# Pickup times outside this window are refused (422): surge needs local time
-# arithmetic that overflows near datetime's own limits (year 1 and 9999).
-REQUESTED_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
-REQUESTED_AT_MAX = datetime(2100, 1, 1, tzinfo=UTC)
+LAT_RANGE = (-90.0, 90.0)
+LNG_RANGE = (-180.0, 180.0)
+# One coordinate in a query string (`origin=37.77,-122.41`): a JSON number, the
+# form OpenAPI clients serialise numbers in. Not float()'s wider syntax
+# ("1_0", " 37.7", "nan", full-width digits).
+NUMBER_PATTERN = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+
+# A pickup time: an RFC 3339 date-time with an offset, in the years 1970-2099
+# as written (surge does local-time arithmetic that overflows near datetime's
+# own limits, years 1 and 9999). The pattern is the whole rule, calendar
+# included, so that the schema and the check are one and the same.
+_YEAR = r"(19[7-9][0-9]|20[0-9]{2})"
+_LEAP_YEAR = r"(19(7[26]|8[048]|9[26])|20([02468][048]|[13579][26]))"
+_MONTH_DAY = (
+    r"((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"  # every month to the 28th
+    r"|(0[13-9]|1[0-2])-(29|30)"  # all but February to the 30th
+    r"|(0[13578]|1[02])-31)"  # the long months
+)
+REQUESTED_AT_PATTERN = (
+    rf"^({_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?"
+    r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+_REQUESTED_AT = re.compile(REQUESTED_AT_PATTERN)
 
 if TYPE_CHECKING:
     RegionName = str
@@ -37,48 +57,97 @@ else:  # the enum of regions, from the one table of them
 UserId = Annotated[str, StringConstraints(pattern=USER_ID_PATTERN)]
 
 
+def service_areas(shape: Literal["object", "pair"]) -> list[dict[str, Any]]:
+    """JSON Schema alternatives, one per region: "the point lies in its service area".
+
+    For a point written as `{"lat": .., "lng": ..}` (shape "object") or as the
+    pair `[lat, lng]` (shape "pair", the query parameters).
+    """
+    alternatives = []
+    for name, region in sorted(REGIONS.items()):
+        box = region.bbox
+        lat = {"minimum": box.south, "maximum": box.north}
+        lng = {"minimum": box.west, "maximum": box.east}
+        where = (
+            {"properties": {"lat": lat, "lng": lng}}
+            if shape == "object"
+            else {"prefixItems": [lat, lng]}
+        )
+        alternatives.append({"title": f"{name} service area", **where})
+    return alternatives
+
+
+def _requested_at_text(value: object) -> object:
+    # The text decides, before pydantic parses it: pydantic alone also takes
+    # "2026-11-20 17:30Z", lower-case "t"/"z", "+0530" and (not strict) numbers.
+    if not isinstance(value, str) or not _REQUESTED_AT.fullmatch(value):
+        raise ValueError(
+            "must be an RFC 3339 date-time with an offset (e.g. 2026-11-20T17:30:00Z) "
+            "in the years 1970 to 2099"
+        )
+    return value
+
+
+RequestedAt = Annotated[
+    AwareDatetime,
+    # Not strict: after the check above the value is a str, which strict mode
+    # takes for a datetime only straight from JSON.
+    Strict(False),
+    BeforeValidator(_requested_at_text),
+    WithJsonSchema({"type": "string", "format": "date-time", "pattern": REQUESTED_AT_PATTERN}),
+]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class Point(_Strict):
-    lat: float = Field(ge=-90, le=90, allow_inf_nan=False, description="degrees, WGS84")
-    lng: float = Field(ge=-180, le=180, allow_inf_nan=False, description="degrees, WGS84")
+class Coordinates(_Strict):
+    lat: float = Field(
+        ge=LAT_RANGE[0], le=LAT_RANGE[1], allow_inf_nan=False, description="degrees, WGS84"
+    )
+    lng: float = Field(
+        ge=LNG_RANGE[0], le=LNG_RANGE[1], allow_inf_nan=False, description="degrees, WGS84"
+    )
 
 
-class RideshareRequest(_Strict):
-    origin: Point
-    destination: Point
+def _in_a_service_area(schema: dict[str, Any]) -> None:
+    schema["anyOf"] = service_areas("object")
+
+
+class Point(Coordinates):
+    """A point in one of the service areas (GET /v1/regions lists them)."""
+
+    model_config = ConfigDict(json_schema_extra=_in_a_service_area)
+
+
+class BatchQuote(_Strict):
+    """One quote of a batch. A point outside the service areas is this quote's problem
+    (outside-service-area), not the whole batch's: hence any coordinates here."""
+
+    origin: Coordinates
+    destination: Coordinates
     user_id: UserId
     region: RegionName | None = Field(
-        default=None, description="service area; inferred from the origin when absent"
-    )
-    requested_at: AwareDatetime | None = Field(
         default=None,
-        description="pickup time (RFC 3339 with offset), from 1970 up to (not including) "
-        "2100 UTC; surge depends on it. Default: now",
+        description="the region both ends lie in; inferred from the origin when absent",
+    )
+    requested_at: RequestedAt | None = Field(
+        default=None,
+        description="pickup time: RFC 3339 with an offset, in the years 1970 to 2099 as "
+        "written; surge depends on it. Default: now",
     )
 
-    @field_validator("requested_at")
-    @classmethod
-    def _within_window(cls, value: datetime | None) -> datetime | None:
-        if value is None:
-            return None
-        # Compare as offsets from the window's start: converting a datetime near
-        # year 1 or 9999 to UTC would itself overflow.
-        try:
-            inside = REQUESTED_AT_MIN <= value < REQUESTED_AT_MAX
-        except OverflowError:
-            inside = False
-        if not inside:
-            raise ValueError(
-                f"must be from {REQUESTED_AT_MIN:%Y-%m-%d} up to {REQUESTED_AT_MAX:%Y-%m-%d} (UTC)"
-            )
-        return value
+
+class RideshareRequest(BatchQuote):
+    """A quote on its own: each point must lie in a service area."""
+
+    origin: Point
+    destination: Point
 
 
 class BatchRequest(_Strict):
-    quotes: list[RideshareRequest] = Field(min_length=1, max_length=MAX_BATCH_QUOTES)
+    quotes: list[BatchQuote] = Field(min_length=1, max_length=MAX_BATCH_QUOTES)
 
 
 # --- responses -------------------------------------------------------------
@@ -141,11 +210,14 @@ class Problem(_Out):
     """RFC 9457 problem details."""
 
     model_config = ConfigDict(extra="allow")
-    type: str
+    type: str = Field(description="a urn:pricingservice:problem:* URN, or about:blank")
     title: str
     status: int
     detail: str
     instance: str | None = None
+    request_id: str | None = Field(
+        default=None, description="the request's x-request-id (also a response header)"
+    )
     errors: list[FieldProblem] | None = None
 
 
@@ -157,6 +229,23 @@ class BatchItem(_Out):
 class BatchResponse(_Out):
     count: int
     quotes: list[BatchItem]
+
+
+class ServiceArea(_Out):
+    south: float = Field(description="degrees latitude")
+    west: float = Field(description="degrees longitude")
+    north: float = Field(description="degrees latitude")
+    east: float = Field(description="degrees longitude")
+
+
+class RegionInfo(_Out):
+    name: str
+    currency: str = Field(pattern=r"^[A-Z]{3}$")
+    area: ServiceArea = Field(description="both ends of a trip must lie in one region's area")
+
+
+class Regions(_Out):
+    regions: list[RegionInfo]
 
 
 class Health(_Out):

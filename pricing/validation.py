@@ -10,15 +10,20 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from pricing.errors import FieldError, InvalidRequest, MalformedBody, UnsupportedMediaType
+from pricing.errors import (
+    FieldError,
+    InvalidRequest,
+    MalformedBody,
+    OutsideServiceArea,
+    UnsupportedMediaType,
+)
 from pricing.geo import LatLng
 from pricing.regions import REGIONS, Region, region_for
-from pricing.schemas import LATLNG_PATTERN, USER_ID_PATTERN
+from pricing.schemas import LAT_RANGE, LNG_RANGE, NUMBER_PATTERN, USER_ID_PATTERN
 
 # Matched with fullmatch: `$` alone also matches before a trailing newline.
 _USER_ID = re.compile(USER_ID_PATTERN)
-_LATLNG = re.compile(LATLNG_PATTERN)
-_MAX_PARAM_CHARS = 64
+_NUMBER = re.compile(NUMBER_PATTERN)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -44,11 +49,9 @@ def parse_offer_query(args: Mapping[str, Sequence[str]]) -> OfferQuery:
         if len(values) > 1:
             errors.append(FieldError(name, f"given {len(values)} times; give it once"))
             return None
-        value = values[0]
-        if len(value) > _MAX_PARAM_CHARS:
-            errors.append(FieldError(name, f"is longer than {_MAX_PARAM_CHARS} characters"))
-            return None
-        return value
+        # No length limit of its own: the pattern, enum or number syntax bounds
+        # each, as the schema says, and Envoy bounds the whole URL.
+        return values[0]
 
     origin = _latlng("origin", single("origin"), errors)
     destination = _latlng("destination", single("destination"), errors)
@@ -77,14 +80,19 @@ def resolve_region(origin: LatLng, destination: LatLng, region_name: str | None)
 
 
 def _region(origin: LatLng, destination: LatLng, region: Region | None) -> Region:
+    # Area rules get a problem type of their own, so a client can tell "fix the
+    # request" from "not served there". That a point lies in some area, the
+    # schema says too; that both ends lie in one region, the one named, no
+    # schema of separate query parameters can say.
     if region is None:
         region = region_for(origin)
         if region is None:
-            raise InvalidRequest(
+            raise OutsideServiceArea(
                 [
                     FieldError(
                         "origin",
-                        f"is outside every service area ({', '.join(sorted(REGIONS))})",
+                        f"is outside every service area ({', '.join(sorted(REGIONS))}); "
+                        "GET /v1/regions lists them",
                     )
                 ]
             )
@@ -94,36 +102,32 @@ def _region(origin: LatLng, destination: LatLng, region: Region | None) -> Regio
         if not region.bbox.contains(point)
     ]
     if errors:
-        raise InvalidRequest(errors)
+        raise OutsideServiceArea(errors)
     return region
+
+
+_LATLNG_SHAPE = "must be 'lat,lng' in decimal degrees, e.g. 37.7749,-122.4194"
 
 
 def _latlng(name: str, text: str | None, errors: list[FieldError]) -> LatLng | None:
     if text is None:
         return None
     parts = text.split(",")
-    # The documented shape only (ASCII digits, no exponent, spaces or `nan`):
-    # float() alone would also take "1e1", " 37.7", "1_0" or full-width digits.
-    if len(parts) != 2 or not _LATLNG.fullmatch(text):
-        errors.append(
-            FieldError(name, "must be 'lat,lng' in decimal degrees, e.g. 37.7749,-122.4194")
-        )
+    # Each part a JSON number (what OpenAPI clients send for `style: form,
+    # explode: false`): float() alone would also take "1_0", " 37.7", "nan"
+    # or full-width digits.
+    if len(parts) != 2 or not all(_NUMBER.fullmatch(part) for part in parts):
+        errors.append(FieldError(name, _LATLNG_SHAPE))
         return None
-    try:
-        lat, lng = float(parts[0]), float(parts[1])
-    except ValueError:
-        errors.append(
-            FieldError(name, "must be 'lat,lng' in decimal degrees, e.g. 37.7749,-122.4194")
-        )
-        return None
-    if not (math.isfinite(lat) and math.isfinite(lng)):
+    lat, lng = float(parts[0]), float(parts[1])
+    if not (math.isfinite(lat) and math.isfinite(lng)):  # 1e999 parses as inf
         errors.append(FieldError(name, "must be finite numbers"))
         return None
-    if not -90 <= lat <= 90:
-        errors.append(FieldError(name, f"latitude {lat} is out of range [-90, 90]"))
+    if not LAT_RANGE[0] <= lat <= LAT_RANGE[1]:
+        errors.append(FieldError(name, f"latitude {lat} is out of range {list(LAT_RANGE)}"))
         return None
-    if not -180 <= lng <= 180:
-        errors.append(FieldError(name, f"longitude {lng} is out of range [-180, 180]"))
+    if not LNG_RANGE[0] <= lng <= LNG_RANGE[1]:
+        errors.append(FieldError(name, f"longitude {lng} is out of range {list(LNG_RANGE)}"))
         return None
     return LatLng(lat, lng)
 

@@ -14,7 +14,8 @@ from flask import Response, current_app, request
 from pricing.deadline import ENVOY_TIMEOUT_HEADER, Deadline
 from pricing.errors import FieldError, InvalidRequest, NoRoute, NotReady, PricingError
 from pricing.offers import Mode, build_offer, offer_calls
-from pricing.schemas import BatchRequest, RideshareRequest
+from pricing.regions import REGIONS
+from pricing.schemas import BatchQuote, BatchRequest, RideshareRequest
 from pricing.upstreams import Gateway
 from pricing.validation import parse_json_body, parse_offer_query, resolve_region
 from routing.model import Route
@@ -49,7 +50,7 @@ def micromobility_offer(mode: Mode) -> ViewFactory:
     return factory
 
 
-def _quote(body: RideshareRequest) -> dict[str, Any]:
+def _quote(body: BatchQuote) -> dict[str, Any]:
     from pricing.fares import NoRouteError, RideshareQuoteInput, quote_rideshare
     from pricing.geo import LatLng
 
@@ -116,6 +117,30 @@ def _item_problem(exc: PricingError, index: int) -> dict[str, Any]:
     return problem
 
 
+def regions(route: Route) -> View:
+    """The regions and their service areas: where a trip's two ends must lie."""
+    body = {
+        "regions": [
+            {
+                "name": region.name,
+                "currency": region.currency,
+                "area": {
+                    "south": region.bbox.south,
+                    "west": region.bbox.west,
+                    "north": region.bbox.north,
+                    "east": region.bbox.east,
+                },
+            }
+            for _, region in sorted(REGIONS.items())
+        ]
+    }
+
+    def view() -> Response:
+        return json_response(body)
+
+    return view
+
+
 def healthz() -> Response:
     """Alive: the process answers. Nothing else is checked."""
     return json_response({"status": "ok", "pool": current_app.config["PRICING_POOL"]})
@@ -148,6 +173,7 @@ ENDPOINTS: dict[str, ViewFactory] = {
     "offers.scooter": micromobility_offer("scooter"),
     "offers.rideshare": rideshare_offer,
     "quotes.batch": quotes_batch,
+    "regions.list": regions,
 }
 
 # Meta routes: every pool serves them, at the paths [meta] in routes.toml gives them

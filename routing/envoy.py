@@ -6,6 +6,7 @@ file with a fresh render and fail when it is stale.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -19,6 +20,7 @@ HEADER = """\
 #
 # path -> cluster (pool):
 {route_map}
+#   (another method)           -> 405 problem with Allow, from Envoy itself
 #   (anything else)            -> 404 problem from Envoy itself
 #
 # Every pool is health-checked at GET {readyz} ([meta].readyz): ready, not just alive.
@@ -46,8 +48,12 @@ ACCESS_LOG_FORMAT = (
     "%RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION%ms "
     "upstream=%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%ms cluster=%UPSTREAM_CLUSTER% "
     "pool=%RESP(X-PRICING-POOL)% attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% "
-    "id=%REQ(X-REQUEST-ID)%\n"
+    "id=%RESP(X-REQUEST-ID)%\n"
 )
+REQUEST_ID_HEADER = "x-request-id"
+# Envoy's own answers are problem+json like the app's (pricing.problems), with
+# the request id the client also gets as the x-request-id response header.
+PROBLEM_JSON = "application/problem+json"
 
 
 def cluster_name(pool: Pool | str) -> str:
@@ -129,7 +135,10 @@ def envoy_config(
 
 
 def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, Any]:
-    routes = [_route(config, route, layout) for route in config.routes]
+    routes: list[dict[str, Any]] = []
+    for path, path_routes in _routes_by_path(config).items():
+        routes.extend(_route(config, route, layout) for route in path_routes)
+        routes.append(_method_not_allowed(path, _allowed(path_routes)))
     routes.append(
         {
             "name": "not_found",
@@ -154,6 +163,12 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
             "headers_with_underscores_action": "REJECT_REQUEST",
             "max_headers_count": MAX_REQUEST_HEADERS,
         },
+        # A method HTTP/1 does not know (FOO) gets the same 405 + Allow as an
+        # undeclared one, instead of a codec error. The routes below match by
+        # method, so such a request never reaches a pool.
+        "http_protocol_options": {"allow_custom_methods": True},
+        # Every response carries its request id; Envoy's problems carry it too.
+        "always_set_request_id_in_response": True,
         "access_log": [
             {
                 "name": "envoy.access_loggers.stdout",
@@ -164,38 +179,11 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
                 },
             }
         ],
-        # Envoy's own answers (404, 413, 431, 503 overflow, 504 timeout) are
+        # Envoy's own answers (404, 405, 413, 431, 503 overflow, 504 timeout) are
         # problem+json like the app's, so a client parses one error shape.
         "local_reply_config": {
-            "mappers": [
-                {
-                    "filter": {
-                        "status_code_filter": {
-                            "comparison": {
-                                "op": "EQ",
-                                "value": {
-                                    "default_value": 503,
-                                    "runtime_key": "pricing.retry_after_503",
-                                },
-                            }
-                        }
-                    },
-                    "headers_to_add": [
-                        {"header": {"key": "retry-after", "value": str(RETRY_AFTER_S)}}
-                    ],
-                }
-            ],
-            "body_format": {
-                "json_format": {
-                    "type": "about:blank",
-                    "title": "%RESPONSE_CODE_DETAILS%",
-                    "status": "%RESPONSE_CODE%",
-                    "detail": "%LOCAL_REPLY_BODY%",
-                    "instance": "%REQ(:PATH)%",
-                    "request_id": "%REQ(X-REQUEST-ID)%",
-                },
-                "content_type": "application/problem+json",
-            },
+            "mappers": _local_reply_mappers(config),
+            "body_format": _problem_format(),
         },
         "route_config": {
             "name": "pricing",
@@ -250,6 +238,21 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
     return {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
 
 
+def _routes_by_path(config: RouteConfig) -> dict[str, list[Route]]:
+    by_path: dict[str, list[Route]] = {}
+    for route in config.routes:
+        by_path.setdefault(route.path, []).append(route)
+    return by_path
+
+
+def _allowed(routes: list[Route]) -> tuple[str, ...]:
+    return tuple(sorted({m for route in routes for m in route.answered_methods}))
+
+
+def _method_regex(methods: tuple[str, ...]) -> dict[str, Any]:
+    return {"safe_regex": {"regex": "|".join(methods)}}
+
+
 def _route(config: RouteConfig, route: Route, layout: Layout) -> dict[str, Any]:
     action: dict[str, Any] = {
         "cluster": cluster_name(config.pool_of(route, layout)),
@@ -264,16 +267,144 @@ def _route(config: RouteConfig, route: Route, layout: Layout) -> dict[str, Any]:
             "retriable_request_headers": [
                 {
                     "name": ":method",
-                    "string_match": {"safe_regex": {"regex": "|".join(sorted(IDEMPOTENT_METHODS))}},
+                    "string_match": _method_regex(tuple(sorted(IDEMPOTENT_METHODS))),
                 }
             ],
         }
     return {
         "name": route.endpoint,
-        "match": {"path": route.path},
+        "match": {
+            "path": route.path,
+            "headers": [{"name": ":method", "string_match": _method_regex(route.answered_methods)}],
+        },
         "route": action,
         "decorator": {"operation": f"{' '.join(route.methods)} {route.path}"},
     }
+
+
+def _method_not_allowed(path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    """Any other method on a routed path: 405 with Allow, from Envoy (the pools never see it)."""
+    return {
+        "name": f"method_not_allowed {path}",
+        "match": {"path": path},
+        "direct_response": {"status": 405, "body": {"inline_string": _allow_detail(path, allowed)}},
+        "response_headers_to_add": [
+            {
+                "header": {"key": "allow", "value": ", ".join(allowed)},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+            }
+        ],
+    }
+
+
+def _allow_detail(path: str, allowed: tuple[str, ...]) -> str:
+    return f"{path} answers {', '.join(allowed)}"
+
+
+def _problem_format(
+    *,
+    title: str = "%RESPONSE_CODE_DETAILS%",
+    detail: str = "%LOCAL_REPLY_BODY%",
+    request_id: str = "%REQ(X-REQUEST-ID)%",
+) -> dict[str, Any]:
+    """An RFC 9457 body for Envoy's local replies; the title defaults to Envoy's response
+    code detail (route_not_found, request_payload_too_large, ...)."""
+    return {
+        "json_format": {
+            "type": "about:blank",
+            "title": title,
+            "status": "%RESPONSE_CODE%",
+            "detail": detail,
+            "instance": "%REQ(:PATH)%",
+            "request_id": request_id,
+        },
+        "content_type": PROBLEM_JSON,
+    }
+
+
+def _status_is(status: int) -> dict[str, Any]:
+    return {
+        "status_code_filter": {
+            "comparison": {
+                "op": "EQ",
+                "value": {"default_value": status, "runtime_key": f"pricing.local_reply_{status}"},
+            }
+        }
+    }
+
+
+def _request_header(name: str, **match: Any) -> dict[str, Any]:
+    return {"header_filter": {"header": {"name": name, **match}}}
+
+
+def _local_reply_mappers(config: RouteConfig) -> list[dict[str, Any]]:
+    """How Envoy's local replies are rewritten; the first mapper that matches applies.
+
+    Some replies come before Envoy has given the request an id (a malformed
+    request, too many headers, QUERY without a content type): those get a
+    fresh one, in the x-request-id response header and in the body.
+    """
+
+    def fresh_id() -> dict[str, Any]:  # a new dict each time: no YAML aliases
+        return {"header": {"key": REQUEST_ID_HEADER, "value": "%UNIQUE_ID%"}}
+
+    fresh_id_body = "%RESP(X-REQUEST-ID)%"
+    mappers: list[dict[str, Any]] = [
+        {
+            "filter": _status_is(503),
+            "headers_to_add": [{"header": {"key": "retry-after", "value": str(RETRY_AFTER_S)}}],
+        }
+    ]
+    # QUERY on a path that does not declare it: 405 + Allow, as for any other
+    # method. Envoy 1.40 refuses a QUERY without a content type (RFC 10008)
+    # before routing, with a 400 `query_missing_content_type` that no runtime
+    # guard turns off, so the 405 is made here, from that reply.
+    for path, path_routes in _routes_by_path(config).items():
+        allowed = _allowed(path_routes)
+        if "QUERY" in allowed:
+            continue
+        mappers.append(
+            {
+                "filter": {
+                    "and_filter": {
+                        "filters": [
+                            _status_is(400),
+                            _request_header(":method", string_match={"exact": "QUERY"}),
+                            _request_header(
+                                ":path",
+                                string_match={
+                                    "safe_regex": {"regex": re.escape(path) + r"(\?.*)?"}
+                                },
+                            ),
+                        ]
+                    }
+                },
+                "status_code": 405,
+                "headers_to_add": [
+                    {"header": {"key": "allow", "value": ", ".join(allowed)}},
+                    fresh_id(),
+                ],
+                "body_format_override": _problem_format(
+                    title="Method Not Allowed",
+                    detail=_allow_detail(path, allowed),
+                    request_id=fresh_id_body,
+                ),
+            }
+        )
+    mappers += [
+        {
+            "filter": _request_header(REQUEST_ID_HEADER, present_match=True, invert_match=True),
+            "headers_to_add": [fresh_id()],
+            "body_format_override": _problem_format(request_id=fresh_id_body),
+        },
+        # Direct responses (routes above) would otherwise be titled "direct_response".
+        {"filter": _status_is(404), "body_format_override": _problem_format(title="Not Found")},
+        {
+            "filter": _status_is(405),
+            "body_format_override": _problem_format(title="Method Not Allowed"),
+        },
+    ]
+    return mappers
 
 
 def _cluster(pool: Pool, health_path: str) -> dict[str, Any]:

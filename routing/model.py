@@ -65,6 +65,15 @@ class Route:
     # timeout x [tracing].slow_fraction).
     slow_ms: int | None = None
 
+    @property
+    def answered_methods(self) -> tuple[str, ...]:
+        """The methods its pool answers on this path, sorted as in an `Allow` header: the
+        declared ones, HEAD with GET, and OPTIONS (the app answers those two itself)."""
+        methods = {*self.methods, "OPTIONS"}
+        if "GET" in methods:
+            methods.add("HEAD")
+        return tuple(sorted(methods))
+
 
 @dataclass(frozen=True)
 class MetaRoutes:

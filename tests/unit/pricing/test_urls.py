@@ -24,6 +24,7 @@ URL_MAPS = {
         ("/v1/offers/rideshare", "POST", "misdirected.offers.rideshare"),
         ("/v1/offers/scooter", "GET", "offers.scooter"),
         ("/v1/quotes/batch", "POST", "misdirected.quotes.batch"),
+        ("/v1/regions", "GET", "regions.list"),
     ],
     "cpu": [
         *META,
@@ -31,6 +32,7 @@ URL_MAPS = {
         ("/v1/offers/rideshare", "POST", "offers.rideshare"),
         ("/v1/offers/scooter", "GET", "misdirected.offers.scooter"),
         ("/v1/quotes/batch", "POST", "quotes.batch"),
+        ("/v1/regions", "GET", "misdirected.regions.list"),
     ],
     "shared": [
         *META,
@@ -38,6 +40,7 @@ URL_MAPS = {
         ("/v1/offers/rideshare", "POST", "offers.rideshare"),
         ("/v1/offers/scooter", "GET", "offers.scooter"),
         ("/v1/quotes/batch", "POST", "quotes.batch"),
+        ("/v1/regions", "GET", "regions.list"),
     ],
 }
 

@@ -9,7 +9,7 @@ import sys
 from routing.check import check_endpoints
 from routing.load import load_routes
 
-APP = {"offers.bike", "offers.scooter", "offers.rideshare", "quotes.batch"}
+APP = {"offers.bike", "offers.scooter", "offers.rideshare", "quotes.batch", "regions.list"}
 META = {"meta.openapi", "meta.healthz", "meta.readyz", "meta.metrics"}
 
 

@@ -61,13 +61,55 @@ def _clusters(doc: dict) -> dict[str, dict]:
 def test_routes_timeouts_and_retries_follow_the_config() -> None:
     routes = _routes(envoy_config(load_routes()))
     bike = routes["offers.bike"]
-    assert bike["match"] == {"path": "/v1/offers/bike"}
+    assert bike["match"] == {
+        "path": "/v1/offers/bike",
+        "headers": [
+            {"name": ":method", "string_match": {"safe_regex": {"regex": "GET|HEAD|OPTIONS"}}}
+        ],
+    }
     assert bike["route"]["cluster"] == "io_pool"
     assert bike["route"]["timeout"] == "0.5s"
     assert bike["route"]["retry_policy"]["retry_on"] == "connect-failure,reset,refused-stream"
     assert "retry_policy" not in routes["offers.rideshare"]["route"]  # POST: never retried
     assert routes["offers.rideshare"]["route"]["cluster"] == "cpu_pool"
     assert routes["not_found"]["direct_response"]["status"] == 404
+
+
+def test_other_methods_get_405_with_allow_from_envoy() -> None:
+    routes = list(_routes(envoy_config(load_routes())).values())
+    names = [r["name"] for r in routes]
+    # Right after the path's own route(s), before the catch-all 404.
+    i = names.index("method_not_allowed /v1/offers/rideshare")
+    assert names[i - 1] == "offers.rideshare"
+    assert names[-1] == "not_found"
+    not_allowed = routes[i]
+    assert not_allowed["match"] == {"path": "/v1/offers/rideshare"}
+    assert not_allowed["direct_response"]["status"] == 405
+    assert not_allowed["response_headers_to_add"][0]["header"] == {
+        "key": "allow",
+        "value": "OPTIONS, POST",
+    }
+
+
+def _local_replies(doc: dict) -> dict:
+    hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert hcm["always_set_request_id_in_response"] is True
+    return hcm["local_reply_config"]
+
+
+def test_query_without_content_type_becomes_405_and_every_local_reply_has_a_request_id() -> None:
+    replies = _local_replies(envoy_config(load_routes()))
+    assert replies["body_format"]["json_format"]["request_id"] == "%REQ(X-REQUEST-ID)%"
+    query = [m for m in replies["mappers"] if m.get("status_code") == 405]
+    assert len(query) == len({r.path for r in load_routes().routes})
+    bike = next(m for m in query if "/v1/offers/bike" in str(m["filter"]))
+    headers = {h["header"]["key"]: h["header"]["value"] for h in bike["headers_to_add"]}
+    assert headers == {"allow": "GET, HEAD, OPTIONS", "x-request-id": "%UNIQUE_ID%"}
+    assert bike["body_format_override"]["json_format"]["request_id"] == "%RESP(X-REQUEST-ID)%"
+    # Replies made before Envoy gave the request an id get a fresh one.
+    no_id = next(m for m in replies["mappers"] if "invert_match" in str(m["filter"]))
+    assert no_id["filter"]["header_filter"]["header"]["name"] == "x-request-id"
+    assert no_id["body_format_override"]["json_format"]["request_id"] == "%RESP(X-REQUEST-ID)%"
 
 
 def test_circuit_breakers_match_each_pools_capacity() -> None:

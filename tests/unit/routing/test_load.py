@@ -23,6 +23,7 @@ def test_shipped_config_loads_with_split_and_shared_layouts() -> None:
         "offers.scooter": "io",
         "offers.rideshare": "cpu",
         "quotes.batch": "cpu",
+        "regions.list": "io",
         "meta.openapi": "io",
     }
     offers = config.route_for_endpoint("offers.bike")
