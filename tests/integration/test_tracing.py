@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.run import prepared_config
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from tests.integration.conftest import http, set_upstream
@@ -350,8 +351,11 @@ def test_pricingctl_traces_says_so_when_jaeger_is_unreachable(tmp_path: Path) ->
 def jaeger_shared(
     all_traced_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
+    """A shared pool of two processes: four hogs keep both busy, so offers meet them
+    whichever worker Envoy's keep-alive connection leads to."""
     run_dir = tmp_path_factory.mktemp("jaeger-shared")
-    with Stack.on_free_ports(all_traced_routes, Layout.SHARED, run_dir, with_jaeger=True) as stack:
+    config = prepared_config(all_traced_routes, 2, run_dir)
+    with Stack.on_free_ports(config, Layout.SHARED, run_dir, with_jaeger=True) as stack:
         fixed_latency(stack, D_MS)
         yield stack
 
