@@ -70,10 +70,23 @@ class Row:
     top_culprits: tuple[tuple[str, float], ...]  # (label, total seconds)
     # The slowest spans of the row, in distinct traces, slowest first.
     slowest: tuple[Example, ...] = ()
+    # Of the scheduling delay (sched), the share in % the process waited for a CPU
+    # (gevent.scheduling.cpu_wait); None without the attribute or without any delay.
+    delay_cpu_wait_pct: float | None = None
+    # Endpoints: gevent.inbound.delay, its CPU-wait share (gevent.inbound.cpu_wait) and
+    # who held the hub meanwhile (gevent.inbound.culprits). None / () on upstreams and on
+    # spans from before the inbound measurement.
+    inbound_delay_p50_ms: float | None = None
+    inbound_delay_p99_ms: float | None = None
+    inbound_cpu_wait_pct: float | None = None
+    top_inbound_culprits: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self, link: Linker | None = None) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["top_culprits"] = [{"label": label, "seconds": s} for label, s in self.top_culprits]
+        d["top_inbound_culprits"] = [
+            {"label": label, "seconds": s} for label, s in self.top_inbound_culprits
+        ]
         d["slowest"] = [
             {**e.__dict__, **({"url": link(e.trace_id, e.span_id)} if link else {})}
             for e in self.slowest
@@ -95,12 +108,7 @@ def summarize(spans: Iterable[Span], top: int = 3, examples: int = 3) -> list[Ro
         durations = [s.duration_us / 1000 for s in members]
         network = _ms(members, attributes.NETWORK_DURATION)
         delay = _ms(members, attributes.SCHEDULING_DELAY)
-        culprits: dict[str, float] = defaultdict(float)
-        for span in members:
-            for label, seconds in parse_culprits(
-                span.attributes.get(attributes.SCHEDULING_CULPRITS)
-            ):
-                culprits[label] += seconds
+        inbound = _ms(members, attributes.INBOUND_DELAY)
         rows.append(
             Row(
                 kind=kind,
@@ -112,11 +120,50 @@ def summarize(spans: Iterable[Span], top: int = 3, examples: int = 3) -> list[Ro
                 network_p99_ms=_percentile_ms(network, 99),
                 delay_p50_ms=_percentile_ms(delay, 50),
                 delay_p99_ms=_percentile_ms(delay, 99),
-                top_culprits=tuple(sorted(culprits.items(), key=lambda kv: -kv[1])[:top]),
+                top_culprits=_top_culprits(members, attributes.SCHEDULING_CULPRITS, top),
                 slowest=_slowest(members, examples),
+                delay_cpu_wait_pct=_share_pct(
+                    members, attributes.SCHEDULING_CPU_WAIT, attributes.SCHEDULING_DELAY
+                ),
+                inbound_delay_p50_ms=_percentile_ms(inbound, 50),
+                inbound_delay_p99_ms=_percentile_ms(inbound, 99),
+                inbound_cpu_wait_pct=_share_pct(
+                    members, attributes.INBOUND_CPU_WAIT, attributes.INBOUND_DELAY
+                ),
+                top_inbound_culprits=_top_culprits(members, attributes.INBOUND_CULPRITS, top),
             )
         )
     return rows
+
+
+def _top_culprits(spans: Iterable[Span], key: str, top: int) -> tuple[tuple[str, float], ...]:
+    """The culprits of attribute *key*, seconds summed across spans, largest first."""
+    culprits: dict[str, float] = defaultdict(float)
+    for span in spans:
+        for label, seconds in parse_culprits(span.attributes.get(key)):
+            culprits[label] += seconds
+    return tuple(sorted(culprits.items(), key=lambda kv: -kv[1])[:top])
+
+
+def _number(value: Any) -> float | None:
+    # bool is an int: a flag is not a duration.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _share_pct(spans: Iterable[Span], part_key: str, whole_key: str) -> float | None:
+    """Sum of *part_key* over sum of *whole_key* in % (spans carrying both; the part is
+    at most its whole); None when no span carries both or the whole is zero."""
+    part = whole = 0.0
+    for span in spans:
+        p = _number(span.attributes.get(part_key))
+        w = _number(span.attributes.get(whole_key))
+        if p is None or w is None:
+            continue
+        part += max(0.0, min(p, w))
+        whole += w
+    return 100 * part / whole if whole > 0 else None
 
 
 def _slowest(spans: Iterable[Span], count: int) -> tuple[Example, ...]:
@@ -146,25 +193,47 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _culprits(culprits: Sequence[tuple[str, float]]) -> str:
+    return ", ".join(f"{label}={s:.3f}" for label, s in culprits)
+
+
 def render_table(rows: Sequence[Row]) -> str:
     if not rows:
         return "no spans of pricingservice yet: send some traffic first"
+    # The fixed columns end at 119 characters; the culprits follow.
     header = (
-        f"{'':9}{'name':30}{'count':>6}  {'dur p50':>8}{'p99':>8}  {'net p50':>8}{'p99':>8}"
-        f"  {'sched p50':>9}{'p99':>8}  top culprits (s of delay caused)"
+        f"{'':9}{'name (times in ms)':28}{'count':>6}  {'dur p50':>7}{'p99':>7}"
+        f"  {'net p50':>7}{'p99':>7}  {'sched p50':>9}{'p99':>7}{'cpu%':>5}"
+        f"  {'inb p50':>7}{'p99':>7}{'cpu%':>5}  top culprits (s caused)"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
-        culprits = ", ".join(f"{label}={s:.3f}" for label, s in row.top_culprits) or "-"
+        culprits = _culprits(row.top_culprits)
+        if row.top_inbound_culprits:
+            inbound = f"inbound: {_culprits(row.top_inbound_culprits)}"
+            culprits = f"{culprits}; {inbound}" if culprits else inbound
         lines.append(
-            f"{row.kind:9}{row.name[:29]:30}{row.count:>6}  {_fmt(row.duration_p50_ms):>8}"
-            f"{_fmt(row.duration_p99_ms):>8}  {_fmt(row.network_p50_ms):>8}"
-            f"{_fmt(row.network_p99_ms):>8}  {_fmt(row.delay_p50_ms):>9}"
-            f"{_fmt(row.delay_p99_ms):>8}  {culprits}"
+            f"{row.kind:9}{row.name[:27]:28}{row.count:>6}  {_fmt(row.duration_p50_ms):>7}"
+            f"{_fmt(row.duration_p99_ms):>7}  {_fmt(row.network_p50_ms):>7}"
+            f"{_fmt(row.network_p99_ms):>7}  {_fmt(row.delay_p50_ms):>9}"
+            f"{_fmt(row.delay_p99_ms):>7}{_pct(row.delay_cpu_wait_pct):>5}"
+            f"  {_fmt(row.inbound_delay_p50_ms):>7}{_fmt(row.inbound_delay_p99_ms):>7}"
+            f"{_pct(row.inbound_cpu_wait_pct):>5}  {culprits or '-'}"
         )
     lines.append(
         "times in ms; net = network + upstream time (kernel receive time), "
         "sched = waiting for the gevent hub after the bytes arrived"
+    )
+    lines.append(
+        "inb = inbound delay: the request's bytes in the pool's kernel until its handler ran"
+    )
+    lines.append(
+        "cpu% = share of sched / inb the process waited for a CPU (run queue); "
+        "the rest, other greenlets held the hub"
     )
     return "\n".join(lines)
 

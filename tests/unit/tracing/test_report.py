@@ -210,6 +210,103 @@ def test_summarize_ignores_non_numeric_timing_attributes() -> None:
     assert row.network_p50_ms is None and row.delay_p50_ms is None
 
 
+def measured() -> list[Span]:
+    """Spans with the inbound delay and the CPU-wait split (seconds, as exported)."""
+    return [
+        span(
+            "GET /v1/offers/bike",
+            "server",
+            duration_ms=300,
+            sched=0.200,
+            **{
+                attributes.SCHEDULING_CPU_WAIT: 0.050,
+                attributes.INBOUND_DELAY: 0.040,
+                attributes.INBOUND_CPU_WAIT: 0.010,
+                attributes.INBOUND_CULPRITS: ["POST /v1/offers/rideshare=0.03", "<hub>=0.001"],
+            },
+        ),
+        span(
+            "GET /v1/offers/bike",
+            "server",
+            duration_ms=100,
+            sched=0.0,
+            **{
+                attributes.SCHEDULING_CPU_WAIT: 0.0,
+                attributes.INBOUND_DELAY: 0.002,
+                attributes.INBOUND_CPU_WAIT: 0.002,
+                attributes.INBOUND_CULPRITS: ["POST /v1/offers/rideshare=0.02"],
+            },
+        ),
+        span(
+            "GET /vehicles/v1/nearby",
+            "client",
+            net=0.1,
+            sched=0.080,
+            culprits=["POST /v1/offers/rideshare=0.07"],
+            **{attributes.SCHEDULING_CPU_WAIT: 0.020},
+        ),
+        span(
+            "GET /vehicles/v1/nearby",
+            "client",
+            net=0.1,
+            sched=0.020,
+            **{attributes.SCHEDULING_CPU_WAIT: 0.030},  # more than its delay: capped
+        ),
+    ]
+
+
+def test_summarize_endpoints_inbound_delay_its_cpu_share_and_culprits() -> None:
+    rows = {r.name: r for r in summarize(measured())}
+    bike = rows["GET /v1/offers/bike"]
+    assert bike.inbound_delay_p50_ms == pytest.approx(2.0)
+    assert bike.inbound_delay_p99_ms == pytest.approx(40.0)
+    assert bike.inbound_cpu_wait_pct == pytest.approx(100 * 0.012 / 0.042)  # of all spans
+    assert bike.top_inbound_culprits == (
+        ("POST /v1/offers/rideshare", pytest.approx(0.05)),
+        ("<hub>", pytest.approx(0.001)),
+    )
+    assert bike.delay_cpu_wait_pct == pytest.approx(25.0)  # the calls' sums: 0.05 / 0.2
+    assert bike.top_culprits == ()  # server spans carry the inbound culprits only
+
+
+def test_summarize_upstreams_cpu_share_of_their_scheduling_delay() -> None:
+    rows = {r.name: r for r in summarize(measured())}
+    vehicles = rows["GET /vehicles/v1/nearby"]
+    assert vehicles.delay_cpu_wait_pct == pytest.approx(100 * (0.020 + 0.020) / 0.100)
+    assert vehicles.inbound_delay_p50_ms is None
+    assert vehicles.inbound_cpu_wait_pct is None
+    assert vehicles.top_inbound_culprits == ()
+
+
+def test_summarize_spans_from_before_the_split_have_no_new_figures() -> None:
+    rows = {r.name: r for r in summarize(sample())}
+    for row in rows.values():
+        assert row.delay_cpu_wait_pct is None
+        assert row.inbound_delay_p50_ms is None and row.inbound_delay_p99_ms is None
+        assert row.inbound_cpu_wait_pct is None
+        assert row.top_inbound_culprits == ()
+
+
+def test_summarize_share_of_no_delay_at_all_is_unknown() -> None:
+    (row,) = summarize([span("GET /r", "client", sched=0.0, **{attributes.SCHEDULING_CPU_WAIT: 0})])
+    assert row.delay_cpu_wait_pct is None
+
+
+def test_row_as_dict_names_the_new_fields_after_their_attributes() -> None:
+    rows = {r.name: r.as_dict() for r in summarize(measured())}
+    bike = rows["GET /v1/offers/bike"]
+    assert bike["inbound_delay_p50_ms"] == pytest.approx(2.0)
+    assert bike["inbound_delay_p99_ms"] == pytest.approx(40.0)
+    assert bike["inbound_cpu_wait_pct"] == pytest.approx(100 * 0.012 / 0.042)
+    assert bike["delay_cpu_wait_pct"] == pytest.approx(25.0)
+    assert bike["top_inbound_culprits"][0] == {
+        "label": "POST /v1/offers/rideshare",
+        "seconds": pytest.approx(0.05),
+    }
+    old = summarize(sample())[0].as_dict()
+    assert old["inbound_delay_p50_ms"] is None and old["top_inbound_culprits"] == []
+
+
 def test_summarize_of_nothing_is_empty() -> None:
     assert summarize([]) == []
 
@@ -283,7 +380,59 @@ def test_render_table_shows_each_row_with_its_numbers() -> None:
     bike = next(line for line in lines if "GET /v1/offers/bike" in line)
     assert bike.startswith("endpoint")
     assert " - " in bike  # no network split for an endpoint without one
-    assert lines[-1].startswith("times in ms")
+    footer = lines[-3:]
+    assert footer[0].startswith("times in ms")
+    assert footer[1].startswith("inb = inbound delay")
+    assert footer[2].startswith("cpu% = ")
+
+
+# The numeric columns after the count, in order.
+COLUMNS: tuple[str, ...] = ("dur50", "dur99", "net50", "net99", "sched50", "sched99", "cpu")
+COLUMNS += ("inb50", "inb99", "icpu")
+
+
+def cells(line: str, name: str) -> dict[str, str]:
+    """The numeric columns of a table row, by meaning, and the culprits after them."""
+    words = line[line.index(name) + len(name) :].split(maxsplit=len(COLUMNS) + 1)
+    return {"count": words[0], **dict(zip(COLUMNS, words[1:], strict=False))} | {
+        "culprits": words[len(COLUMNS) + 1] if len(words) > len(COLUMNS) + 1 else ""
+    }
+
+
+def test_render_table_shows_inbound_delay_and_the_cpu_wait_shares() -> None:
+    lines = render_table(summarize(measured())).splitlines()
+    assert "inb p50" in lines[0] and lines[0].count("cpu%") == 2
+    bike = cells(next(line for line in lines if "GET /v1/offers/bike" in line), "bike")
+    assert bike["count"] == "2"
+    assert (bike["sched50"], bike["sched99"], bike["cpu"]) == ("0.0", "200.0", "25")
+    assert (bike["inb50"], bike["inb99"], bike["icpu"]) == ("2.0", "40.0", "29")
+    assert bike["culprits"] == "inbound: POST /v1/offers/rideshare=0.050, <hub>=0.001"
+    vehicles = cells(next(line for line in lines if "nearby" in line), "nearby")
+    assert (vehicles["sched99"], vehicles["cpu"]) == ("80.0", "40")
+    assert (vehicles["inb50"], vehicles["inb99"], vehicles["icpu"]) == ("-", "-", "-")
+    assert vehicles["culprits"] == "POST /v1/offers/rideshare=0.070"
+
+
+def test_render_table_shows_a_dash_for_spans_from_before_the_split() -> None:
+    lines = render_table(summarize(sample())).splitlines()
+    bike = cells(next(line for line in lines if "GET /v1/offers/bike" in line), "bike")
+    assert [bike[c] for c in ("cpu", "inb50", "inb99", "icpu")] == ["-"] * 4
+    assert bike["culprits"] == "-"
+    vehicles = cells(next(line for line in lines if "nearby" in line), "nearby")
+    assert vehicles["sched99"] == "273.0" and vehicles["cpu"] == "-"
+
+
+def test_render_table_fixed_columns_fit_in_120_characters() -> None:
+    rows = [
+        Row("endpoint", "POST /v1/offers/rideshare", 99999, *[9999.9] * 6, ()),
+        Row("upstream", "GET /vehicles/v1/nearby", 1, *[1.0] * 6, (("x", 1.0),)),
+    ]
+    lines = render_table(rows).splitlines()
+    assert lines[0].index("top culprits") <= 121
+    for line in lines[2:4]:
+        assert line.endswith("  -") or line.endswith("  x=1.000")
+        assert len(line.rsplit("  ", 1)[0]) <= 120
+    assert all(len(line) <= 120 for line in lines[-2:])  # the lines this table added
 
 
 def test_render_table_cuts_long_names_and_keeps_columns_aligned() -> None:
