@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracing import attributes
+from tracing.breakdown import UNEXPLAINED, Breakdown, breakdown
 from tracing.spans import Span
 
 
@@ -254,8 +255,94 @@ def render_examples(rows: Sequence[Row], link: Linker, heading: str) -> str:
     return "\n".join(lines)
 
 
+def _ms_or_dash(seconds: Any) -> str:
+    value = _number(seconds)
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def _is_pool_server(span: Span) -> bool:
+    return span.kind == "server" and span.service != "envoy"
+
+
+def server_breakdowns(spans: Sequence[Span]) -> dict[str, Breakdown | None]:
+    """Span id -> the breakdown of each pool server span of one trace (with Envoy's span
+    when it is the parent); None for a span without the gevent measurement."""
+    by_id = {s.span_id: s for s in spans}
+    out: dict[str, Breakdown | None] = {}
+    for span in spans:
+        if not _is_pool_server(span):
+            continue
+        parent = by_id.get(span.parent_id) if span.parent_id else None
+        envoy = parent if parent is not None and parent.service == "envoy" else None
+        out[span.span_id] = breakdown(span, envoy)
+    return out
+
+
+def breakdown_as_dict(result: Breakdown) -> dict[str, Any]:
+    """A breakdown in ms: every part in tiling order, then ``unexplained``."""
+    parts = {name: seconds * 1000 for name, seconds in result.parts.items()}
+    parts[UNEXPLAINED] = result.unexplained_s * 1000
+    return {"total_ms": result.total_s * 1000, "parts_ms": parts, "adds_up": result.adds_up()}
+
+
+def trace_as_dicts(spans: Sequence[Span]) -> list[dict[str, Any]]:
+    """One trace's spans for ``--json``; each pool server span also carries its
+    ``breakdown`` (None without the gevent measurement)."""
+    breakdowns = server_breakdowns(spans)
+    out = []
+    for span in spans:
+        d = dict(span.__dict__)
+        if span.span_id in breakdowns:
+            result = breakdowns[span.span_id]
+            d["breakdown"] = None if result is None else breakdown_as_dict(result)
+        out.append(d)
+    return out
+
+
+def _timing(span: Span) -> str:
+    """What a span's line says after its name: the split of its calls' time, and for a
+    pool server span its inbound delay; '-' for what an older span does not carry."""
+    attrs = span.attributes
+    text = ""
+    net = _number(attrs.get(attributes.NETWORK_DURATION))
+    delay = _number(attrs.get(attributes.SCHEDULING_DELAY))
+    if net is not None and delay is not None:
+        text += (
+            f"  net {net * 1000:.1f} / sched {delay * 1000:.1f}"
+            f" (cpu wait {_ms_or_dash(attrs.get(attributes.SCHEDULING_CPU_WAIT))})"
+        )
+    culprits = parse_culprits(attrs.get(attributes.SCHEDULING_CULPRITS))
+    if culprits:
+        text += "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in culprits)
+    if _is_pool_server(span):
+        text += (
+            f"  inbound {_ms_or_dash(attrs.get(attributes.INBOUND_DELAY))}"
+            f" (cpu wait {_ms_or_dash(attrs.get(attributes.INBOUND_CPU_WAIT))})"
+        )
+        inbound = parse_culprits(attrs.get(attributes.INBOUND_CULPRITS))
+        if inbound:
+            text += "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in inbound)
+    return text
+
+
+def _render_breakdown(span: Span, result: Breakdown | None) -> list[str]:
+    if result is None:
+        return [f"where the time of {span.name} went: - (no gevent measurement on its span)"]
+    of = "Envoy's span" if "envoy before pool" in result.parts else "no Envoy span: server span"
+    lines = [
+        f"where the {result.total_s * 1000:.1f} ms of {span.name} went ({of}; "
+        "parts in order, ms and share):"
+    ]
+    rows = [*result.parts.items(), (UNEXPLAINED, result.unexplained_s)]
+    for name, seconds in rows:
+        share = 100 * seconds / result.total_s if result.total_s > 0 else 0.0
+        lines.append(f"{'':8} {seconds * 1000:8.1f} {share:4.0f}%  {name}")
+    return lines
+
+
 def waterfall(spans: Sequence[Span]) -> str:
-    """One trace as an indented tree, each call with its network / scheduling split."""
+    """One trace as an indented tree, each call with its network / scheduling split, and
+    then where each pool server span's time went (:func:`tracing.breakdown.breakdown`)."""
     if not spans:
         return "empty trace"
     by_id = {s.span_id: s for s in spans}
@@ -268,21 +355,15 @@ def waterfall(spans: Sequence[Span]) -> str:
 
     def walk(span: Span, depth: int) -> None:
         offset = (span.start_us - start) / 1000
-        line = (
+        lines.append(
             f"{offset:8.1f} {span.duration_us / 1000:8.1f}  {'  ' * depth}"
-            f"{span.service}: {span.name} [{span.kind}]"
+            f"{span.service}: {span.name} [{span.kind}]{_timing(span)}"
         )
-        net = span.attributes.get(attributes.NETWORK_DURATION)
-        delay = span.attributes.get(attributes.SCHEDULING_DELAY)
-        if isinstance(net, int | float) and isinstance(delay, int | float):
-            line += f"  net {net * 1000:.1f} / sched {delay * 1000:.1f}"
-        culprits = parse_culprits(span.attributes.get(attributes.SCHEDULING_CULPRITS))
-        if culprits:
-            line += "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in culprits)
-        lines.append(line)
         for child in sorted(children.get(span.span_id, []), key=lambda s: s.start_us):
             walk(child, depth + 1)
 
     for root in sorted(children[None], key=lambda s: s.start_us):
         walk(root, 0)
+    for span_id, result in server_breakdowns(spans).items():
+        lines.extend(["", *_render_breakdown(by_id[span_id], result)])
     return "\n".join(lines)

@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracing import attributes
+from tracing import breakdown as breakdown_module
+from tracing.breakdown import breakdown
 from tracing.report import (
     Example,
     Row,
@@ -17,6 +19,7 @@ from tracing.report import (
     render_examples,
     render_table,
     summarize,
+    trace_as_dicts,
     waterfall,
 )
 from tracing.spans import Span
@@ -469,7 +472,7 @@ def trace_spans() -> list[Span]:
 def test_waterfall_indents_children_under_their_parent_in_start_order() -> None:
     lines = waterfall(trace_spans()).splitlines()
     assert lines[0].startswith(f"trace {TRACE}  (4 spans")
-    body = lines[1:]
+    body = lines[1 : lines.index("")]  # the tree; the breakdown follows
     assert len(body) == 4
     # Roots first, then each span's children in start order, whatever the input order.
     expected = [
@@ -507,3 +510,116 @@ def test_waterfall_puts_spans_with_a_missing_parent_at_the_root() -> None:
 
 def test_waterfall_of_nothing() -> None:
     assert waterfall([]) == "empty trace"
+
+
+def measured_trace() -> list[Span]:
+    """Envoy's 410 ms span, the pool's server span with the full breakdown, its call."""
+    server = span(
+        "GET /v1/offers/bike",
+        "server",
+        span_id="s1",
+        parent_id="e1",
+        start_ms=12,
+        duration_ms=391,
+        net=0.100,
+        sched=0.250,
+        **{
+            attributes.SCHEDULING_CPU_WAIT: 0.050,
+            attributes.ENVOY_BEFORE_POOL: 0.002,
+            attributes.INBOUND_DELAY: 0.010,
+            attributes.INBOUND_CPU_WAIT: 0.004,
+            attributes.INBOUND_CULPRITS: ["POST /v1/offers/rideshare=0.006"],
+            attributes.HANDLER_DURATION: 0.390,
+            attributes.HANDLER_RUNNING: 0.006,
+            attributes.CRITICAL_OVERLAP: 0.001,
+            attributes.CRITICAL_PRESEND_DELAY: 0.001,
+            attributes.CRITICAL_NETWORK: 0.100,
+            attributes.CRITICAL_SCHEDULING_DELAY: 0.250,
+            attributes.CRITICAL_CPU_WAIT: 0.050,
+            attributes.CRITICAL_RUNNING: 0.020,
+            attributes.CRITICAL_WAKE_DELAY: 0.004,
+        },
+    )
+    return [
+        span("GET /v1/offers/bike", "server", service="envoy", span_id="e1", duration_ms=410),
+        server,
+        span(
+            "GET /vehicles/v1/nearby",
+            "client",
+            span_id="c1",
+            parent_id="s1",
+            start_ms=19,
+            duration_ms=370,
+            net=0.100,
+            sched=0.250,
+            culprits=["POST /v1/offers/rideshare=0.2"],
+            **{attributes.SCHEDULING_CPU_WAIT: 0.050},
+        ),
+    ]
+
+
+def test_waterfall_shows_cpu_wait_of_calls_and_the_inbound_delay() -> None:
+    lines = waterfall(measured_trace()).splitlines()
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert "net 100.0 / sched 250.0 (cpu wait 50.0)  <- POST /v1/offers/rideshare 200.0" in (
+        vehicles
+    )
+    server = next(line for line in lines if "pricingservice: GET /v1/offers/bike" in line)
+    assert "inbound 10.0 (cpu wait 4.0)  <- POST /v1/offers/rideshare 6.0" in server
+
+
+def test_waterfall_ends_with_the_server_spans_breakdown_in_tiling_order() -> None:
+    spans = measured_trace()
+    lines = waterfall(spans).splitlines()
+    heading = lines.index("")
+    assert lines[heading + 1].startswith("where the 410.0 ms of GET /v1/offers/bike went")
+    assert "Envoy's span" in lines[heading + 1]
+    rows = [line.split(None, 2) for line in lines[heading + 2 :]]
+    expected = breakdown(spans[1], spans[0])
+    assert expected is not None
+    assert [name for _, _, name in rows] == [*breakdown_module.PARTS, "unexplained"]
+    assert [float(ms) for ms, _, _ in rows] == pytest.approx(
+        [round(s * 1000, 1) for s in expected.parts.values()] + [10.0]
+    )
+    by_name = {name: (float(ms), share) for ms, share, name in rows}
+    assert by_name["envoy before pool"] == (2.0, "0%")
+    assert by_name["inbound cpu wait"] == (4.0, "1%")
+    assert by_name["inbound hub busy"] == (6.0, "1%")
+    assert by_name["delay hub busy"] == (200.0, "49%")
+    assert by_name["response + envoy after"] == (7.0, "2%")
+
+
+def test_waterfall_without_envoys_span_totals_the_server_span_and_inbound() -> None:
+    spans = measured_trace()[1:]
+    lines = waterfall(spans).splitlines()
+    heading = lines[lines.index("") + 1]
+    assert heading.startswith("where the 401.0 ms of GET /v1/offers/bike went (no Envoy span")
+    names = [line.split(None, 2)[2] for line in lines[lines.index("") + 2 :]]
+    assert "envoy before pool" not in names and names[-1] == "unexplained"
+
+
+def test_waterfall_of_spans_from_before_the_split_shows_dashes() -> None:
+    lines = waterfall(trace_spans()).splitlines()
+    server = next(line for line in lines if "pricingservice: GET /v1/offers/bike" in line)
+    assert server.endswith("inbound - (cpu wait -)")
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert "net 110.0 / sched 272.8 (cpu wait -)" in vehicles
+    assert lines[-1] == (
+        "where the time of GET /v1/offers/bike went: - (no gevent measurement on its span)"
+    )
+
+
+def test_trace_as_dicts_gives_the_server_span_its_breakdown_in_ms() -> None:
+    spans = measured_trace()
+    envoy, server, client = trace_as_dicts(spans)
+    assert "breakdown" not in envoy and "breakdown" not in client
+    assert server["span_id"] == "s1"
+    assert server["attributes"][attributes.INBOUND_DELAY] == 0.010
+    result = server["breakdown"]
+    assert result["total_ms"] == pytest.approx(410.0)
+    assert list(result["parts_ms"]) == [*breakdown_module.PARTS, "unexplained"]
+    assert result["parts_ms"]["inbound cpu wait"] == pytest.approx(4.0)
+    assert result["parts_ms"]["unexplained"] == pytest.approx(10.0)
+    assert result["adds_up"] is True  # 10 ms of 410: within 3 %
+    (old,) = (d for d in trace_as_dicts(trace_spans()) if d.get("span_id") == "s1")
+    assert old["breakdown"] is None
