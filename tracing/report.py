@@ -328,7 +328,11 @@ def _timing(span: Span) -> str:
 def _render_breakdown(span: Span, result: Breakdown | None) -> list[str]:
     if result is None:
         return [f"where the time of {span.name} went: - (no gevent measurement on its span)"]
-    of = "Envoy's span" if "envoy before pool" in result.parts else "no Envoy span: server span"
+    of = (
+        "Envoy's span"
+        if "envoy before pool" in result.parts
+        else "no Envoy span: the server span + its inbound delay"
+    )
     lines = [
         f"where the {result.total_s * 1000:.1f} ms of {span.name} went ({of}; "
         "parts in order, ms and share):"
