@@ -7,7 +7,14 @@ import json
 import sys
 from pathlib import Path
 
-from tracing.report import Linker, render_examples, render_table, summarize, waterfall
+from tracing.report import (
+    Linker,
+    render_examples,
+    render_table,
+    summarize,
+    trace_as_dicts,
+    waterfall,
+)
 from tracing.settings import DEFAULT_SPAN_FILE
 from tracing.spans import SpanSourceError, from_file, from_jaeger, jaeger_trace_url
 
@@ -17,7 +24,8 @@ DEFAULT_JAEGER_URL = "http://127.0.0.1:16686"
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     traces = subparsers.add_parser(
         "traces",
-        help="per endpoint and upstream: network time, scheduling delay, culprits",
+        help="per endpoint and upstream: network time, scheduling and inbound delay, "
+        "their CPU-wait share, culprits",
     )
     source = traces.add_mutually_exclusive_group()
     source.add_argument(
@@ -33,7 +41,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         help=f"read the OTLP JSON-lines span file instead (default {DEFAULT_SPAN_FILE})",
     )
-    traces.add_argument("--trace-id", help="print one trace as a waterfall")
+    traces.add_argument(
+        "--trace-id", help="print one trace as a waterfall, and where its offer's time went"
+    )
     traces.add_argument("--limit", type=int, default=200, help="traces to read from Jaeger")
     traces.add_argument("--lookback", default="1h", help="how far back Jaeger looks (e.g. 15m, 2h)")
     traces.add_argument("--json", action="store_true", help="machine-readable output")
@@ -70,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.trace_id:
         if args.json:
-            print(json.dumps([s.__dict__ for s in spans], indent=1))
+            print(json.dumps(trace_as_dicts(spans), indent=1))
         else:
             print(waterfall(spans))
             if args.file is None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracing import attributes
+from tracing.breakdown import UNEXPLAINED, Breakdown, breakdown
 from tracing.spans import Span
 
 
@@ -70,10 +71,23 @@ class Row:
     top_culprits: tuple[tuple[str, float], ...]  # (label, total seconds)
     # The slowest spans of the row, in distinct traces, slowest first.
     slowest: tuple[Example, ...] = ()
+    # Of the scheduling delay (sched), the share in % the process waited for a CPU
+    # (gevent.scheduling.cpu_wait); None without the attribute or without any delay.
+    delay_cpu_wait_pct: float | None = None
+    # Endpoints: gevent.inbound.delay, its CPU-wait share (gevent.inbound.cpu_wait) and
+    # who held the hub meanwhile (gevent.inbound.culprits). None / () on upstreams and on
+    # spans from before the inbound measurement.
+    inbound_delay_p50_ms: float | None = None
+    inbound_delay_p99_ms: float | None = None
+    inbound_cpu_wait_pct: float | None = None
+    top_inbound_culprits: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self, link: Linker | None = None) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["top_culprits"] = [{"label": label, "seconds": s} for label, s in self.top_culprits]
+        d["top_inbound_culprits"] = [
+            {"label": label, "seconds": s} for label, s in self.top_inbound_culprits
+        ]
         d["slowest"] = [
             {**e.__dict__, **({"url": link(e.trace_id, e.span_id)} if link else {})}
             for e in self.slowest
@@ -95,12 +109,7 @@ def summarize(spans: Iterable[Span], top: int = 3, examples: int = 3) -> list[Ro
         durations = [s.duration_us / 1000 for s in members]
         network = _ms(members, attributes.NETWORK_DURATION)
         delay = _ms(members, attributes.SCHEDULING_DELAY)
-        culprits: dict[str, float] = defaultdict(float)
-        for span in members:
-            for label, seconds in parse_culprits(
-                span.attributes.get(attributes.SCHEDULING_CULPRITS)
-            ):
-                culprits[label] += seconds
+        inbound = _ms(members, attributes.INBOUND_DELAY)
         rows.append(
             Row(
                 kind=kind,
@@ -112,11 +121,50 @@ def summarize(spans: Iterable[Span], top: int = 3, examples: int = 3) -> list[Ro
                 network_p99_ms=_percentile_ms(network, 99),
                 delay_p50_ms=_percentile_ms(delay, 50),
                 delay_p99_ms=_percentile_ms(delay, 99),
-                top_culprits=tuple(sorted(culprits.items(), key=lambda kv: -kv[1])[:top]),
+                top_culprits=_top_culprits(members, attributes.SCHEDULING_CULPRITS, top),
                 slowest=_slowest(members, examples),
+                delay_cpu_wait_pct=_share_pct(
+                    members, attributes.SCHEDULING_CPU_WAIT, attributes.SCHEDULING_DELAY
+                ),
+                inbound_delay_p50_ms=_percentile_ms(inbound, 50),
+                inbound_delay_p99_ms=_percentile_ms(inbound, 99),
+                inbound_cpu_wait_pct=_share_pct(
+                    members, attributes.INBOUND_CPU_WAIT, attributes.INBOUND_DELAY
+                ),
+                top_inbound_culprits=_top_culprits(members, attributes.INBOUND_CULPRITS, top),
             )
         )
     return rows
+
+
+def _top_culprits(spans: Iterable[Span], key: str, top: int) -> tuple[tuple[str, float], ...]:
+    """The culprits of attribute *key*, seconds summed across spans, largest first."""
+    culprits: dict[str, float] = defaultdict(float)
+    for span in spans:
+        for label, seconds in parse_culprits(span.attributes.get(key)):
+            culprits[label] += seconds
+    return tuple(sorted(culprits.items(), key=lambda kv: -kv[1])[:top])
+
+
+def _number(value: Any) -> float | None:
+    # bool is an int: a flag is not a duration.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _share_pct(spans: Iterable[Span], part_key: str, whole_key: str) -> float | None:
+    """Sum of *part_key* over sum of *whole_key* in % (spans carrying both; the part is
+    at most its whole); None when no span carries both or the whole is zero."""
+    part = whole = 0.0
+    for span in spans:
+        p = _number(span.attributes.get(part_key))
+        w = _number(span.attributes.get(whole_key))
+        if p is None or w is None:
+            continue
+        part += max(0.0, min(p, w))
+        whole += w
+    return 100 * part / whole if whole > 0 else None
 
 
 def _slowest(spans: Iterable[Span], count: int) -> tuple[Example, ...]:
@@ -146,25 +194,47 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _culprits(culprits: Sequence[tuple[str, float]]) -> str:
+    return ", ".join(f"{label}={s:.3f}" for label, s in culprits)
+
+
 def render_table(rows: Sequence[Row]) -> str:
     if not rows:
         return "no spans of pricingservice yet: send some traffic first"
+    # The fixed columns end at 119 characters; the culprits follow.
     header = (
-        f"{'':9}{'name':30}{'count':>6}  {'dur p50':>8}{'p99':>8}  {'net p50':>8}{'p99':>8}"
-        f"  {'sched p50':>9}{'p99':>8}  top culprits (s of delay caused)"
+        f"{'':9}{'name (times in ms)':28}{'count':>6}  {'dur p50':>7}{'p99':>7}"
+        f"  {'net p50':>7}{'p99':>7}  {'sched p50':>9}{'p99':>7}{'cpu%':>5}"
+        f"  {'inb p50':>7}{'p99':>7}{'cpu%':>5}  top culprits (s caused)"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
-        culprits = ", ".join(f"{label}={s:.3f}" for label, s in row.top_culprits) or "-"
+        culprits = _culprits(row.top_culprits)
+        if row.top_inbound_culprits:
+            inbound = f"inbound: {_culprits(row.top_inbound_culprits)}"
+            culprits = f"{culprits}; {inbound}" if culprits else inbound
         lines.append(
-            f"{row.kind:9}{row.name[:29]:30}{row.count:>6}  {_fmt(row.duration_p50_ms):>8}"
-            f"{_fmt(row.duration_p99_ms):>8}  {_fmt(row.network_p50_ms):>8}"
-            f"{_fmt(row.network_p99_ms):>8}  {_fmt(row.delay_p50_ms):>9}"
-            f"{_fmt(row.delay_p99_ms):>8}  {culprits}"
+            f"{row.kind:9}{row.name[:27]:28}{row.count:>6}  {_fmt(row.duration_p50_ms):>7}"
+            f"{_fmt(row.duration_p99_ms):>7}  {_fmt(row.network_p50_ms):>7}"
+            f"{_fmt(row.network_p99_ms):>7}  {_fmt(row.delay_p50_ms):>9}"
+            f"{_fmt(row.delay_p99_ms):>7}{_pct(row.delay_cpu_wait_pct):>5}"
+            f"  {_fmt(row.inbound_delay_p50_ms):>7}{_fmt(row.inbound_delay_p99_ms):>7}"
+            f"{_pct(row.inbound_cpu_wait_pct):>5}  {culprits or '-'}"
         )
     lines.append(
         "times in ms; net = network + upstream time (kernel receive time), "
         "sched = waiting for the gevent hub after the bytes arrived"
+    )
+    lines.append(
+        "inb = inbound delay: the request's bytes in the pool's kernel until its handler ran"
+    )
+    lines.append(
+        "cpu% = share of sched / inb the process waited for a CPU (run queue); "
+        "the rest, other greenlets held the hub"
     )
     return "\n".join(lines)
 
@@ -185,8 +255,98 @@ def render_examples(rows: Sequence[Row], link: Linker, heading: str) -> str:
     return "\n".join(lines)
 
 
+def _ms_or_dash(seconds: Any) -> str:
+    value = _number(seconds)
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def _is_pool_server(span: Span) -> bool:
+    return span.kind == "server" and span.service != "envoy"
+
+
+def server_breakdowns(spans: Sequence[Span]) -> dict[str, Breakdown | None]:
+    """Span id -> the breakdown of each pool server span of one trace (with Envoy's span
+    when it is the parent); None for a span without the gevent measurement."""
+    by_id = {s.span_id: s for s in spans}
+    out: dict[str, Breakdown | None] = {}
+    for span in spans:
+        if not _is_pool_server(span):
+            continue
+        parent = by_id.get(span.parent_id) if span.parent_id else None
+        envoy = parent if parent is not None and parent.service == "envoy" else None
+        out[span.span_id] = breakdown(span, envoy)
+    return out
+
+
+def breakdown_as_dict(result: Breakdown) -> dict[str, Any]:
+    """A breakdown in ms: every part in tiling order, then ``unexplained``."""
+    parts = {name: seconds * 1000 for name, seconds in result.parts.items()}
+    parts[UNEXPLAINED] = result.unexplained_s * 1000
+    return {"total_ms": result.total_s * 1000, "parts_ms": parts, "adds_up": result.adds_up()}
+
+
+def trace_as_dicts(spans: Sequence[Span]) -> list[dict[str, Any]]:
+    """One trace's spans for ``--json``; each pool server span also carries its
+    ``breakdown`` (None without the gevent measurement)."""
+    breakdowns = server_breakdowns(spans)
+    out = []
+    for span in spans:
+        d = dict(span.__dict__)
+        if span.span_id in breakdowns:
+            result = breakdowns[span.span_id]
+            d["breakdown"] = None if result is None else breakdown_as_dict(result)
+        out.append(d)
+    return out
+
+
+def _timing(span: Span) -> str:
+    """What a span's line says after its name: the split of its calls' time, and for a
+    pool server span its inbound delay; '-' for what an older span does not carry."""
+    attrs = span.attributes
+    text = ""
+    net = _number(attrs.get(attributes.NETWORK_DURATION))
+    delay = _number(attrs.get(attributes.SCHEDULING_DELAY))
+    if net is not None and delay is not None:
+        text += (
+            f"  net {net * 1000:.1f} / sched {delay * 1000:.1f}"
+            f" (cpu wait {_ms_or_dash(attrs.get(attributes.SCHEDULING_CPU_WAIT))})"
+        )
+    culprits = parse_culprits(attrs.get(attributes.SCHEDULING_CULPRITS))
+    if culprits:
+        text += "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in culprits)
+    if _is_pool_server(span):
+        text += (
+            f"  inbound {_ms_or_dash(attrs.get(attributes.INBOUND_DELAY))}"
+            f" (cpu wait {_ms_or_dash(attrs.get(attributes.INBOUND_CPU_WAIT))})"
+        )
+        inbound = parse_culprits(attrs.get(attributes.INBOUND_CULPRITS))
+        if inbound:
+            text += "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in inbound)
+    return text
+
+
+def _render_breakdown(span: Span, result: Breakdown | None) -> list[str]:
+    if result is None:
+        return [f"where the time of {span.name} went: - (no gevent measurement on its span)"]
+    of = (
+        "Envoy's span"
+        if "envoy before pool" in result.parts
+        else "no Envoy span: the server span + its inbound delay"
+    )
+    lines = [
+        f"where the {result.total_s * 1000:.1f} ms of {span.name} went ({of}; "
+        "parts in order, ms and share):"
+    ]
+    rows = [*result.parts.items(), (UNEXPLAINED, result.unexplained_s)]
+    for name, seconds in rows:
+        share = 100 * seconds / result.total_s if result.total_s > 0 else 0.0
+        lines.append(f"{'':8} {seconds * 1000:8.1f} {share:4.0f}%  {name}")
+    return lines
+
+
 def waterfall(spans: Sequence[Span]) -> str:
-    """One trace as an indented tree, each call with its network / scheduling split."""
+    """One trace as an indented tree, each call with its network / scheduling split, and
+    then where each pool server span's time went (:func:`tracing.breakdown.breakdown`)."""
     if not spans:
         return "empty trace"
     by_id = {s.span_id: s for s in spans}
@@ -199,21 +359,15 @@ def waterfall(spans: Sequence[Span]) -> str:
 
     def walk(span: Span, depth: int) -> None:
         offset = (span.start_us - start) / 1000
-        line = (
+        lines.append(
             f"{offset:8.1f} {span.duration_us / 1000:8.1f}  {'  ' * depth}"
-            f"{span.service}: {span.name} [{span.kind}]"
+            f"{span.service}: {span.name} [{span.kind}]{_timing(span)}"
         )
-        net = span.attributes.get(attributes.NETWORK_DURATION)
-        delay = span.attributes.get(attributes.SCHEDULING_DELAY)
-        if isinstance(net, int | float) and isinstance(delay, int | float):
-            line += f"  net {net * 1000:.1f} / sched {delay * 1000:.1f}"
-        culprits = parse_culprits(span.attributes.get(attributes.SCHEDULING_CULPRITS))
-        if culprits:
-            line += "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in culprits)
-        lines.append(line)
         for child in sorted(children.get(span.span_id, []), key=lambda s: s.start_us):
             walk(child, depth + 1)
 
     for root in sorted(children[None], key=lambda s: s.start_us):
         walk(root, 0)
+    for span_id, result in server_breakdowns(spans).items():
+        lines.extend(["", *_render_breakdown(by_id[span_id], result)])
     return "\n".join(lines)

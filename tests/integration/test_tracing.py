@@ -320,10 +320,17 @@ def test_pricingctl_traces_prints_a_table_from_jaeger(jaeger_stack: Stack) -> No
     assert upstream["count"] >= 3
     assert upstream["network_p50_ms"] <= upstream["network_p99_ms"]
     assert upstream["delay_p50_ms"] is not None
+    assert "delay_cpu_wait_pct" in upstream
+    endpoint = rows[("endpoint", "GET /v1/offers/bike")]
+    assert endpoint["inbound_delay_p50_ms"] is not None
+    assert endpoint["inbound_delay_p50_ms"] <= endpoint["inbound_delay_p99_ms"]
+    assert "inb p50" in table.stdout.splitlines()[0]
     trace_id = from_jaeger(str(jaeger_stack.jaeger_url), limit=1)[0].trace_id
     one = subprocess.run([*cli, "--trace-id", trace_id], capture_output=True, text=True, timeout=30)
     assert one.returncode == 0, one.stderr
     assert "net " in one.stdout and "sched " in one.stdout
+    assert "inbound " in one.stdout and "unexplained" in one.stdout
+    print(table.stdout, one.stdout, sep="\n")  # with -s: what the command shows
 
 
 def test_pricingctl_traces_says_so_when_jaeger_is_unreachable(tmp_path: Path) -> None:

@@ -119,6 +119,129 @@ def test_table_ends_with_each_rows_slowest_trace_as_a_command(
         assert command.split()[-1] in trace_ids
 
 
+@pytest.fixture
+def measured_file(tmp_path: Path) -> tuple[Path, str]:
+    """One bike offer as the stack exports it: Envoy's span, the pool's server span with
+    the inbound delay and the breakdown's attributes, its vehicles call with CPU wait."""
+    path = tmp_path / "spans.jsonl"
+    providers = []
+    for service in ("envoy", "pricingservice"):
+        provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesFileExporter(path)))
+        providers.append(provider)
+    envoy, pool = (p.get_tracer("test") for p in providers)
+    server_attributes = {
+        attributes.NETWORK_DURATION: 0.100,
+        attributes.SCHEDULING_DELAY: 0.040,
+        attributes.SCHEDULING_CPU_WAIT: 0.010,
+        attributes.ENVOY_BEFORE_POOL: 0.0,
+        attributes.INBOUND_DELAY: 0.020,
+        attributes.INBOUND_CPU_WAIT: 0.005,
+        attributes.INBOUND_CULPRITS: [CULPRIT],
+        attributes.HANDLER_DURATION: 0.0,
+        attributes.HANDLER_RUNNING: 0.0,
+        attributes.CRITICAL_NETWORK: 0.100,
+        attributes.CRITICAL_SCHEDULING_DELAY: 0.040,
+        attributes.CRITICAL_CPU_WAIT: 0.010,
+    }
+    with (
+        envoy.start_as_current_span("GET /v1/offers/bike", kind=SpanKind.SERVER),
+        pool.start_as_current_span(
+            "GET /v1/offers/bike", kind=SpanKind.SERVER, attributes=server_attributes
+        ) as server,
+        pool.start_as_current_span(
+            "GET /vehicles/v1/nearby",
+            kind=SpanKind.CLIENT,
+            attributes={
+                attributes.NETWORK_DURATION: 0.100,
+                attributes.SCHEDULING_DELAY: 0.040,
+                attributes.SCHEDULING_CPU_WAIT: 0.010,
+                attributes.SCHEDULING_CULPRITS: [CULPRIT],
+            },
+        ),
+    ):
+        trace_id = format(server.get_span_context().trace_id, "032x")
+    for provider in providers:
+        provider.shutdown()
+    return path, trace_id
+
+
+def test_table_shows_inbound_delay_and_cpu_wait_shares(
+    measured_file: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = measured_file
+    assert main(["traces", "--file", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "inb p50" in lines[0] and "cpu%" in lines[0]
+    endpoint = next(line for line in lines if "GET /v1/offers/bike" in line)
+    # count, dur p50/p99, net p50/p99, sched p50/p99, cpu%, inb p50/p99, cpu%, culprits
+    assert endpoint.split()[3:4] + endpoint.split()[8:14] == [
+        "1",
+        "40.0",
+        "40.0",
+        "25",
+        "20.0",
+        "20.0",
+        "25",
+    ]
+    assert "inbound: POST /v1/offers/rideshare=0.273" in endpoint
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert vehicles.split()[10:14] == ["25", "-", "-", "-"]
+
+    assert main(["traces", "--file", str(path), "--json"]) == 0
+    rows = {r["kind"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["endpoint"]["inbound_delay_p50_ms"] == pytest.approx(20.0)
+    assert rows["endpoint"]["inbound_cpu_wait_pct"] == pytest.approx(25.0)
+    assert rows["endpoint"]["top_inbound_culprits"] == [
+        {"label": "POST /v1/offers/rideshare", "seconds": pytest.approx(0.2728)}
+    ]
+    assert rows["upstream"]["delay_cpu_wait_pct"] == pytest.approx(25.0)
+    assert rows["upstream"]["inbound_delay_p50_ms"] is None
+
+
+def test_trace_id_shows_where_the_offers_time_went(
+    measured_file: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, trace_id = measured_file
+    assert main(["traces", "--file", str(path), "--trace-id", trace_id]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    server = next(line for line in lines if "pricingservice: GET /v1/offers/bike" in line)
+    assert "inbound 20.0 (cpu wait 5.0)  <- POST /v1/offers/rideshare 272.8" in server
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert "net 100.0 / sched 40.0 (cpu wait 10.0)" in vehicles
+    heading = next(i for i, line in enumerate(lines) if line.startswith("where the "))
+    assert "of GET /v1/offers/bike went (Envoy's span" in lines[heading]
+    parts = {line.split(None, 2)[2]: line.split()[0] for line in lines[heading + 1 :]}
+    names = list(parts)
+    assert names[0] == "envoy before pool" and names[-1] == "unexplained"
+    assert parts["inbound cpu wait"] == "5.0" and parts["inbound hub busy"] == "15.0"
+    assert parts["network"] == "100.0" and parts["delay cpu wait"] == "10.0"
+
+    assert main(["traces", "--file", str(path), "--trace-id", trace_id, "--json"]) == 0
+    spans = json.loads(capsys.readouterr().out)
+    (server_span,) = (
+        s for s in spans if s["service"] == "pricingservice" and s["kind"] == "server"
+    )
+    result = server_span["breakdown"]
+    assert result["parts_ms"]["inbound cpu wait"] == pytest.approx(5.0)
+    assert result["parts_ms"]["delay hub busy"] == pytest.approx(30.0)
+    assert "unexplained" in result["parts_ms"] and result["total_ms"] > 0
+    assert all("breakdown" not in s for s in spans if s is not server_span)
+
+
+def test_trace_id_of_spans_without_the_measurement_still_renders(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, trace_ids = span_file
+    assert main(["traces", "--file", str(path), "--trace-id", trace_ids[0]]) == 0
+    out = capsys.readouterr().out
+    assert "inbound - (cpu wait -)" in out
+    assert "went: - (no gevent measurement on its span)" in out
+    assert main(["traces", "--file", str(path), "--trace-id", trace_ids[0], "--json"]) == 0
+    spans = json.loads(capsys.readouterr().out)
+    assert [s["breakdown"] for s in spans if s["kind"] == "server"] == [None]
+
+
 def _jaeger_trace(trace_id: str = "abc123") -> dict[str, Any]:
     """One trace as Jaeger's query API returns it: a server span and a client call."""
 

@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracing import attributes
+from tracing import breakdown as breakdown_module
+from tracing.breakdown import breakdown
 from tracing.report import (
     Example,
     Row,
@@ -17,6 +19,7 @@ from tracing.report import (
     render_examples,
     render_table,
     summarize,
+    trace_as_dicts,
     waterfall,
 )
 from tracing.spans import Span
@@ -210,6 +213,103 @@ def test_summarize_ignores_non_numeric_timing_attributes() -> None:
     assert row.network_p50_ms is None and row.delay_p50_ms is None
 
 
+def measured() -> list[Span]:
+    """Spans with the inbound delay and the CPU-wait split (seconds, as exported)."""
+    return [
+        span(
+            "GET /v1/offers/bike",
+            "server",
+            duration_ms=300,
+            sched=0.200,
+            **{
+                attributes.SCHEDULING_CPU_WAIT: 0.050,
+                attributes.INBOUND_DELAY: 0.040,
+                attributes.INBOUND_CPU_WAIT: 0.010,
+                attributes.INBOUND_CULPRITS: ["POST /v1/offers/rideshare=0.03", "<hub>=0.001"],
+            },
+        ),
+        span(
+            "GET /v1/offers/bike",
+            "server",
+            duration_ms=100,
+            sched=0.0,
+            **{
+                attributes.SCHEDULING_CPU_WAIT: 0.0,
+                attributes.INBOUND_DELAY: 0.002,
+                attributes.INBOUND_CPU_WAIT: 0.002,
+                attributes.INBOUND_CULPRITS: ["POST /v1/offers/rideshare=0.02"],
+            },
+        ),
+        span(
+            "GET /vehicles/v1/nearby",
+            "client",
+            net=0.1,
+            sched=0.080,
+            culprits=["POST /v1/offers/rideshare=0.07"],
+            **{attributes.SCHEDULING_CPU_WAIT: 0.020},
+        ),
+        span(
+            "GET /vehicles/v1/nearby",
+            "client",
+            net=0.1,
+            sched=0.020,
+            **{attributes.SCHEDULING_CPU_WAIT: 0.030},  # more than its delay: capped
+        ),
+    ]
+
+
+def test_summarize_endpoints_inbound_delay_its_cpu_share_and_culprits() -> None:
+    rows = {r.name: r for r in summarize(measured())}
+    bike = rows["GET /v1/offers/bike"]
+    assert bike.inbound_delay_p50_ms == pytest.approx(2.0)
+    assert bike.inbound_delay_p99_ms == pytest.approx(40.0)
+    assert bike.inbound_cpu_wait_pct == pytest.approx(100 * 0.012 / 0.042)  # of all spans
+    assert bike.top_inbound_culprits == (
+        ("POST /v1/offers/rideshare", pytest.approx(0.05)),
+        ("<hub>", pytest.approx(0.001)),
+    )
+    assert bike.delay_cpu_wait_pct == pytest.approx(25.0)  # the calls' sums: 0.05 / 0.2
+    assert bike.top_culprits == ()  # server spans carry the inbound culprits only
+
+
+def test_summarize_upstreams_cpu_share_of_their_scheduling_delay() -> None:
+    rows = {r.name: r for r in summarize(measured())}
+    vehicles = rows["GET /vehicles/v1/nearby"]
+    assert vehicles.delay_cpu_wait_pct == pytest.approx(100 * (0.020 + 0.020) / 0.100)
+    assert vehicles.inbound_delay_p50_ms is None
+    assert vehicles.inbound_cpu_wait_pct is None
+    assert vehicles.top_inbound_culprits == ()
+
+
+def test_summarize_spans_from_before_the_split_have_no_new_figures() -> None:
+    rows = {r.name: r for r in summarize(sample())}
+    for row in rows.values():
+        assert row.delay_cpu_wait_pct is None
+        assert row.inbound_delay_p50_ms is None and row.inbound_delay_p99_ms is None
+        assert row.inbound_cpu_wait_pct is None
+        assert row.top_inbound_culprits == ()
+
+
+def test_summarize_share_of_no_delay_at_all_is_unknown() -> None:
+    (row,) = summarize([span("GET /r", "client", sched=0.0, **{attributes.SCHEDULING_CPU_WAIT: 0})])
+    assert row.delay_cpu_wait_pct is None
+
+
+def test_row_as_dict_names_the_new_fields_after_their_attributes() -> None:
+    rows = {r.name: r.as_dict() for r in summarize(measured())}
+    bike = rows["GET /v1/offers/bike"]
+    assert bike["inbound_delay_p50_ms"] == pytest.approx(2.0)
+    assert bike["inbound_delay_p99_ms"] == pytest.approx(40.0)
+    assert bike["inbound_cpu_wait_pct"] == pytest.approx(100 * 0.012 / 0.042)
+    assert bike["delay_cpu_wait_pct"] == pytest.approx(25.0)
+    assert bike["top_inbound_culprits"][0] == {
+        "label": "POST /v1/offers/rideshare",
+        "seconds": pytest.approx(0.05),
+    }
+    old = summarize(sample())[0].as_dict()
+    assert old["inbound_delay_p50_ms"] is None and old["top_inbound_culprits"] == []
+
+
 def test_summarize_of_nothing_is_empty() -> None:
     assert summarize([]) == []
 
@@ -283,7 +383,59 @@ def test_render_table_shows_each_row_with_its_numbers() -> None:
     bike = next(line for line in lines if "GET /v1/offers/bike" in line)
     assert bike.startswith("endpoint")
     assert " - " in bike  # no network split for an endpoint without one
-    assert lines[-1].startswith("times in ms")
+    footer = lines[-3:]
+    assert footer[0].startswith("times in ms")
+    assert footer[1].startswith("inb = inbound delay")
+    assert footer[2].startswith("cpu% = ")
+
+
+# The numeric columns after the count, in order.
+COLUMNS: tuple[str, ...] = ("dur50", "dur99", "net50", "net99", "sched50", "sched99", "cpu")
+COLUMNS += ("inb50", "inb99", "icpu")
+
+
+def cells(line: str, name: str) -> dict[str, str]:
+    """The numeric columns of a table row, by meaning, and the culprits after them."""
+    words = line[line.index(name) + len(name) :].split(maxsplit=len(COLUMNS) + 1)
+    return {"count": words[0], **dict(zip(COLUMNS, words[1:], strict=False))} | {
+        "culprits": words[len(COLUMNS) + 1] if len(words) > len(COLUMNS) + 1 else ""
+    }
+
+
+def test_render_table_shows_inbound_delay_and_the_cpu_wait_shares() -> None:
+    lines = render_table(summarize(measured())).splitlines()
+    assert "inb p50" in lines[0] and lines[0].count("cpu%") == 2
+    bike = cells(next(line for line in lines if "GET /v1/offers/bike" in line), "bike")
+    assert bike["count"] == "2"
+    assert (bike["sched50"], bike["sched99"], bike["cpu"]) == ("0.0", "200.0", "25")
+    assert (bike["inb50"], bike["inb99"], bike["icpu"]) == ("2.0", "40.0", "29")
+    assert bike["culprits"] == "inbound: POST /v1/offers/rideshare=0.050, <hub>=0.001"
+    vehicles = cells(next(line for line in lines if "nearby" in line), "nearby")
+    assert (vehicles["sched99"], vehicles["cpu"]) == ("80.0", "40")
+    assert (vehicles["inb50"], vehicles["inb99"], vehicles["icpu"]) == ("-", "-", "-")
+    assert vehicles["culprits"] == "POST /v1/offers/rideshare=0.070"
+
+
+def test_render_table_shows_a_dash_for_spans_from_before_the_split() -> None:
+    lines = render_table(summarize(sample())).splitlines()
+    bike = cells(next(line for line in lines if "GET /v1/offers/bike" in line), "bike")
+    assert [bike[c] for c in ("cpu", "inb50", "inb99", "icpu")] == ["-"] * 4
+    assert bike["culprits"] == "-"
+    vehicles = cells(next(line for line in lines if "nearby" in line), "nearby")
+    assert vehicles["sched99"] == "273.0" and vehicles["cpu"] == "-"
+
+
+def test_render_table_fixed_columns_fit_in_120_characters() -> None:
+    rows = [
+        Row("endpoint", "POST /v1/offers/rideshare", 99999, *[9999.9] * 6, ()),
+        Row("upstream", "GET /vehicles/v1/nearby", 1, *[1.0] * 6, (("x", 1.0),)),
+    ]
+    lines = render_table(rows).splitlines()
+    assert lines[0].index("top culprits") <= 121
+    for line in lines[2:4]:
+        assert line.endswith("  -") or line.endswith("  x=1.000")
+        assert len(line.rsplit("  ", 1)[0]) <= 120
+    assert all(len(line) <= 120 for line in lines[-2:])  # the lines this table added
 
 
 def test_render_table_cuts_long_names_and_keeps_columns_aligned() -> None:
@@ -320,7 +472,7 @@ def trace_spans() -> list[Span]:
 def test_waterfall_indents_children_under_their_parent_in_start_order() -> None:
     lines = waterfall(trace_spans()).splitlines()
     assert lines[0].startswith(f"trace {TRACE}  (4 spans")
-    body = lines[1:]
+    body = lines[1 : lines.index("")]  # the tree; the breakdown follows
     assert len(body) == 4
     # Roots first, then each span's children in start order, whatever the input order.
     expected = [
@@ -358,3 +510,116 @@ def test_waterfall_puts_spans_with_a_missing_parent_at_the_root() -> None:
 
 def test_waterfall_of_nothing() -> None:
     assert waterfall([]) == "empty trace"
+
+
+def measured_trace() -> list[Span]:
+    """Envoy's 410 ms span, the pool's server span with the full breakdown, its call."""
+    server = span(
+        "GET /v1/offers/bike",
+        "server",
+        span_id="s1",
+        parent_id="e1",
+        start_ms=12,
+        duration_ms=391,
+        net=0.100,
+        sched=0.250,
+        **{
+            attributes.SCHEDULING_CPU_WAIT: 0.050,
+            attributes.ENVOY_BEFORE_POOL: 0.002,
+            attributes.INBOUND_DELAY: 0.010,
+            attributes.INBOUND_CPU_WAIT: 0.004,
+            attributes.INBOUND_CULPRITS: ["POST /v1/offers/rideshare=0.006"],
+            attributes.HANDLER_DURATION: 0.390,
+            attributes.HANDLER_RUNNING: 0.006,
+            attributes.CRITICAL_OVERLAP: 0.001,
+            attributes.CRITICAL_PRESEND_DELAY: 0.001,
+            attributes.CRITICAL_NETWORK: 0.100,
+            attributes.CRITICAL_SCHEDULING_DELAY: 0.250,
+            attributes.CRITICAL_CPU_WAIT: 0.050,
+            attributes.CRITICAL_RUNNING: 0.020,
+            attributes.CRITICAL_WAKE_DELAY: 0.004,
+        },
+    )
+    return [
+        span("GET /v1/offers/bike", "server", service="envoy", span_id="e1", duration_ms=410),
+        server,
+        span(
+            "GET /vehicles/v1/nearby",
+            "client",
+            span_id="c1",
+            parent_id="s1",
+            start_ms=19,
+            duration_ms=370,
+            net=0.100,
+            sched=0.250,
+            culprits=["POST /v1/offers/rideshare=0.2"],
+            **{attributes.SCHEDULING_CPU_WAIT: 0.050},
+        ),
+    ]
+
+
+def test_waterfall_shows_cpu_wait_of_calls_and_the_inbound_delay() -> None:
+    lines = waterfall(measured_trace()).splitlines()
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert "net 100.0 / sched 250.0 (cpu wait 50.0)  <- POST /v1/offers/rideshare 200.0" in (
+        vehicles
+    )
+    server = next(line for line in lines if "pricingservice: GET /v1/offers/bike" in line)
+    assert "inbound 10.0 (cpu wait 4.0)  <- POST /v1/offers/rideshare 6.0" in server
+
+
+def test_waterfall_ends_with_the_server_spans_breakdown_in_tiling_order() -> None:
+    spans = measured_trace()
+    lines = waterfall(spans).splitlines()
+    heading = lines.index("")
+    assert lines[heading + 1].startswith("where the 410.0 ms of GET /v1/offers/bike went")
+    assert "Envoy's span" in lines[heading + 1]
+    rows = [line.split(None, 2) for line in lines[heading + 2 :]]
+    expected = breakdown(spans[1], spans[0])
+    assert expected is not None
+    assert [name for _, _, name in rows] == [*breakdown_module.PARTS, "unexplained"]
+    assert [float(ms) for ms, _, _ in rows] == pytest.approx(
+        [round(s * 1000, 1) for s in expected.parts.values()] + [10.0]
+    )
+    by_name = {name: (float(ms), share) for ms, share, name in rows}
+    assert by_name["envoy before pool"] == (2.0, "0%")
+    assert by_name["inbound cpu wait"] == (4.0, "1%")
+    assert by_name["inbound hub busy"] == (6.0, "1%")
+    assert by_name["delay hub busy"] == (200.0, "49%")
+    assert by_name["response + envoy after"] == (7.0, "2%")
+
+
+def test_waterfall_without_envoys_span_totals_the_server_span_and_inbound() -> None:
+    spans = measured_trace()[1:]
+    lines = waterfall(spans).splitlines()
+    heading = lines[lines.index("") + 1]
+    assert heading.startswith("where the 401.0 ms of GET /v1/offers/bike went (no Envoy span")
+    names = [line.split(None, 2)[2] for line in lines[lines.index("") + 2 :]]
+    assert "envoy before pool" not in names and names[-1] == "unexplained"
+
+
+def test_waterfall_of_spans_from_before_the_split_shows_dashes() -> None:
+    lines = waterfall(trace_spans()).splitlines()
+    server = next(line for line in lines if "pricingservice: GET /v1/offers/bike" in line)
+    assert server.endswith("inbound - (cpu wait -)")
+    vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
+    assert "net 110.0 / sched 272.8 (cpu wait -)" in vehicles
+    assert lines[-1] == (
+        "where the time of GET /v1/offers/bike went: - (no gevent measurement on its span)"
+    )
+
+
+def test_trace_as_dicts_gives_the_server_span_its_breakdown_in_ms() -> None:
+    spans = measured_trace()
+    envoy, server, client = trace_as_dicts(spans)
+    assert "breakdown" not in envoy and "breakdown" not in client
+    assert server["span_id"] == "s1"
+    assert server["attributes"][attributes.INBOUND_DELAY] == 0.010
+    result = server["breakdown"]
+    assert result["total_ms"] == pytest.approx(410.0)
+    assert list(result["parts_ms"]) == [*breakdown_module.PARTS, "unexplained"]
+    assert result["parts_ms"]["inbound cpu wait"] == pytest.approx(4.0)
+    assert result["parts_ms"]["unexplained"] == pytest.approx(10.0)
+    assert result["adds_up"] is True  # 10 ms of 410: within 3 %
+    (old,) = (d for d in trace_as_dicts(trace_spans()) if d.get("span_id") == "s1")
+    assert old["breakdown"] is None
