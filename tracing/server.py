@@ -266,16 +266,17 @@ def init_app(
             route = f"{request.method} {rule.rule}" if rule is not None else "<no route>"
             if isinstance(measurement, RequestMeasurement):
                 timing = measurement.finish(totals.timed() if totals is not None else ())
+                envoy_start = request.headers.get(worker.envoy_start_header or "", None)
                 _account(
                     worker,
-                    route,
-                    timing,
-                    totals,
-                    envoy_start_ns=_envoy_start_ns(
-                        request.headers.get(worker.envoy_start_header or "", None)
+                    FinishedRequest(
+                        route,
+                        timing,
+                        totals,
+                        envoy_start_ns=_envoy_start_ns(envoy_start),
+                        status=500 if exc is not None else g.get("pricing_status"),
+                        headers=request.headers,
                     ),
-                    status=500 if exc is not None else g.get("pricing_status"),
-                    headers=request.headers,
                 )
             request_totals.set(None)
             set_greenlet_label(None)
@@ -355,27 +356,33 @@ def request_attributes(
     return out
 
 
-def _account(
-    worker: WorkerTracing,
-    route: str,
-    timing: RequestTiming,
-    totals: RequestTotals | None,
-    *,
-    envoy_start_ns: int | None,
-    status: int | None,
-    headers: Any,
-) -> None:
+@dataclass(frozen=True)
+class FinishedRequest:
+    """What the server side knows of a request once its handler ended."""
+
+    route: str
+    timing: RequestTiming
+    totals: RequestTotals | None
+    envoy_start_ns: int | None
+    status: int | None
+    headers: Any
+
+
+def _account(worker: WorkerTracing, done: FinishedRequest) -> None:
     """Histograms for every request; span attributes for a sampled one; a whole trace
     exported afterwards for a slow one that was not sampled."""
-    worker.metrics.observe_request(route, timing)
+    timing = done.timing
+    worker.metrics.observe_request(done.route, timing)
     first = timing.arrival_unix_ns if timing.arrival_unix_ns is not None else timing.start_unix_ns
-    slow = (timing.end_unix_ns - first) / 1e9 >= worker.sampling.slow_threshold_s(route)
+    slow = (timing.end_unix_ns - first) / 1e9 >= worker.sampling.slow_threshold_s(done.route)
     span = trace.get_current_span()
     if span.is_recording():
-        span.set_attributes(request_attributes(route, timing, totals, envoy_start_ns, slow=slow))
+        span.set_attributes(
+            request_attributes(done.route, timing, done.totals, done.envoy_start_ns, slow=slow)
+        )
         _add_request_events(span, timing)
     elif slow and worker.slow_provider is not None:
-        _export_slow(worker, route, timing, totals, envoy_start_ns, status, headers)
+        _export_slow(worker, done)
 
 
 def _add_request_events(span: trace.Span, timing: RequestTiming) -> None:
@@ -388,26 +395,19 @@ def _add_request_events(span: trace.Span, timing: RequestTiming) -> None:
     span.add_event(attributes.EVENT_HANDLER_STARTED, timestamp=timing.start_unix_ns)
 
 
-def _export_slow(
-    worker: WorkerTracing,
-    route: str,
-    timing: RequestTiming,
-    totals: RequestTotals | None,
-    envoy_start_ns: int | None,
-    status: int | None,
-    headers: Any,
-) -> None:
+def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
     """Build the spans of a request that Envoy did not sample from what was measured,
     under its trace id and Envoy's span as parent (Envoy's span itself was not kept)."""
     assert worker.slow_provider is not None
+    route, timing, totals, status = done.route, done.timing, done.totals, done.status
     tracer = worker.slow_provider.get_tracer(SERVICE)
-    parent = propagate.extract({k.lower(): v for k, v in headers.items()})
+    parent = propagate.extract({k.lower(): v for k, v in done.headers.items()})
     method, _, template = route.partition(" ")
     server_attrs: dict[str, Any] = {HTTP_REQUEST_METHOD: method, HTTP_ROUTE: template}
     if status is not None:
         server_attrs[HTTP_RESPONSE_STATUS_CODE] = status
     server_attrs.update(
-        request_attributes(route, timing, totals, envoy_start_ns, slow=True, reason="slow")
+        request_attributes(route, timing, totals, done.envoy_start_ns, slow=True, reason="slow")
     )
     server = tracer.start_span(
         route,

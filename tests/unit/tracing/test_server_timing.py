@@ -230,20 +230,25 @@ def cpu_competitor() -> Iterator[None]:
         spinner.wait()
 
 
-def test_cpu_wait_is_split_off_when_the_process_shares_its_cpu(
-    server: Server, cpu_competitor: None
-) -> None:
+def one_request_during_a_block(server: Server, block_s: float) -> RequestTiming:
+    """One request sent while a hog holds the hub for *block_s*; its timing."""
     sends: list[int] = []
     go = [threading.Event()]
     thread = client_thread(server.port, sends, go, 1)
     gevent.sleep(0.05)
     go[0].set()
     os_sleep(0.002)
-    gevent.spawn(block_hub, 0.3).get()
+    gevent.spawn(block_hub, block_s).get()
     while not server.timings:
         gevent.sleep(0.001)
     thread.join(5)
-    timing = server.timings[0]
+    return server.timings[0]
+
+
+def test_cpu_wait_is_split_off_when_the_process_shares_its_cpu(
+    server: Server, cpu_competitor: None
+) -> None:
+    timing = one_request_during_a_block(server, 0.3)
     assert timing.inbound_delay_s is not None and timing.inbound_delay_s > 0.25
     # About half of the 300 ms block our thread was runnable but the spinner (or, on a
     # busy machine, something else) had the CPU.
@@ -254,17 +259,7 @@ def test_cpu_wait_is_split_off_when_the_process_shares_its_cpu(
 
 
 def test_a_hog_on_the_hub_is_named_whatever_the_machine_does(server: Server) -> None:
-    sends: list[int] = []
-    go = [threading.Event()]
-    thread = client_thread(server.port, sends, go, 1)
-    gevent.sleep(0.05)
-    go[0].set()
-    os_sleep(0.002)
-    gevent.spawn(block_hub, 0.3).get()
-    while not server.timings:
-        gevent.sleep(0.001)
-    thread.join(5)
-    timing = server.timings[0]
+    timing = one_request_during_a_block(server, 0.3)
     assert timing.inbound_delay_s is not None and timing.inbound_delay_s > 0.25
     # The hog held the hub for the whole block (a busy machine may have preempted it:
     # that part is CPU wait as well, but the hub was still the hog's).
