@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib import ticker
 
 from bench.cpu import OTHER
+from tracing.breakdown import UNEXPLAINED
 
 COLORS = {"shared": "#d1495b", "split": "#00798c", "via Envoy": "#edae49", "direct": "#30638e"}
 _NINES = (0.5, 0.9, 0.99, 0.999, 0.9999)
@@ -109,26 +110,41 @@ def _plain_log_ticks(axis: Any, low: float, high: float) -> None:
 
 def time_breakdown(breakdowns: Mapping[str, Mapping[str, Any]], path: Path, *, title: str) -> Path:
     """Per layout, stacked bars (median offer, slowest 1 %) of where the offer time went."""
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig, ax = plt.subplots(figsize=(9, 6.0))
     labels: list[str] = []
     x = 0.0
-    palette = ["#8d96a3", "#edae49", "#d1495b", "#00798c"]
+    # One colour per part name, the same in every bar (tracing.breakdown's parts in
+    # order, then "unexplained" in grey; the no-tracing bars' two parts first).
+    names: list[str] = []
+    for bd in breakdowns.values():
+        for parts in bd["bars"].values():
+            names += [p for p in parts if p not in names]
+    cmap = plt.get_cmap("tab20")
+    colors = {
+        name: ("#b0b0b0" if name == UNEXPLAINED else cmap(i % 20)) for i, name in enumerate(names)
+    }
     legend_done: set[str] = set()
     for layout, bd in breakdowns.items():
         for bar_name, parts in bd["bars"].items():
             bottom = 0.0
-            for i, (part, value) in enumerate(parts.items()):
+            for part, value in parts.items():
+                # A negative mean "unexplained" (parts overlap) cannot stack: its value
+                # is in the report; the bar shows what is positive.
+                value = max(0.0, value)
                 ax.bar(
                     x,
                     value,
                     bottom=bottom,
-                    color=palette[i % len(palette)],
+                    color=colors[part],
                     edgecolor="white",
+                    linewidth=0.5,
                     label=part if part not in legend_done else None,
                 )
                 legend_done.add(part)
                 bottom += value
-            ax.text(x, bottom, f"{bottom:.0f} ms", ha="center", va="bottom", fontsize=8)
+            pct = (bd.get("unexplained_pct") or {}).get(bar_name)
+            note = "" if pct is None else f"\n{pct:.1f} % unexpl."
+            ax.text(x, bottom, f"{bottom:.0f} ms{note}", ha="center", va="bottom", fontsize=7)
             labels.append(f"{layout}\n{bar_name}")
             x += 1
         x += 0.5
@@ -143,7 +159,7 @@ def time_breakdown(breakdowns: Mapping[str, Mapping[str, Any]], path: Path, *, t
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel("mean offer latency in the band, ms")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()

@@ -18,7 +18,14 @@ from bench.cpu import ComponentCpu
 from bench.floor import Floor
 from bench.loadgen import Samples
 from bench.run import BenchError, LoadSettings, RunResult
-from bench.spans import SPANS_FILE_NAME, read_span_file
+from bench.spans import (
+    BREAKDOWNS_FILE_NAME,
+    SPANS_FILE_NAME,
+    read_breakdowns,
+    read_span_file,
+    read_span_file_breakdowns,
+)
+from tracing.breakdown import Breakdown
 
 
 def settings_from(doc: Mapping[str, Any]) -> LoadSettings:
@@ -90,6 +97,15 @@ def runs_from_results(doc: Mapping[str, Any], run_dir: Path) -> list[RunResult]:
                 connections_opened=int(r["connections_opened"]),
                 window_wall_ns=(0, 0),
                 pools={str(k): int(v) for k, v in r["pools"].items()},
+                breakdowns=_breakdowns(stack_dir) if settings.tracing else None,
             )
         )
     return runs
+
+
+def _breakdowns(stack_dir: Path) -> tuple[Breakdown, ...]:
+    """A Jaeger run's kept breakdowns, else the span file's (without Envoy's spans)."""
+    kept = stack_dir / BREAKDOWNS_FILE_NAME
+    if kept.exists():
+        return read_breakdowns(kept)
+    return read_span_file_breakdowns(stack_dir / SPANS_FILE_NAME)

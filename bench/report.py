@@ -21,6 +21,7 @@ from bench.run import LAYOUTS, RunResult
 from bench.spans import SpanTimings
 from bench.stats import GroupStats, Rows, lag_summary_ms
 from bench.traffic import CPU_KINDS, OFFER_KINDS
+from tracing.breakdown import PARTS, UNEXPLAINED, Breakdown
 
 SCHEMA = "pricingservice.bench.compare/1"
 NA = "n/a"
@@ -31,6 +32,9 @@ SPLIT_WITHIN_DEADLINE_MIN = 1.0
 SHARED_OVER_SPLIT_P99_MIN = 3.0
 # Generator and simulator must stay small for the measurement to be fair.
 HELPER_CPU_PCT_MAX = 5.0
+# Issue 9: the time breakdown explains every band, and the parts add up per offer.
+UNEXPLAINED_PCT_MAX = 5.0
+ADDS_UP_MIN = 0.99
 # Before a run, the machine's CPU use is sampled this long; above the threshold the
 # run still happens, with a warning (the neighbours show in every run's CPU table).
 PREFLIGHT_S = 3.0
@@ -105,12 +109,14 @@ def tracing_summary(runs: Sequence[RunResult]) -> dict[str, object]:
 def time_breakdown(runs: Sequence[RunResult], floor: Floor, deadline_s: float) -> dict[str, Any]:
     """Where an offer's time went, for the median offer and the slowest 1 %.
 
-    With spans joinable to the generator's samples (trace ids): per offer, the call
-    that finished last gives network and scheduling delay; the rest is handling
-    (Envoy, queueing, the app's own work). Without tracing: the upstream floor vs
-    everything else.
+    With tracing: per traced offer, tracing.breakdown's parts (they tile Envoy's span
+    when Envoy's span was read, else the server span), the band's mean of each part and
+    of "unexplained"; the share of traced offers whose parts add up (Breakdown.adds_up),
+    and unexplained as a % of the band's time (mean |unexplained| / mean total, so that
+    over- and under-counting do not cancel). Bands are cut by the client's latency over
+    every offer in the window; only the traced ones among them are broken down.
+    Without tracing: the upstream floor vs everything else.
     """
-    spans = _spans(runs)
     lat: list[float] = []
     trace_ids: list[str] = []
     for r in runs:
@@ -128,28 +134,43 @@ def time_breakdown(runs: Sequence[RunResult], floor: Floor, deadline_s: float) -
         "median offer": order[int(n * 0.45) : max(int(n * 0.55), int(n * 0.45) + 1)],
         "slowest 1 %": order[min(int(n * 0.99), n - 1) :],
     }
-    critical = spans.critical_call() if spans is not None else {}
-    joined = sum(1 for t in trace_ids if t and t in critical)
-    if spans is not None and joined >= max(10, n // 2):
+    by_trace: dict[str, Breakdown] = {b.trace_id: b for r in runs for b in (r.breakdowns or ())}
+    traced = [by_trace[t] for t in trace_ids if t and t in by_trace]
+    if traced:
         bars: dict[str, dict[str, float]] = {}
+        unexplained_pct: dict[str, float | None] = {}
+        band_offers: dict[str, dict[str, int]] = {}
         for name, idx in bands.items():
-            net = _mean(
-                [critical[trace_ids[i]].network_s * 1000 for i in idx if trace_ids[i] in critical]
+            mine = [by_trace[trace_ids[i]] for i in idx if trace_ids[i] in by_trace]
+            band_offers[name] = {"offers": len(idx), "traced": len(mine)}
+            if not mine:
+                bars[name] = {}
+                unexplained_pct[name] = None
+                continue
+            names = [p for p in PARTS if any(p in b.parts for b in mine)]
+            bar = {p: round(_mean([b.parts.get(p, 0.0) * 1000 for b in mine]), 2) for p in names}
+            bar[UNEXPLAINED] = round(_mean([b.unexplained_s * 1000 for b in mine]), 2)
+            bars[name] = bar
+            total = sum(b.total_s for b in mine)
+            unexplained_pct[name] = (
+                round(100 * sum(abs(b.unexplained_s) for b in mine) / total, 2) if total else None
             )
-            sched = _mean(
-                [
-                    critical[trace_ids[i]].scheduling_s * 1000
-                    for i in idx
-                    if trace_ids[i] in critical
-                ]
-            )
-            total = _mean([lat[i] for i in idx])
-            bars[name] = {
-                "network": round(net, 2),
-                "scheduling delay": round(sched, 2),
-                "handling and queueing": round(max(0.0, total - net - sched), 2),
-            }
-        return {"source": "tracing", "bars": bars}
+        adding = sum(1 for b in traced if b.adds_up())
+        return {
+            "source": "tracing (tracing.breakdown)",
+            "total": "Envoy's span"
+            if any("envoy before pool" in b.parts for b in traced)
+            else "the server span (no Envoy spans read)",
+            "bars": bars,
+            "band_offers": band_offers,
+            "unexplained_pct": unexplained_pct,
+            "adds_up": {
+                "traced_offers": len(traced),
+                "offers_in_window": n,
+                "add_up": adding,
+                "share": round(adding / len(traced), 4),
+            },
+        }
     bars = {}
     for name, idx in bands.items():
         total = _mean([lat[i] for i in idx])
@@ -310,6 +331,29 @@ def targets(doc: Mapping[str, Any], workers: int) -> list[Target]:
                 ratio >= SHARED_OVER_SPLIT_P99_MIN if workers == 3 else None,
             )
         )
+    for name, lay in layouts.items():
+        bd = lay.get("time_breakdown", {})
+        if "adds_up" not in bd:
+            continue
+        for band, pct in bd["unexplained_pct"].items():
+            out.append(
+                Target(
+                    f"{name} {band}: unexplained share of the band's time",
+                    f"<= {UNEXPLAINED_PCT_MAX:g} %",
+                    "no traced offer" if pct is None else f"{pct:.2f} % ({bd['total']})",
+                    None if pct is None else pct <= UNEXPLAINED_PCT_MAX,
+                )
+            )
+        a = bd["adds_up"]
+        out.append(
+            Target(
+                f"{name}: traced offers whose parts add up (max(1 ms, 3 %))",
+                f">= {ADDS_UP_MIN * 100:g} %",
+                f"{a['share'] * 100:.2f} % of {a['traced_offers']} traced "
+                f"({a['offers_in_window']} offers in the window)",
+                a["share"] >= ADDS_UP_MIN,
+            )
+        )
     for component in ("loadgen", "simulator"):
         worst = max(
             (
@@ -434,6 +478,25 @@ def tracing_lines(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def breakdown_lines(doc: Mapping[str, Any]) -> str:
+    lines = []
+    for name, lay in doc["layouts"].items():
+        bd = lay.get("time_breakdown", {})
+        if "adds_up" not in bd:
+            continue
+        a = bd["adds_up"]
+        lines.append(
+            f"{name}: {a['share'] * 100:.2f} % of {a['traced_offers']} traced offers add up "
+            f"(total: {bd['total']})"
+        )
+        for band, bar in bd["bars"].items():
+            parts = ", ".join(f"{p} {v:.1f}" for p, v in bar.items())
+            lines.append(
+                f"  {band} (unexplained {bd['unexplained_pct'][band]} % of its time): {parts} ms"
+            )
+    return "\n".join(lines)
+
+
 def summary_text(doc: Mapping[str, Any]) -> str:
     ratios = doc.get("ratios", {})
     head = [
@@ -452,6 +515,7 @@ def summary_text(doc: Mapping[str, Any]) -> str:
             "\n".join(head),
             markdown_tables(doc),
             "Tracing:\n" + tracing_lines(doc),
+            *(["Time breakdown:\n" + b] if (b := breakdown_lines(doc)) else []),
             targets_table(doc),
         ]
     )

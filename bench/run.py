@@ -37,7 +37,15 @@ from bench.floor import (
 )
 from bench.loadgen import Plan, Samples
 from bench.progress import Progress
-from bench.spans import SpanTimings, env_for, read_span_file
+from bench.spans import (
+    BREAKDOWNS_FILE_NAME,
+    SpanTimings,
+    env_for,
+    read_jaeger,
+    read_span_file,
+    read_span_file_breakdowns,
+    write_breakdowns,
+)
 from bench.stats import GroupStats, Rows
 from bench.traffic import CPU_KINDS, OFFER_KINDS, Target, kind_rates, targets_for
 from routing.envoy import cluster_name
@@ -45,6 +53,8 @@ from routing.model import Layout, RouteConfig
 from routing.write import write_routes
 from stack.launch import PROJECT_ROOT, Stack
 from stack.procs import StartError
+from tracing.breakdown import Breakdown
+from tracing.spans import SpanSourceError
 
 # Planned seconds for progress estimates (not limits).
 STACK_START_EST_S = 8.0
@@ -88,6 +98,11 @@ class LoadSettings:
     tracing: bool = False
     # The CPU endpoint's route timeout: its failures count at least this long.
     cpu_timeout_s: float = 3.0
+    # Tracing runs: start Jaeger with each stack (every span there, Envoy's too) and
+    # read the spans back from it; otherwise the pools write the span file.
+    jaeger: bool = False
+    # Envoy's sampling percentage for tracing runs (None: the route config's).
+    sample_percent: float | None = None
 
     @property
     def total_s(self) -> float:
@@ -121,6 +136,8 @@ class RunResult:
     # Upstream calls that arrived at the simulator with a traceparent (tracing runs
     # only): 0 means the pools did not propagate the trace, i.e. tracing was not on.
     traced_upstream_calls: int | None = None
+    # Per traced request in the window, tracing.breakdown's parts (None: not traced).
+    breakdowns: tuple[Breakdown, ...] | None = None
 
     @property
     def window_s(self) -> tuple[float, float]:
@@ -167,13 +184,33 @@ def prepared_config(config: RouteConfig, workers: int, run_dir: Path) -> RouteCo
     return write_routes(with_workers(config, workers), run_dir / "routes.toml")
 
 
+def with_sample_percent(config: RouteConfig, percent: float | None, run_dir: Path) -> RouteConfig:
+    """`config` with Envoy sampling `percent` of requests, written where the pools read
+    it (the stack's `source`); unchanged when `percent` is None or already that."""
+    if percent is None or percent == config.tracing.sample_percent:
+        return config
+    sampled = replace(config, tracing=replace(config.tracing, sample_percent=percent))
+    return write_routes(sampled, run_dir / f"routes-sample-{percent:g}.toml")
+
+
 @contextlib.contextmanager
 def running_stack(
-    config: RouteConfig, layout: Layout, run_dir: Path, *, tracing: bool | str
+    config: RouteConfig,
+    layout: Layout,
+    run_dir: Path,
+    *,
+    tracing: bool | str,
+    with_jaeger: bool = False,
 ) -> Iterator[Stack]:
     """A started stack on free ports; stopped (by process group) however the block ends."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    stack = Stack.on_free_ports(config, layout, run_dir, extra_env=env_for(tracing))
+    stack = Stack.on_free_ports(
+        config,
+        layout,
+        run_dir,
+        extra_env=env_for(tracing, jaeger=with_jaeger),
+        with_jaeger=with_jaeger,
+    )
     try:
         stack.start()
     except StartError as exc:
@@ -412,7 +449,21 @@ def with_spans(result: RunResult, stack: Stack) -> RunResult:
     if not result.settings.tracing:
         return result
     spans = read_span_file(stack.span_file, *result.window_wall_ns)
-    return replace(result, spans=spans)
+    return replace(result, spans=spans, breakdowns=read_span_file_breakdowns(stack.span_file))
+
+
+def with_jaeger_spans(result: RunResult, stack: Stack) -> RunResult:
+    """`result` with its window's spans read from the stack's Jaeger: everything but
+    Jaeger is stopped first (the pools' exporters flush on exit), then Jaeger is asked.
+    The breakdowns are kept in the stack's directory for --replot."""
+    stack.stop_all_but("jaeger")
+    assert stack.jaeger_url is not None
+    try:
+        spans, items = read_jaeger(stack.jaeger_url, *result.window_wall_ns)
+    except SpanSourceError as exc:
+        raise BenchError(f"reading the {result.label} run's spans: {exc}") from None
+    write_breakdowns(stack.run_dir / BREAKDOWNS_FILE_NAME, items)
+    return replace(result, spans=spans, breakdowns=items)
 
 
 def _records(stack: Stack, since_ns: int) -> list[dict[str, Any]]:
@@ -445,6 +496,8 @@ class Arm:
     tracing: bool | str  # PRICING_TRACING for the pools (bench.spans.env_for)
     label: str
     run_name: str
+    # Envoy's sampling percentage (None: the load settings', else the route config's).
+    sample_percent: float | None = None
 
     @property
     def traced(self) -> bool:
@@ -502,7 +555,12 @@ def run_interleaved(
         if progress is not None:
             progress.step(f"{label}: starting the stack", STACK_START_EST_S)
         arm_settings = replace(settings, tracing=arm.traced)
-        with running_stack(config, arm.layout, stack_dir, tracing=arm.tracing) as stack:
+        percent = arm.sample_percent if arm.sample_percent is not None else settings.sample_percent
+        arm_config = with_sample_percent(config, percent, run_dir)
+        jaeger = settings.jaeger and arm.traced
+        with running_stack(
+            arm_config, arm.layout, stack_dir, tracing=arm.tracing, with_jaeger=jaeger
+        ) as stack:
             host, port = stack.config.listener.address.host, stack.config.listener.address.port
             targets = targets_for(stack.config, host, port, tuple(rates), settings.seed)
             result = measure(
@@ -515,7 +573,9 @@ def run_interleaved(
                 repeat=repeat,
                 progress=progress,
             )
-        results.append((arm, with_spans(result, stack)))
+            if jaeger:
+                result = with_jaeger_spans(result, stack)
+        results.append((arm, result if jaeger else with_spans(result, stack)))
     return results
 
 

@@ -22,17 +22,24 @@ None and the report says "n/a". Nothing else in the benchmark depends on tracing
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.stats import median_and_p99
 from tracing.attributes import NETWORK_DURATION, SCHEDULING_DELAY
+from tracing.breakdown import Breakdown, breakdowns
 from tracing.settings import OTLP_ENDPOINT_ENV, TRACING_ENV
-from tracing.spans import from_file
+from tracing.spans import Span, from_file, from_jaeger
 
 # Where stack.launch.Stack puts the span file in its run dir (Stack.span_file); used
 # only by --replot, which has no Stack.
 SPANS_FILE_NAME = "spans.jsonl"
+# Where a Jaeger run keeps its offers' breakdowns (Jaeger's store dies with the stack).
+BREAKDOWNS_FILE_NAME = "breakdowns.json"
+# Traces asked of Jaeger per run: more than a full run's requests (~130/s x 55 s).
+JAEGER_LIMIT = 20_000
 
 
 @dataclass(frozen=True)
@@ -71,20 +78,21 @@ class SpanTimings:
         return out
 
 
-def env_for(tracing: bool | str) -> dict[str, str]:
-    """The pools' environment for the tracing switch (the Stack names the span file).
+def env_for(tracing: bool | str, *, jaeger: bool = False) -> dict[str, str]:
+    """The pools' environment for the tracing switch (the Stack names the span file, or
+    with `jaeger` its OTLP endpoint, which the empty override must then not hide).
 
     A string is a PRICING_TRACING mode itself (off, spans, full)."""
     value = tracing if isinstance(tracing, str) else ("1" if tracing else "0")
-    return {TRACING_ENV: value, OTLP_ENDPOINT_ENV: ""}
+    return {TRACING_ENV: value} if jaeger else {TRACING_ENV: value, OTLP_ENDPOINT_ENV: ""}
 
 
-def read_span_file(
-    path: Path, start_ns: int | None = None, end_ns: int | None = None
+def span_timings(
+    spans: Iterable[Span], start_ns: int | None = None, end_ns: int | None = None
 ) -> SpanTimings | None:
-    """Upstream-call timings of spans that started in [start_ns, end_ns); None if none."""
+    """Upstream-call timings of client spans that started in [start_ns, end_ns); None if none."""
     calls: list[SpanCall] = []
-    for span in from_file(path, strict=False):
+    for span in spans:
         network, scheduling = (span.attributes.get(k) for k in (NETWORK_DURATION, SCHEDULING_DELAY))
         if span.kind != "client" or network is None or scheduling is None:
             continue
@@ -96,3 +104,51 @@ def read_span_file(
         except (TypeError, ValueError):
             continue
     return SpanTimings(tuple(calls)) if calls else None
+
+
+def read_span_file(
+    path: Path, start_ns: int | None = None, end_ns: int | None = None
+) -> SpanTimings | None:
+    """Upstream-call timings of the span file's spans in [start_ns, end_ns); None if none."""
+    return span_timings(from_file(path, strict=False), start_ns, end_ns)
+
+
+def window_breakdowns(
+    spans: Sequence[Span], start_ns: int | None = None, end_ns: int | None = None
+) -> tuple[Breakdown, ...]:
+    """tracing.breakdown's breakdowns of the traces whose server span started in
+    [start_ns, end_ns) (every trace when no window is given)."""
+    in_window = {
+        s.trace_id
+        for s in spans
+        if s.kind == "server"
+        and (start_ns is None or s.start_us * 1000 >= start_ns)
+        and (end_ns is None or s.start_us * 1000 < end_ns)
+    }
+    return tuple(b for b in breakdowns(list(spans)) if b.trace_id in in_window)
+
+
+def read_jaeger(
+    base_url: str, start_ns: int, end_ns: int
+) -> tuple[SpanTimings | None, tuple[Breakdown, ...]]:
+    """The window's call timings and breakdowns from Jaeger's query API (Envoy's spans
+    included, so the breakdowns tile Envoy's span)."""
+    spans = from_jaeger(base_url, limit=JAEGER_LIMIT, lookback="1h", timeout_s=300.0)
+    return span_timings(spans, start_ns, end_ns), window_breakdowns(spans, start_ns, end_ns)
+
+
+def read_span_file_breakdowns(path: Path) -> tuple[Breakdown, ...]:
+    """Breakdowns from the span file (pool spans only: the server span is the total)."""
+    return window_breakdowns(from_file(path, strict=False)) if path.exists() else ()
+
+
+def write_breakdowns(path: Path, items: Sequence[Breakdown]) -> None:
+    rows = [{"trace_id": b.trace_id, "total_s": b.total_s, "parts": dict(b.parts)} for b in items]
+    path.write_text(json.dumps(rows), encoding="utf-8")
+
+
+def read_breakdowns(path: Path) -> tuple[Breakdown, ...]:
+    if not path.exists():
+        return ()
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    return tuple(Breakdown(r["trace_id"], float(r["total_s"]), dict(r["parts"])) for r in rows)

@@ -1,14 +1,25 @@
-"""`pricingctl bench tracing-overhead`: the same mixed load with tracing off, with
-spans only, and with spans plus the gevent instrumentation (the network /
-scheduling-delay split).
+"""`pricingctl bench tracing-overhead`: the same mixed load with tracing off, at its
+production default, and with every request traced.
 
-The switch is the pools' environment: PRICING_TRACING=off/spans/full
-(bench.spans.env_for). Runs alternate the modes on the split layout. "full" minus
-"spans" is the cost of the gevent instrumentation; "spans" minus "off" the cost of
-OpenTelemetry spans and their export. Whether tracing was really on is checked,
-not assumed: a tracing run must leave spans in the span file or traceparents at the
-upstreams; otherwise the report says tracing was not active and the two columns
-measure the same thing.
+The modes (the pools' PRICING_TRACING via bench.spans.env_for, and Envoy's sampling
+percentage from the route config the stack's pools and Envoy read):
+
+- ``off``: PRICING_TRACING=off; no spans, no gevent timing, no histograms (Envoy
+  still has its tracer: it is part of the edge config in every mode);
+- ``default``: PRICING_TRACING=full with the route config's ``[tracing]
+  sample_percent`` (routes.toml: 1 %), what `pricingctl up` runs in production;
+- ``100``: PRICING_TRACING=full with sample_percent = 100 (a derived routes.toml):
+  a span for every request and every upstream call;
+- ``spans`` (only with ``--modes``): the old spans-only switch, default sampling.
+
+Runs alternate the modes on the split layout. "default" minus "off" is the whole
+price of leaving tracing on: spans for the sampled 1 % (and slow requests), the
+Flask instrumentation of every request, the gevent timing of every call and the
+per-request histograms; it is reported per offer and per upstream call. Whether
+tracing was really on is checked, not assumed: at 1 % few spans are written, but
+every upstream call of a traced mode carries a traceparent (the pools propagate
+the trace id of unsampled requests too); a traced mode whose upstreams saw no
+traceparent and wrote no span is reported as not active.
 """
 
 from __future__ import annotations
@@ -23,22 +34,38 @@ from bench.stats import GroupStats, Rows
 from bench.traffic import CPU_KINDS, OFFER_KINDS
 from routing.model import Layout, RouteConfig
 
-SCHEMA = "pricingservice.bench.tracing-overhead/1"
-MODES = ("off", "spans", "full")
+SCHEMA = "pricingservice.bench.tracing-overhead/2"
+# Mode -> (PRICING_TRACING, Envoy's sample percent; None = the route config's).
+MODE_SETTINGS: dict[str, tuple[str, float | None]] = {
+    "off": ("off", None),
+    "default": ("full", None),
+    "100": ("full", 100.0),
+    "spans": ("spans", None),
+}
+DEFAULT_MODES = ("off", "default", "100")
 # Upstream calls per offer (vehicles, routing, promotions).
 CALLS_PER_OFFER = 3
 
 
-ARMS = tuple(
-    Arm(
-        mode,
-        Layout.SPLIT,
-        mode,
-        f"tracing {mode}, repeat {{repeat}}/{{repeats}}",
-        f"tracing-{mode}-r{{repeat}}",
-    )
-    for mode in MODES
-)
+def arms(modes: Sequence[str] = DEFAULT_MODES) -> tuple[Arm, ...]:
+    out = []
+    for mode in modes:
+        switch, percent = MODE_SETTINGS[mode]
+        name = "100 %" if mode == "100" else mode
+        out.append(
+            Arm(
+                mode,
+                Layout.SPLIT,
+                switch,
+                f"tracing {name}, repeat {{repeat}}/{{repeats}}",
+                f"tracing-{mode}-r{{repeat}}",
+                sample_percent=percent,
+            )
+        )
+    return tuple(out)
+
+
+ARMS = arms()
 
 
 def run_tracing_overhead(
@@ -49,13 +76,16 @@ def run_tracing_overhead(
     repeats: int,
     deadline_s: float,
     run_dir: Path,
+    modes: Sequence[str] = DEFAULT_MODES,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    runs: dict[str, list[RunResult]] = {m: [] for m in MODES}
+    if "off" not in modes:
+        raise ValueError("the modes must include off (every difference is taken from it)")
+    runs: dict[str, list[RunResult]] = {m: [] for m in modes}
     for arm, result in run_interleaved(
         config,
         settings,
-        ARMS,
+        arms(modes),
         workers=workers,
         repeats=repeats,
         run_dir=run_dir,
@@ -63,52 +93,76 @@ def run_tracing_overhead(
     ):
         runs[arm.key].append(result)
     per_mode = {mode: _mode_json(rs, deadline_s) for mode, rs in runs.items()}
-    on = runs["full"]
-    spans = sum(len(r.spans.calls) for r in on if r.spans is not None)
-    traced = sum(r.traced_upstream_calls or 0 for r in on)
-    active = spans > 0 or traced > 0
-    off_o, on_o = per_mode["off"]["offers"], per_mode["full"]["offers"]
-    spans_cpu = per_mode["spans"]["io_cpu_ms_per_offer"]
-    full_cpu = per_mode["full"]["io_cpu_ms_per_offer"]
-    instrumentation_ms = _diff(full_cpu, spans_cpu)
+    evidence = {}
+    for mode, rs in runs.items():
+        if mode == "off":
+            continue
+        spans = sum(len(r.spans.calls) for r in rs if r.spans is not None)
+        traced = sum(r.traced_upstream_calls or 0 for r in rs)
+        evidence[mode] = {
+            "client_spans_in_span_file": spans,
+            "upstream_calls_with_traceparent": traced,
+            "active": spans > 0 or traced > 0,
+        }
+    active = all(e["active"] for e in evidence.values())
+    off_cpu = per_mode["off"]["io_cpu_ms_per_offer"]
+    off_o = per_mode["off"]["offers"]
+    overhead: dict[str, Any] = {}
+    for mode, m in per_mode.items():
+        if mode == "off":
+            continue
+        cpu = m["io_cpu_ms_per_offer"]
+        diff = _diff(cpu, off_cpu)
+        overhead[mode] = {
+            "offers_p50_ms": round(m["offers"]["p50_ms"] - off_o["p50_ms"], 3),
+            "offers_p99_ms": round(m["offers"]["p99_ms"] - off_o["p99_ms"], 3),
+            "io_cpu_ms_per_offer": diff,
+            "io_cpu_per_offer_over_off": _ratio(cpu, off_cpu),
+            # Everything tracing adds, spread over the offer's upstream calls.
+            "us_per_upstream_call": None
+            if diff is None
+            else round(diff * 1000 / CALLS_PER_OFFER, 2),
+            "share_of_offer_cpu": None if diff is None or not cpu else round(diff / cpu, 4),
+        }
+    settings_json = {
+        **settings.to_json(workers=workers, repeats=repeats),
+        "modes": {
+            m: {
+                "PRICING_TRACING": MODE_SETTINGS[m][0],
+                "sample_percent": MODE_SETTINGS[m][1] or config.tracing.sample_percent,
+            }
+            for m in modes
+        },
+        "calls_per_offer": CALLS_PER_OFFER,
+    }
     doc: dict[str, Any] = {
         "schema": SCHEMA,
-        "settings": {
-            **settings.to_json(workers=workers, repeats=repeats),
-            "switch": "PRICING_TRACING=off/spans/full in the pools' environment",
-        },
+        "settings": settings_json,
         "tracing_active": active,
-        "evidence": {"spans_in_span_file": spans, "upstream_calls_with_traceparent": traced},
+        "evidence": evidence,
         "modes": per_mode,
-        "overhead": {
-            "offers_p50_ms": round(on_o["p50_ms"] - off_o["p50_ms"], 3),
-            "offers_p99_ms": round(on_o["p99_ms"] - off_o["p99_ms"], 3),
-            "io_cpu_ms_per_offer": _diff(full_cpu, per_mode["off"]["io_cpu_ms_per_offer"]),
-            "spans_io_cpu_ms_per_offer": _diff(spans_cpu, per_mode["off"]["io_cpu_ms_per_offer"]),
-            # The gevent instrumentation alone: full - spans.
-            "instrumentation_io_cpu_ms_per_offer": instrumentation_ms,
-            "instrumentation_us_per_upstream_call": (
-                None
-                if instrumentation_ms is None
-                else round(instrumentation_ms * 1000 / CALLS_PER_OFFER, 2)
-            ),
-            "instrumentation_share_of_offer_cpu": (
-                None
-                if instrumentation_ms is None or not full_cpu
-                else round(instrumentation_ms / full_cpu, 4)
-            ),
-        },
+        "overhead": overhead,
+        "overhead_contains": (
+            "mode minus off, on the io pool: spans for the sampled requests (and slow ones) "
+            "and their export, the Flask instrumentation of every request, the gevent "
+            "timing of every upstream call and inbound request, the per-request histograms"
+        ),
     }
     if not active:
+        inactive = [m for m, e in evidence.items() if not e["active"]]
         doc["note"] = (
-            "PRICING_TRACING=full left no spans and no traceparent at the upstreams: the pools "
-            "do not honour the switch yet, so 'on' and 'off' measured the same thing."
+            f"tracing mode(s) {', '.join(inactive)} left no spans and no traceparent at the "
+            "upstreams: the pools did not honour the switch, so those columns measured off."
         )
     return doc
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(a - b, 3)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 3)
 
 
 def _mode_json(runs: Sequence[RunResult], deadline_s: float) -> dict[str, Any]:
@@ -138,17 +192,19 @@ def write_tracing_overhead(doc: dict[str, Any], out: Path) -> str:
     lines = []
     for mode, m in doc["modes"].items():
         o = m["offers"]
+        ratio = doc["overhead"].get(mode, {}).get("io_cpu_per_offer_over_off")
         lines.append(
             f"tracing {mode}: offers p50 {o['p50_ms']:.1f} ms p99 {o['p99_ms']:.1f} ms, "
             f"io CPU {m['io_cpu_ms_per_offer']} ms/offer"
+            + ("" if ratio is None else f" ({ratio:.3f} x off)")
         )
-    overhead = doc["overhead"]
-    lines.append(
-        "gevent instrumentation (full - spans): "
-        f"{overhead['instrumentation_io_cpu_ms_per_offer']} ms CPU per offer, "
-        f"{overhead['instrumentation_us_per_upstream_call']} us per upstream call, "
-        f"{overhead['instrumentation_share_of_offer_cpu']} of an offer's CPU"
-    )
+    for mode, o in doc["overhead"].items():
+        lines.append(
+            f"tracing {mode} - off: {o['io_cpu_ms_per_offer']} ms io CPU per offer, "
+            f"{o['us_per_upstream_call']} us per upstream call, "
+            f"{o['share_of_offer_cpu']} of an offer's CPU"
+        )
+    lines.append(f"(the difference contains {doc['overhead_contains']})")
     if not doc["tracing_active"]:
         lines.append(f"note: {doc['note']}")
     lines.append(f"wrote {out / 'tracing_overhead.json'}")

@@ -45,6 +45,8 @@ DEFAULT_RUN_DIR = Path(".run/bench")
 DEFAULT_RATES = {"cpu": 30.0, "offers": 100.0}
 DEFAULT_WORKERS = 3
 DEFAULT_UPSTREAM_MS = 100.0
+# `bench --tracing`: every request sampled, so that every offer has a breakdown.
+TRACING_SAMPLE_PERCENT = 100.0
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,20 @@ def _load_flags(p: argparse.ArgumentParser, defaults: Defaults) -> None:
     )
 
 
+def _modes(text: str) -> tuple[str, ...]:
+    from bench.tracing_overhead import MODE_SETTINGS
+
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in modes if m not in MODE_SETTINGS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown mode {unknown[0]!r}; expected some of {', '.join(MODE_SETTINGS)}"
+        )
+    if "off" not in modes or len(set(modes)) != len(modes) or len(modes) < 2:
+        raise argparse.ArgumentTypeError("expected off and at least one other mode, each once")
+    return modes
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = subparsers.add_parser(
         "bench",
@@ -196,7 +212,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     bench.add_argument(
         "--tracing",
         action="store_true",
-        help="start the pools with PRICING_TRACING=1 and read spans if they appear",
+        help="start the pools with PRICING_TRACING=1, each stack with Jaeger (when its "
+        "binary is cached; otherwise the span file), and break every traced offer down",
+    )
+    bench.add_argument(
+        "--sample-percent",
+        type=lambda text: _number(text, low=0.0, what="percent"),
+        default=TRACING_SAMPLE_PERCENT,
+        metavar="P",
+        help="with --tracing: Envoy samples P %% of requests "
+        f"(default {TRACING_SAMPLE_PERCENT:g}: every offer gets a breakdown)",
     )
     bench.add_argument(
         "--replot",
@@ -228,9 +253,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     cap.set_defaults(handler=_handler(IO_CAPACITY))
 
-    tr = sub.add_parser("tracing-overhead", help="the same load with PRICING_TRACING=0 and 1")
+    tr = sub.add_parser(
+        "tracing-overhead", help="the same load with tracing off, at its default, at 100 %%"
+    )
     _common(tr, FULL)
     _load_flags(tr, FULL)
+    tr.add_argument(
+        "--modes",
+        type=_modes,
+        default=None,
+        metavar="M,M",
+        help="tracing modes to compare, off among them: off, default (full, the route "
+        "config's sampling), 100 (full, every request), spans (spans only); "
+        "default off,default,100",
+    )
     tr.set_defaults(handler=_handler(TRACING_OVERHEAD))
 
     acc = sub.add_parser(
@@ -354,6 +390,20 @@ def _settings(args: argparse.Namespace, d: Defaults) -> LoadSettings:
     )
 
 
+def _traced_settings(args: argparse.Namespace, settings: LoadSettings) -> LoadSettings:
+    """`bench --tracing`: Jaeger with every stack when its binary is cached (Envoy's
+    spans too: the breakdowns tile Envoy's span), at --sample-percent."""
+    if not settings.tracing:
+        return settings
+    from stack import jaeger
+
+    return replace(
+        settings,
+        jaeger=jaeger.cached_binary() is not None,
+        sample_percent=args.sample_percent,
+    )
+
+
 def _route_timeout_s(config: RouteConfig, endpoint: str) -> float:
     route = config.route_for_endpoint(endpoint)
     if route is None:
@@ -405,9 +455,16 @@ def _measure_compare(run: Run) -> str:
     from bench.report import write_comparison
     from bench.run import compare
 
+    settings = _traced_settings(run.args, run.settings)
+    if settings.tracing and not settings.jaeger:
+        print(
+            "pricingctl bench: no cached Jaeger binary (deploy/jaeger/build.sh): spans go to "
+            "the span file, without Envoy's; each breakdown's total is the server span",
+            file=sys.stderr,
+        )
     results = compare(
         run.config,
-        run.settings,
+        settings,
         workers=run.args.workers,
         repeats=run.defaults.repeats,
         run_dir=run.args.run_dir,
@@ -534,13 +591,17 @@ IO_CAPACITY = Part(
 
 def _planned_overhead(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
     from bench.run import run_order
-    from bench.tracing_overhead import ARMS
+    from bench.tracing_overhead import DEFAULT_MODES, arms
 
-    return planned_seconds(settings, len(run_order(ARMS, d.repeats)))
+    return planned_seconds(settings, len(run_order(arms(args.modes or DEFAULT_MODES), d.repeats)))
 
 
 def _measure_overhead(run: Run) -> str:
-    from bench.tracing_overhead import run_tracing_overhead, write_tracing_overhead
+    from bench.tracing_overhead import (
+        DEFAULT_MODES,
+        run_tracing_overhead,
+        write_tracing_overhead,
+    )
 
     doc = run_tracing_overhead(
         run.config,
@@ -549,6 +610,7 @@ def _measure_overhead(run: Run) -> str:
         repeats=run.defaults.repeats,
         deadline_s=run.deadline_s,
         run_dir=run.args.run_dir,
+        modes=run.args.modes or DEFAULT_MODES,
         progress=run.progress,
     )
     return write_tracing_overhead({**run.header, **doc}, run.args.out)

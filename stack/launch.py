@@ -133,6 +133,13 @@ class Stack:
             self.procs[name].stop()
         self.procs.clear()
 
+    def stop_all_but(self, *keep: str) -> None:
+        """Stop every process except those named (in reverse start order), e.g. all but
+        Jaeger, so that the pools flush their spans into it and it can still be read."""
+        for name in reversed(list(self.procs)):
+            if name not in keep:
+                self.procs.pop(name).stop()
+
     def __enter__(self) -> Stack:
         return self.start()
 
