@@ -112,6 +112,77 @@ def test_bench_parts_quick(tmp_path: Path) -> None:
     assert (out / "io_capacity.png").read_bytes()[:8] == PNG
 
 
+def test_tracing_overhead_quick(tmp_path: Path) -> None:
+    """off / production default / 100 %: each mode measured, traced modes shown active
+    (traceparents at the upstreams, even at 1 % sampling), costs taken from off."""
+    out, run = tmp_path / "out", tmp_path / "run"
+    done = pricingctl(
+        "bench",
+        "tracing-overhead",
+        *("--duration", "2", "--warmup", "1", "--repeats", "1"),
+        *("--out", str(out), "--run-dir", str(run)),
+        timeout_s=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((out / "tracing_overhead.json").read_text())
+    assert set(doc["modes"]) == {"off", "default", "100"}
+    assert doc["settings"]["modes"]["100"]["sample_percent"] == 100.0
+    assert doc["settings"]["modes"]["default"]["sample_percent"] < 100.0
+    assert doc["tracing_active"] is True
+    for mode in ("default", "100"):
+        assert doc["evidence"][mode]["upstream_calls_with_traceparent"] > 0
+        overhead = doc["overhead"][mode]
+        assert overhead["io_cpu_per_offer_over_off"] > 0
+        assert overhead["us_per_upstream_call"] is not None
+    for m in doc["modes"].values():
+        assert_ordered(m["offers"])
+        assert m["io_cpu_ms_per_offer"] > 0
+    # Every request of the 100 % mode has spans; the default samples few.
+    assert (
+        doc["evidence"]["100"]["client_spans_in_span_file"]
+        > (doc["evidence"]["default"]["client_spans_in_span_file"])
+    )
+    assert (run / "routes-sample-100.toml").exists()
+
+
+def test_bench_tracing_breakdown_quick(tmp_path: Path) -> None:
+    """`bench --tracing`: every traced offer broken down by tracing.breakdown (with
+    Envoy's span when Jaeger is cached), each band with every part and "unexplained";
+    --replot gives the same breakdown back from what the run kept."""
+    out, run = tmp_path / "out", tmp_path / "run"
+    common = ("--out", str(out), "--run-dir", str(run))
+    done = pricingctl(
+        "bench",
+        "--tracing",
+        *("--duration", "3", "--warmup", "1", "--repeats", "1"),
+        *common,
+        timeout_s=400,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((out / "results.json").read_text())
+    for layout in doc["layouts"].values():
+        bd = layout["time_breakdown"]
+        assert bd["source"].startswith("tracing")
+        added = bd["adds_up"]
+        assert 0 < added["traced_offers"] <= added["offers_in_window"]
+        assert 0.0 <= added["share"] <= 1.0
+        for band, bar in bd["bars"].items():
+            assert {"network", "handler running", "unexplained"} <= set(bar), band
+            assert bd["unexplained_pct"][band] >= 0
+            if bd["total"] == "Envoy's span":
+                assert "envoy before pool" in bar
+    names = {t["name"] for t in doc["targets"]}
+    assert "split: traced offers whose parts add up (max(1 ms, 3 %))" in names
+    assert (out / "offers_time_breakdown.png").read_bytes()[:8] == PNG
+    assert "Time breakdown:" in (out / "results.md").read_text()
+
+    replot = pricingctl("bench", "--replot", *common, timeout_s=120)
+    assert replot.returncode == 0, replot.stderr[-3000:]
+    again = json.loads((out / "results.json").read_text())
+    for name, layout in doc["layouts"].items():
+        assert again["layouts"][name]["time_breakdown"] == layout["time_breakdown"]
+
+
 def test_timing_parts_quick(tmp_path: Path) -> None:
     """The gevent timing core's accuracy and cost parts run end to end (no stack)."""
     accuracy = pricingctl(
@@ -138,7 +209,15 @@ def test_timing_parts_quick(tmp_path: Path) -> None:
     }
 
 
-def test_bad_flag_is_one_line_and_exit_2() -> None:
-    done = pricingctl("bench", "--workers", "1", timeout_s=60)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("bench", "--workers", "1"),
+        ("bench", "tracing-overhead", "--modes", "default,100"),
+        ("bench", "tracing-overhead", "--modes", "off,sometimes"),
+    ],
+)
+def test_bad_flag_is_one_line_and_exit_2(argv: tuple[str, ...]) -> None:
+    done = pricingctl(*argv, timeout_s=60)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
