@@ -126,25 +126,31 @@ def time_breakdown(breakdowns: Mapping[str, Mapping[str, Any]], path: Path, *, t
     legend_done: set[str] = set()
     for layout, bd in breakdowns.items():
         for bar_name, parts in bd["bars"].items():
-            bottom = 0.0
+            bottom, below = 0.0, 0.0
             for part, value in parts.items():
-                # A negative mean "unexplained" (parts overlap) cannot stack: its value
-                # is in the report; the bar shows what is positive.
-                value = max(0.0, value)
+                # A negative mean part (two timestamps out of order, or overlapping
+                # parts) cannot stack up: it goes below zero, hatched, so that the bar
+                # does not overstate the band's time.
+                negative = value < 0
                 ax.bar(
                     x,
                     value,
-                    bottom=bottom,
+                    bottom=below if negative else bottom,
                     color=colors[part],
                     edgecolor="white",
                     linewidth=0.5,
+                    hatch="//" if negative else None,
                     label=part if part not in legend_done else None,
                 )
                 legend_done.add(part)
-                bottom += value
+                if negative:
+                    below += value
+                else:
+                    bottom += value
+            total = bottom + below
             pct = (bd.get("unexplained_pct") or {}).get(bar_name)
             note = "" if pct is None else f"\n{pct:.1f} % unexpl."
-            ax.text(x, bottom, f"{bottom:.0f} ms{note}", ha="center", va="bottom", fontsize=7)
+            ax.text(x, bottom, f"{total:.0f} ms{note}", ha="center", va="bottom", fontsize=7)
             labels.append(f"{layout}\n{bar_name}")
             x += 1
         x += 0.5
@@ -158,7 +164,9 @@ def time_breakdown(breakdowns: Mapping[str, Mapping[str, Any]], path: Path, *, t
     ax.set_xticks(ticks)
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel("mean offer latency in the band, ms")
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
+    low, high = ax.get_ylim()
+    ax.set_ylim(min(0.0, low), high * 1.08)
+    ax.axhline(0, color="black", linewidth=0.6)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title(title, fontsize=10)

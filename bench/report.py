@@ -595,10 +595,10 @@ def write_comparison(
         deadline_ms=deadline_s * 1000,
     )
     breakdowns = {lay: v["time_breakdown"] for lay, v in doc["layouts"].items()}
-    source = next(iter(breakdowns.values()))["source"]
+    first = next(iter(breakdowns.values()))
     how = (
-        "network vs scheduling delay vs handling (from traces)"
-        if source == "tracing"
+        f"every part of {first['total']} (tracing.breakdown)"
+        if str(first["source"]).startswith("tracing")
         else "no tracing: the upstream floor vs everything else"
     )
     plots.time_breakdown(
