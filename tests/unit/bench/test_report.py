@@ -107,3 +107,40 @@ def test_plots_are_written(tmp_path: Path) -> None:
     ]
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_time_breakdown_from_tracing_breakdowns(tmp_path: Path) -> None:
+    """With breakdowns joined to the offers by trace id: every part and "unexplained"
+    per band, the share that adds up, unexplained as a % of the band's time."""
+    from dataclasses import replace
+
+    from tracing.breakdown import UNEXPLAINED, Breakdown
+
+    run = fake_run("split", 0, 10.0)
+    s = run.samples
+    s.trace_id.extend(f"{i:032x}" for i in range(len(s.kind)))
+    items = []
+    for i, latency in enumerate(s.latency_s):
+        total = latency
+        parts = {"envoy before pool": 0.0002, "network": total - 0.0012, "teardown": 0.0002}
+        # Every 50th offer leaves 5 ms unexplained: it does not add up.
+        if i % 50 == 0:
+            parts["network"] -= 0.005
+        items.append(Breakdown(s.trace_id[i], total, parts))
+    run = replace(run, breakdowns=tuple(items))
+    bd = report.time_breakdown([run], FLOOR, 0.5)
+    assert bd["source"].startswith("tracing")
+    assert bd["total"] == "Envoy's span"
+    for band, bar in bd["bars"].items():
+        assert list(bar)[-1] == UNEXPLAINED
+        assert {"envoy before pool", "network", "teardown"} <= set(bar)
+        assert 0 <= bd["unexplained_pct"][band] < 50
+    added = bd["adds_up"]
+    assert 0.97 < added["share"] < 0.99
+    doc = report.comparison_json(
+        [run], workers=3, repeats=1, deadline_s=0.5, command="x", machine={}
+    )
+    met = {t["name"]: t["met"] for t in doc["targets"]}
+    assert met["split: traced offers whose parts add up (max(1 ms, 3 %))"] is False
+    plots.time_breakdown({"split": bd}, tmp_path / "bd.png", title="t")
+    assert (tmp_path / "bd.png").read_bytes()[:4] == b"\x89PNG"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.run import layout_arms, run_order, with_workers
@@ -37,7 +39,7 @@ def test_run_order_interleaves_and_alternates_which_arm_goes_first() -> None:
         (2, "split"),
     ]
     modes = [arm.key for _, arm in run_order(ARMS, 2)]
-    assert modes == ["off", "spans", "full", "full", "spans", "off"]
+    assert modes == ["off", "default", "100", "100", "default", "off"]
 
 
 def test_arms_name_their_runs_where_replot_looks() -> None:
@@ -47,3 +49,22 @@ def test_arms_name_their_runs_where_replot_looks() -> None:
         "repeat 1/3 split",
     )
     assert shared.traced and not ARMS[0].traced
+
+
+def test_tracing_overhead_modes_set_the_switch_and_the_sampling(
+    routes: RouteConfig, tmp_path: Path
+) -> None:
+    from bench.run import with_sample_percent
+    from bench.tracing_overhead import arms
+
+    by_key = {arm.key: arm for arm in arms(("off", "default", "100", "spans"))}
+    assert (by_key["off"].tracing, by_key["off"].traced) == ("off", False)
+    assert (by_key["default"].tracing, by_key["default"].sample_percent) == ("full", None)
+    assert (by_key["100"].tracing, by_key["100"].sample_percent) == ("full", 100.0)
+    assert by_key["spans"].tracing == "spans"
+    # 100 %: a derived routes.toml the pools read (source), the rest of the config alike.
+    derived = with_sample_percent(routes, 100.0, tmp_path)
+    assert derived.tracing.sample_percent == 100.0
+    assert Path(derived.source).parent == tmp_path
+    assert derived.pools == routes.pools
+    assert with_sample_percent(routes, None, tmp_path) is routes
