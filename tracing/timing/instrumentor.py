@@ -119,7 +119,7 @@ class GeventTimingInstrumentor:
         self.cpu_wait = RunQueueClock.open()
         if self.cpu_wait is None:
             logger.info("no %s: scheduling delay is not split by CPU wait", SCHEDSTAT_PATH)
-        self._tracer.install(None if self.cpu_wait is None else self.cpu_wait.maybe_sample)
+        self._tracer.install(self.cpu_wait)
         call_state.configure(self.switch_log, self.culprit_threshold_s, self.cpu_wait)
         if self._loop_lag_interval_s is not None:
             detector = None

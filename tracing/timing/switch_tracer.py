@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import greenlet
 
@@ -23,11 +23,19 @@ from tracing.timing.switchlog import SwitchLog
 TraceFunction = Callable[[str, Any], Any]
 
 
+class PeriodicSampler(Protocol):
+    """Sampled from the tracer when due (``runqueue.RunQueueClock`` is one)."""
+
+    due_ns: list[int]
+
+    def sample(self, now_ns: int) -> int: ...
+
+
 def _make_trace(
     log: SwitchLog,
     previous: TraceFunction | None,
     enabled: list[bool],
-    sampler: Callable[[int], None] | None = None,
+    sampler: PeriodicSampler | None = None,
 ) -> Any:
     # Everything the hot path touches is bound to a local name here, once.
     append = log.append
@@ -35,7 +43,8 @@ def _make_trace(
     find = getattr
     attr = TAG_ATTR
     active = measuring
-    sample = sampler
+    sample = None if sampler is None else sampler.sample
+    due = [1 << 62] if sampler is None else sampler.due_ns
 
     def trace(event: str, args: Any) -> None:
         if (event == "switch" or event == "throw") and enabled[0]:
@@ -46,8 +55,8 @@ def _make_trace(
                 if target_tag is None:
                     target_tag = tag_of(target)
                 append((now, target_tag.label))
-                if sample is not None:
-                    sample(now)
+                if now >= due[0]:
+                    sample(now)  # type: ignore[misc]
                 if active[0]:
                     origin_tag = find(origin, attr, None)
                     if origin_tag is not None:
@@ -82,7 +91,7 @@ class SwitchTracer:
 
     def __init__(self, log: SwitchLog) -> None:
         self.log = log
-        self._sampler: Callable[[int], None] | None = None
+        self._sampler: PeriodicSampler | None = None
         self._trace: TraceFunction | None = None
         self._previous: TraceFunction | None = None
         self._enabled = [False]
@@ -91,12 +100,12 @@ class SwitchTracer:
     def installed(self) -> bool:
         return self._trace is not None
 
-    def install(self, sampler: Callable[[int], None] | None = None) -> None:
+    def install(self, sampler: PeriodicSampler | None = None) -> None:
         """Install on the current thread, chaining to the previous tracer (idempotent)."""
         if self._trace is not None:
             return
-        # Called with the switch time on every switch: keep it to a compare and rarely
-        # more (the run-queue clock's maybe_sample).
+        # Checked on every switch with one compare; sampled only when due (the run-queue
+        # clock: at most one pread per interval).
         self._sampler = sampler
         self._previous = greenlet.gettrace()
         # A fresh flag per install: a disabled tracer left in someone's chain stays off.
