@@ -311,18 +311,22 @@ def _timing(span: Span) -> str:
             f"  net {net * 1000:.1f} / sched {delay * 1000:.1f}"
             f" (cpu wait {_ms_or_dash(attrs.get(attributes.SCHEDULING_CPU_WAIT))})"
         )
-    culprits = parse_culprits(attrs.get(attributes.SCHEDULING_CULPRITS))
-    if culprits:
-        text += "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in culprits)
+    text += _who(attrs.get(attributes.SCHEDULING_CULPRITS))
     if _is_pool_server(span):
         text += (
             f"  inbound {_ms_or_dash(attrs.get(attributes.INBOUND_DELAY))}"
             f" (cpu wait {_ms_or_dash(attrs.get(attributes.INBOUND_CPU_WAIT))})"
         )
-        inbound = parse_culprits(attrs.get(attributes.INBOUND_CULPRITS))
-        if inbound:
-            text += "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in inbound)
+        text += _who(attrs.get(attributes.INBOUND_CULPRITS))
     return text
+
+
+def _who(raw: object) -> str:
+    """``"  <- route ms, ..."`` for a culprits attribute; empty without culprits."""
+    culprits = parse_culprits(raw)
+    if not culprits:
+        return ""
+    return "  <- " + ", ".join(f"{label} {s * 1000:.1f}" for label, s in culprits)
 
 
 def _render_breakdown(span: Span, result: Breakdown | None) -> list[str]:
