@@ -27,14 +27,14 @@ def post_fork(server: Any, worker: Any) -> None:
     """Per-worker set-up. Runs in the worker after the fork, never in the master:
     threads and exporters started before the fork would not survive it."""
     pool_name = os.environ.get(POOL_ENV, SHARED_POOL)
-    pool = load_routes().pool(pool_name, layout_of(pool_name))
+    config = load_routes()
+    pool = config.pool(pool_name, layout_of(pool_name))
     if pool.nice:
         # Lower priority for CPU pools: when the machine is busy the kernel
         # runs the I/O pool's greenlets first.
         os.nice(pool.nice)
     from tracing import server as tracing
 
-    config = load_routes()
     policy = config.tracing
     sampling = tracing.Sampling(
         ratio=policy.sample_percent / 100,

@@ -251,6 +251,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     cap.add_argument(
         "--direct", action="store_true", help="send straight to the io pool, not through Envoy"
     )
+    cap.add_argument(
+        "--tracing",
+        action="store_true",
+        help="pools with tracing at its production default (PRICING_TRACING=full, the "
+        "route config's [tracing].sample_percent); default: tracing off",
+    )
     cap.set_defaults(handler=_handler(IO_CAPACITY))
 
     tr = sub.add_parser(

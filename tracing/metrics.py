@@ -135,5 +135,10 @@ def render(worker: Any) -> str:
         "# HELP pricing_spans_dropped_total Spans dropped (queue full or export failed).",
         "# TYPE pricing_spans_dropped_total counter",
         f"pricing_spans_dropped_total{{{base}}} {processor.dropped_spans}",
+        "# HELP pricing_slow_traces_total Slow requests not sampled by Envoy: exported, or "
+        "skipped past the per-worker export budget.",
+        "# TYPE pricing_slow_traces_total counter",
+        f'pricing_slow_traces_total{{{base},outcome="exported"}} {worker.slow_budget.exported}',
+        f'pricing_slow_traces_total{{{base},outcome="skipped"}} {worker.slow_budget.dropped}',
     ]
     return "\n".join(lines) + "\n"

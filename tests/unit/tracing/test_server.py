@@ -230,3 +230,21 @@ def test_metrics_count_every_request_whatever_the_sampling(
         and 'route="GET /v1/offers/bike"' in ln
     )
     assert line.endswith(" 3")
+
+
+def test_slow_exports_are_capped_per_worker(span_file: Path, config: RouteConfig) -> None:
+    """An overloaded worker finds every request slow: only a budget of them is exported
+    (the rest are counted), so tracing does not add CPU when there is none to spare."""
+    worker = full_worker(
+        span_file,
+        tracing.server.Sampling(
+            ratio=0.0, slow_s={"GET /v1/offers/bike": 0.0}, default_slow_s=60, slow_per_s=2
+        ),
+    )
+    client = io_app(config).test_client()
+    for _ in range(6):
+        assert client.get(BIKE).status_code == 200
+    assert len(flushed(worker, span_file)) == 2
+    assert (worker.slow_budget.exported, worker.slow_budget.dropped) == (2, 4)
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'outcome="skipped"} 4' in text
