@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from routing.env import POOL_ENV
@@ -16,7 +17,15 @@ log = logging.getLogger("gunicorn.error")
 
 
 def settings_for(pool: str) -> dict[str, Any]:
-    """The top-level settings of `pool`, read from the route config at start-up."""
+    """The top-level settings of `pool`, read from the route config at start-up.
+    The tracing environment is checked here, in the master: a value that cannot work
+    (OTEL_TRACES_SAMPLER=always_on) stops the pool with one line, before any worker."""
+    from tracing.settings import TracingSettings
+
+    try:
+        TracingSettings.from_env()
+    except ValueError as exc:
+        sys.exit(f"pool {pool}: {exc}")
     return gunicorn_settings(load_routes(), pool)
 
 

@@ -19,13 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import propagate, trace
-from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.semconv.attributes.deployment_attributes import DEPLOYMENT_ENVIRONMENT_NAME
 from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_REQUEST_METHOD,
     HTTP_RESPONSE_STATUS_CODE,
     HTTP_ROUTE,
+)
+from opentelemetry.semconv.attributes.service_attributes import (
+    SERVICE_INSTANCE_ID,
+    SERVICE_NAME,
+    SERVICE_VERSION,
 )
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -40,7 +46,7 @@ from tracing.client import (
 )
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
 from tracing.metrics import WorkerMetrics
-from tracing.settings import Mode, TracingSettings
+from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings
 from tracing.timing import server_timing
 from tracing.timing.hook_errors import swallow
 from tracing.timing.hub_block import HubBlockLog
@@ -50,7 +56,10 @@ from tracing.timing.server_timing import RequestMeasurement, RequestTiming
 
 log = logging.getLogger(__name__)
 
-SERVICE = "pricingservice"
+#: The instrumentation scope of the pools' spans (the service name is the resource's).
+SCOPE = "pricingservice"
+#: deployment.environment.name unless OTEL_RESOURCE_ATTRIBUTES says otherwise.
+DEFAULT_ENVIRONMENT = "development"
 # Hub blocks longer than this are reported with their stack (seconds).
 HUB_BLOCK_THRESHOLD_S = 0.1
 
@@ -126,7 +135,7 @@ class WorkerTracing:
 
     @property
     def tracer(self) -> trace.Tracer:
-        return self.provider.get_tracer(SERVICE)
+        return self.provider.get_tracer(SCOPE)
 
 
 _worker: WorkerTracing | None = None
@@ -153,17 +162,9 @@ def setup_worker(
     if settings.mode is Mode.OFF:
         return None
     try:
-        resource = Resource.create(
-            {
-                SERVICE_NAME: SERVICE,
-                SERVICE_INSTANCE_ID: f"{pool}-{os.getpid()}",
-                attributes.POOL: pool,
-            }
-        )
+        resource = worker_resource(pool)
         sampling = sampling or Sampling()
-        provider = TracerProvider(
-            resource=resource, sampler=ParentBased(TraceIdRatioBased(sampling.ratio))
-        )
+        provider = TracerProvider(resource=resource, sampler=_sampler(settings, sampling))
         processor = ThreadedSpanProcessor(_exporter(settings))
         provider.add_span_processor(processor)
         slow_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
@@ -193,13 +194,49 @@ def setup_worker(
         return None
 
 
+def worker_resource(pool: str) -> Resource:
+    """The resource of a worker's spans: the project's defaults, overridden by the
+    standard variables (OTEL_SERVICE_NAME, then OTEL_RESOURCE_ATTRIBUTES), which the
+    SDK's own detector reads."""
+    defaults = Resource.create(
+        {
+            SERVICE_NAME: DEFAULT_SERVICE_NAME,
+            SERVICE_VERSION: _version(),
+            DEPLOYMENT_ENVIRONMENT_NAME: DEFAULT_ENVIRONMENT,
+            SERVICE_INSTANCE_ID: f"{pool}-{os.getpid()}",
+            attributes.POOL: pool,
+        }
+    )
+    # Resource.create lets the attributes given win over the environment; the
+    # environment must win over the defaults, so it is merged once more on top.
+    return defaults.merge(OTELResourceDetector().detect())
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pricingservice")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _sampler(settings: TracingSettings, sampling: Sampling) -> Sampler | None:
+    """None when OTEL_TRACES_SAMPLER is set (validated, parent-based): the SDK builds
+    it from the environment. Otherwise Envoy's decision, and for requests without one
+    (sent to a pool directly) the route config's ratio."""
+    if settings.sampler is not None:
+        return None
+    return ParentBased(TraceIdRatioBased(sampling.ratio))
+
+
 def _exporter(settings: TracingSettings) -> Any:
     if settings.otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return OTLPSpanExporter(
-            endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/traces", timeout=5
-        )
+        # Headers, timeout, compression and certificates: the exporter reads the
+        # OTEL_EXPORTER_OTLP_* variables itself.
+        return OTLPSpanExporter(endpoint=settings.otlp_endpoint)
     return JsonLinesFileExporter(settings.span_file)
 
 
@@ -432,7 +469,7 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
     under its trace id and Envoy's span as parent (Envoy's span itself was not kept)."""
     assert worker.slow_provider is not None
     route, timing, totals, status = done.route, done.timing, done.totals, done.status
-    tracer = worker.slow_provider.get_tracer(SERVICE)
+    tracer = worker.slow_provider.get_tracer(SCOPE)
     parent = propagate.extract({k.lower(): v for k, v in done.headers.items()})
     method, _, template = route.partition(" ")
     server_attrs: dict[str, Any] = {HTTP_REQUEST_METHOD: method, HTTP_ROUTE: template}
@@ -461,7 +498,7 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
             start_time=record.start_unix_ns,
         )
         child.set_attributes(finished_call_attributes(record))
-        if record.status is not None and record.status >= 400:
+        if record.error_type is not None:
             child.set_status(Status(StatusCode.ERROR))
         add_call_events(child, record)
         child.end(end_time=record.end_unix_ns)

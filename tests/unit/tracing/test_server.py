@@ -73,6 +73,33 @@ def test_setup_worker_returns_the_worker_and_makes_it_current(
     assert resource["pricing.pool"] == "io"
 
 
+def test_resource_has_version_and_environment_and_the_standard_variables_win(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib.metadata import version
+
+    defaults = tracing.server.worker_resource("io").attributes
+    assert defaults["service.version"] == version("pricingservice")
+    assert defaults["deployment.environment.name"] == "development"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "pricing-eu")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=prod,team=fares")
+    resource = tracing.server.worker_resource("cpu").attributes
+    assert resource["service.name"] == "pricing-eu"
+    assert resource["deployment.environment.name"] == "prod"
+    assert resource["team"] == "fares"
+    assert resource["pricing.pool"] == "cpu"
+
+
+def test_otel_traces_sampler_is_built_by_the_sdk(
+    monkeypatch: pytest.MonkeyPatch, span_file: Path
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+    settings = TracingSettings.from_env()
+    worker = tracing.server.setup_worker("io", settings, tracing.server.Sampling(ratio=1.0))
+    assert worker is not None
+    assert "ParentBased{root:AlwaysOffSampler" in worker.provider.sampler.get_description()
+
+
 def test_server_span_is_named_after_the_route_template(
     worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
 ) -> None:
