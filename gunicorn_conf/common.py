@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from routing.env import POOL_ENV
+from routing.env import METRICS_DIR_ENV, POOL_ENV
 from routing.envoy import ENVOY_START_HEADER
 from routing.gunicorn import gunicorn_settings, layout_of
 from routing.load import load_routes
@@ -27,6 +29,40 @@ def settings_for(pool: str) -> dict[str, Any]:
     except ValueError as exc:
         sys.exit(f"pool {pool}: {exc}")
     return gunicorn_settings(load_routes(), pool)
+
+
+# --- metrics: prometheus_client's multiprocess mode, one directory per pool -----------
+
+#: prometheus_client's own variable (tracing.metrics.MULTIPROC_DIR_ENV; not imported here:
+#: the master must not import prometheus_client before the variable is set).
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def metrics_dir(pool: str) -> Path:
+    base = os.environ.get(METRICS_DIR_ENV) or Path(
+        tempfile.gettempdir(), f"pricingservice-metrics-{os.getuid()}"
+    )
+    return Path(base) / pool
+
+
+def on_starting(server: Any) -> None:
+    """Point the pool's workers at its metrics directory, emptied: what a previous run
+    of the pool left there would otherwise be summed into this one's. Set here, in the
+    master before the first fork and before anything imports prometheus_client (it
+    picks its mode once, at import)."""
+    path = metrics_dir(os.environ.get(POOL_ENV, SHARED_POOL))
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.glob("*.db"):
+        old.unlink(missing_ok=True)
+    os.environ[MULTIPROC_DIR_ENV] = str(path)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A worker is gone: drop its live gauges (its counters and histograms stay in the
+    pool's totals)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
 
 
 # --- server hooks ------------------------------------------------------------

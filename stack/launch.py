@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing.env import POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
+from routing.env import METRICS_DIR_ENV, POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
 from routing.envoy import cluster_name, render_envoy
 from routing.model import Layout, RouteConfig
 from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
@@ -178,6 +178,7 @@ class Stack:
             POOL_ENV: pool,
             UPSTREAM_URL_ENV: self.simulator_url,
             SPAN_FILE_ENV: str(self.span_file),
+            METRICS_DIR_ENV: str(self.run_dir / "metrics"),
         }
         if self.with_jaeger and self.jaeger_ports is not None:
             # The signal-specific name: it wins over an OTEL_EXPORTER_OTLP_ENDPOINT

@@ -45,7 +45,8 @@ from tracing.client import (
     request_totals,
 )
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
-from tracing.metrics import WorkerMetrics
+from tracing.metrics import PoolMetrics, pool_metrics
+from tracing.route import route_of
 from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings
 from tracing.timing import server_timing
 from tracing.timing.hook_errors import swallow
@@ -127,7 +128,9 @@ class WorkerTracing:
     # Request header in which the proxy in front sends when it got the request (Unix
     # seconds with decimals; routing.envoy sets it); None: not measured.
     envoy_start_header: str | None = None
-    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    metrics: PoolMetrics = field(default_factory=pool_metrics)
+    # The running totals above already added to the metrics (sync_metrics).
+    synced: dict[Any, int] = field(default_factory=dict)
     # Exports the spans of slow requests that were not sampled: same processor, a
     # sampler that keeps everything.
     slow_provider: TracerProvider | None = None
@@ -171,11 +174,14 @@ def setup_worker(
         slow_provider.add_span_processor(processor)
         instrumentor = None
         hub_blocks = HubBlockLog(log)
+        metrics = pool_metrics()
         if settings.mode is Mode.FULL:
             instrumentor = GeventTimingInstrumentor(hub_block_threshold_s=HUB_BLOCK_THRESHOLD_S)
             instrumentor.instrument()
             if instrumentor.hub_block is not None:
                 instrumentor.hub_block.register(hub_blocks)
+            if instrumentor.loop_lag is not None:
+                instrumentor.loop_lag.observers.append(metrics.observe_loop_lag)
         _worker = WorkerTracing(
             pool,
             settings,
@@ -187,7 +193,9 @@ def setup_worker(
             envoy_start_header=envoy_start_header,
             slow_provider=slow_provider,
             slow_budget=SlowBudget(sampling.slow_per_s),
+            metrics=metrics,
         )
+        _start_sync(_worker)
         return _worker
     except Exception:
         log.exception("tracing set-up failed; serving without spans")
@@ -240,6 +248,37 @@ def _exporter(settings: TracingSettings) -> Any:
     return JsonLinesFileExporter(settings.span_file)
 
 
+# Seconds between two syncs of the counts kept off the hub into the pool's metrics.
+SYNC_INTERVAL_S = 1.0
+
+
+def sync_metrics(worker: WorkerTracing) -> None:
+    """Bring the counts that real OS threads keep (span exporter, hub-block detector)
+    and the slow-export budget's into the pool's metrics. Runs on the hub."""
+    metrics, seen = worker.metrics, worker.synced
+    metrics.sync(metrics.spans_exported, (), worker.processor.exported_spans, seen)
+    metrics.sync(metrics.spans_dropped, (), worker.processor.dropped_spans, seen)
+    metrics.sync(metrics.slow_traces, ("exported",), worker.slow_budget.exported, seen)
+    metrics.sync(metrics.slow_traces, ("skipped",), worker.slow_budget.dropped, seen)
+    for route, count in list(worker.hub_blocks.counts.items()):
+        metrics.sync(metrics.hub_blocks, (route,), count, seen)
+
+
+def _start_sync(worker: WorkerTracing) -> None:
+    import gevent
+
+    def run() -> None:
+        while _worker is worker:
+            gevent.sleep(SYNC_INTERVAL_S)
+            try:
+                sync_metrics(worker)
+            except Exception as exc:
+                swallow("metrics sync", exc)
+
+    greenlet = gevent.spawn(run)
+    set_greenlet_label("<metrics sync>", greenlet)
+
+
 def shutdown_worker() -> None:
     """Flush and stop (gunicorn `worker_exit`)."""
     global _worker
@@ -252,6 +291,7 @@ def shutdown_worker() -> None:
             worker.slow_provider.shutdown()
         if worker.instrumentor is not None:
             worker.instrumentor.uninstrument()
+        sync_metrics(worker)  # the last exports, into the counts the pool keeps
     except Exception:
         log.warning("tracing shutdown failed", exc_info=True)
 
@@ -277,14 +317,12 @@ def watch_gunicorn_worker(worker: Any) -> None:
         log.exception("inbound delay not measured: the gunicorn worker could not be watched")
 
 
-def init_app(
-    app: Any, *, metrics_path: str, untraced_paths: Sequence[str] = ()
-) -> TracingCallObserver | None:
+def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObserver | None:
     """Instrument a Flask app; returns the upstream-call observer, or None when off.
 
-    Serves the worker's metrics at *metrics_path*; requests to *untraced_paths*
-    (health checks, scrapes) get no span. Records the mode it set up in
-    ``app.extensions["tracing"]`` (``"off"`` included), for readiness.
+    Requests to *untraced_paths* (health checks, scrapes) get no span. Records the
+    mode it set up in ``app.extensions["tracing"]`` (``"off"`` included), for readiness.
+    The metrics are ``tracing.metrics.init_app``'s, served whatever the mode.
     """
     worker = _worker
     app.extensions["tracing"] = worker.settings.mode.value if worker else Mode.OFF.value
@@ -312,9 +350,7 @@ def init_app(
     @app.before_request
     def _begin() -> None:
         try:
-            rule = request.url_rule
-            label = f"{request.method} {rule.rule}" if rule is not None else "<no route>"
-            set_greenlet_label(label)
+            set_greenlet_label(route_of(request))
             request_totals.set(RequestTotals())
         except Exception as exc:
             swallow("begin request", exc)
@@ -331,8 +367,7 @@ def init_app(
         try:
             totals = request_totals.get()
             measurement = request.environ.get(_ENVIRON_MEASUREMENT)
-            rule = request.url_rule
-            route = f"{request.method} {rule.rule}" if rule is not None else "<no route>"
+            route = route_of(request)
             if isinstance(measurement, RequestMeasurement):
                 timing = measurement.finish(totals.timed() if totals is not None else ())
                 envoy_start = request.headers.get(worker.envoy_start_header or "", None)
@@ -352,14 +387,6 @@ def init_app(
         except Exception as err:
             swallow("end request", err)
 
-    from flask import Response
-
-    from tracing import metrics
-
-    def _metrics() -> Response:
-        return Response(metrics.render(worker), mimetype=None, content_type=metrics.CONTENT_TYPE)
-
-    app.add_url_rule(metrics_path, endpoint=metrics.ENDPOINT, view_func=_metrics)
     return TracingCallObserver(worker.tracer, measure=measure, metrics=worker.metrics)
 
 
@@ -441,7 +468,7 @@ def _account(worker: WorkerTracing, done: FinishedRequest) -> None:
     """Histograms for every request; span attributes for a sampled one; a whole trace
     exported afterwards for a slow one that was not sampled."""
     timing = done.timing
-    worker.metrics.observe_request(done.route, timing)
+    worker.metrics.observe_timing(done.route, timing)
     first = timing.arrival_unix_ns if timing.arrival_unix_ns is not None else timing.start_unix_ns
     slow = (timing.end_unix_ns - first) / 1e9 >= worker.sampling.slow_threshold_s(done.route)
     span = trace.get_current_span()
