@@ -28,7 +28,11 @@ def settings_for(pool: str) -> dict[str, Any]:
         TracingSettings.from_env()
     except ValueError as exc:
         sys.exit(f"pool {pool}: {exc}")
-    return gunicorn_settings(load_routes(), pool)
+    return {
+        **gunicorn_settings(load_routes(), pool),
+        # JSON lines from gunicorn and the app alike (gunicorn_conf.json_logs).
+        "logger_class": "gunicorn_conf.json_logs.JsonLogger",
+    }
 
 
 # --- metrics: prometheus_client's multiprocess mode, one directory per pool -----------
