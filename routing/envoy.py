@@ -39,6 +39,8 @@ MIN_RETRY_CONCURRENCY = 3
 # A retried route on a pool with several replicas hedges an attempt unanswered after
 # this fraction of its timeout (see _replica_retry).
 HEDGE_AFTER_FRACTION = 0.5
+REPLICA_MIN_RETRIES = 2
+HOST_RESELECTIONS = 10
 # At most this share of a pool's replicas is ejected as outliers at once: the rest
 # must carry the load, and health checks still take out a host that is truly down.
 MAX_EJECTION_PERCENT = 50
@@ -303,9 +305,14 @@ def _replica_retry(route: Route) -> dict[str, Any]:
     Envoy then sends the app the route's whole timeout as its budget, not the per-try
     one (x-envoy-expected-rq-timeout-ms).
     """
+    assert route.retry is not None
     return {
+        # A retry may land on a second dead replica before outlier ejection: one more.
+        "num_retries": max(route.retry.attempts, REPLICA_MIN_RETRIES),
         "per_try_timeout": _duration_ms(max(1, round(route.timeout_ms * HEDGE_AFTER_FRACTION))),
-        # A retry goes to a replica this request has not tried yet.
+        # A retry goes to a replica this request has not tried yet. Least request picks
+        # the best of two random hosts, and a dead replica has no active requests, so it
+        # wins often: let the predicate re-pick up to HOST_RESELECTIONS times.
         "retry_host_predicate": [
             {
                 "name": "envoy.retry_host_predicates.previous_hosts",
@@ -315,7 +322,7 @@ def _replica_retry(route: Route) -> dict[str, Any]:
                 },
             }
         ],
-        "host_selection_retry_max_attempts": 3,
+        "host_selection_retry_max_attempts": HOST_RESELECTIONS,
     }
 
 
