@@ -555,7 +555,7 @@ def _is_ip(host: str) -> bool:
 def _collector_cluster(host: str, port: int) -> dict[str, Any]:
     return {
         "name": "otel_collector",
-        "type": "STATIC",
+        "type": "STATIC" if _is_ip(host) else "STRICT_DNS",
         "connect_timeout": "1s",
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {

@@ -47,8 +47,16 @@ _LISTENER_KEYS = {
     "max_request_headers_kb",
     "max_downstream_connections",
 }
-_POOL_KEYS = {"bind", "workers", "worker_connections", "keepalive_s", "max_pending", "nice"}
-_SHARED_KEYS = _POOL_KEYS - {"workers", "nice"}
+_POOL_KEYS = {
+    "bind",
+    "workers",
+    "worker_connections",
+    "keepalive_s",
+    "max_pending",
+    "nice",
+    "worker_rps",
+}
+_SHARED_KEYS = _POOL_KEYS - {"workers", "nice", "worker_rps"}
 _ROUTE_KEYS = {"endpoint", "path", "methods", "pool", "timeout_ms", "retry", "slow_ms"}
 _RETRY_KEYS = {"attempts", "on"}
 
@@ -202,6 +210,7 @@ def _pool(name: str, body: Any, where: str | None = None) -> Pool:
         keepalive_s=_int(body, "keepalive_s", where, 0, 3600, default=2),
         max_pending=_int(body, "max_pending", where, 1, 100_000, default=64),
         nice=_int(body, "nice", where, 0, 19, default=0),
+        worker_rps=_int(body, "worker_rps", where, 1, 1_000_000) if "worker_rps" in body else None,
     )
 
 

@@ -41,6 +41,9 @@ class Pool:
     keepalive_s: int
     max_pending: int
     nice: int = 0
+    # Requests per second one worker process serves within its routes' deadlines,
+    # measured (BENCHMARKS.md); None: not measured. Sizes replicas for a target rate.
+    worker_rps: int | None = None
 
     @property
     def bind(self) -> Address:

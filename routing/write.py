@@ -38,6 +38,8 @@ def _pool_lines(pool: Pool, *, shared: bool) -> list[str]:
     ]
     if not shared:
         lines.append(f"nice = {pool.nice}")
+        if pool.worker_rps is not None:
+            lines.append(f"worker_rps = {pool.worker_rps}")
     return lines
 
 
