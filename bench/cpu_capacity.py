@@ -17,9 +17,9 @@ from typing import Any
 
 from bench.cpu import process_cpu_s, tree
 from bench.run import prepared_config, running_stack
-from tracing.report import percentile
 from bench.traffic import rideshare_requests
 from routing.model import Layout, RouteConfig
+from tracing.report import percentile
 
 SCHEMA = "pricingservice.bench.cpu-capacity/1"
 WARMUP_S = 3.0

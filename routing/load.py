@@ -223,7 +223,7 @@ def _binds(body: Mapping[str, Any], where: str) -> tuple[Address, ...]:
         raise RouteConfigError(
             f"{where}: bind must be a non-empty string or a non-empty list of strings"
         )
-    binds = tuple(_address(t, f"{where}.bind") for t in texts)
+    binds = tuple(_address(str(t), f"{where}.bind") for t in texts)
     for bind in binds:
         _require_loopback(bind.host, f"{where}.bind")
     hosts = [b.host for b in binds]
