@@ -33,3 +33,18 @@ def test_size_prints_replicas_per_pool(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "1000 quotes/s" in out  # 10 % of the offers by default
     assert "io: 10000 req/s" in out and "cpu: 1000 req/s" in out
+
+
+def test_up_refuses_a_non_loopback_replica_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from routing.load import DEFAULT_ROUTES_PATH
+
+    text = DEFAULT_ROUTES_PATH.read_text().replace(
+        'bind = "127.0.0.1:8102"', 'bind = ["127.0.0.2:8102", "10.0.0.3:8102"]', 1
+    )
+    config = tmp_path / "routes.toml"
+    config.write_text(text)
+    assert main(["up", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "[pools.io].bind must be a loopback address" in err
