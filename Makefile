@@ -49,10 +49,13 @@ lint: setup
 render: setup
 	$(VENV)/bin/pricingctl routes render
 
-# Regenerate the dependency lock after editing pyproject.toml.
+# Regenerate the dependency locks after editing pyproject.toml: requirements.lock
+# (with the dev extras) for the venv, requirements-runtime.lock for the container image.
 lock: setup
 	$(VENV)/bin/pip install --quiet uv && $(VENV)/bin/uv pip compile pyproject.toml --extra dev \
 	  --python-version 3.11 --generate-hashes -q -o requirements.lock
+	$(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --python-platform x86_64-manylinux_2_31 \
+	  --generate-hashes -q -o requirements-runtime.lock
 
 clean:
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache

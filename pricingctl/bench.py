@@ -259,6 +259,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     cap.set_defaults(handler=_handler(IO_CAPACITY))
 
+    cpu_cap = sub.add_parser(
+        "cpu-capacity", help="rideshare quotes per second one cpu worker serves"
+    )
+    cpu_cap.add_argument("--config", type=Path, default=None, help="route config")
+    cpu_cap.add_argument("--duration", type=_seconds(1.0), default=20.0, metavar="S")
+    cpu_cap.add_argument(
+        "--clients", type=int, default=2, help="closed-loop clients (default 2: one queued)"
+    )
+    cpu_cap.add_argument(
+        "--run-dir", type=Path, default=Path(".run/bench-cpu-capacity"), help="stack logs"
+    )
+    cpu_cap.set_defaults(handler=_cpu_capacity)
+
     tr = sub.add_parser(
         "tracing-overhead", help="the same load with tracing off, at its default, at 100 %%"
     )
@@ -331,6 +344,21 @@ class Part:
     measure: Callable[[Run], str]
     # A problem with the flags that argparse cannot see (one line), or None.
     check: Callable[[argparse.Namespace], str | None] = lambda args: None
+
+
+def _cpu_capacity(args: argparse.Namespace) -> int:
+    import json
+
+    from bench.cpu_capacity import run_cpu_capacity
+
+    result = run_cpu_capacity(
+        load_routes(args.config),
+        duration_s=args.duration,
+        clients=max(1, args.clients),
+        run_dir=args.run_dir,
+    )
+    print(json.dumps(result))
+    return 0
 
 
 def _handler(part: Part) -> Callable[[argparse.Namespace], int]:

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn, cast
 
-from pricingctl import bench, routes, traces, up
+from pricingctl import bench, deploy, routes, traces, up
 from routing.errors import RouteConfigError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_parser(sub)
     bench.add_parser(sub)
     traces.add_parser(sub)
+    deploy.add_parser(sub)
     return parser
 
 

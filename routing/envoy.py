@@ -6,6 +6,7 @@ file with a fresh render and fail when it is stale.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -35,6 +36,14 @@ HEALTH_CHECK_TIMEOUT_S = 2.0
 CONNECT_TIMEOUT_S = 0.25
 RETRY_BUDGET_PERCENT = 20.0
 MIN_RETRY_CONCURRENCY = 3
+# A retried route on a pool with several replicas hedges an attempt unanswered after
+# this fraction of its timeout (see _replica_retry).
+HEDGE_AFTER_FRACTION = 0.5
+REPLICA_MIN_RETRIES = 2
+HOST_RESELECTIONS = 10
+# At most this share of a pool's replicas is ejected as outliers at once: the rest
+# must carry the load, and health checks still take out a host that is truly down.
+MAX_EJECTION_PERCENT = 50
 # Retry-After (seconds) on Envoy's own 503s (circuit breaker open, no healthy pool).
 RETRY_AFTER_S = 1
 # Request headers Envoy accepts (its default is 100). gunicorn refuses a request
@@ -268,8 +277,9 @@ def _method_regex(methods: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _route(config: RouteConfig, route: Route, layout: Layout) -> dict[str, Any]:
+    pool = config.pool(config.pool_of(route, layout), layout)
     action: dict[str, Any] = {
-        "cluster": cluster_name(config.pool_of(route, layout)),
+        "cluster": cluster_name(pool),
         "timeout": _duration_ms(route.timeout_ms),
     }
     if route.retry is not None:
@@ -285,6 +295,9 @@ def _route(config: RouteConfig, route: Route, layout: Layout) -> dict[str, Any]:
                 }
             ],
         }
+        if pool.replicas > 1:
+            action["retry_policy"].update(_replica_retry(route))
+            action["hedge_policy"] = {"hedge_on_per_try_timeout": True}
     return {
         "name": route.endpoint,
         "match": {
@@ -293,6 +306,37 @@ def _route(config: RouteConfig, route: Route, layout: Layout) -> dict[str, Any]:
         },
         "route": action,
         "decorator": {"operation": f"{' '.join(route.methods)} {route.path}"},
+    }
+
+
+def _replica_retry(route: Route) -> dict[str, Any]:
+    """Retry settings for an idempotent route whose pool has several replicas.
+
+    A frozen replica (SIGSTOP, a stalled VM) accepts connections and never answers;
+    its health check needs a few seconds to notice. An attempt still unanswered after
+    HEDGE_AFTER_FRACTION of the route timeout is hedged: a second one goes to another
+    replica, and the first answer wins. Hedging keeps the first attempt running, and
+    Envoy then sends the app the route's whole timeout as its budget, not the per-try
+    one (x-envoy-expected-rq-timeout-ms).
+    """
+    assert route.retry is not None
+    return {
+        # A retry may land on a second dead replica before outlier ejection: one more.
+        "num_retries": max(route.retry.attempts, REPLICA_MIN_RETRIES),
+        "per_try_timeout": _duration_ms(max(1, round(route.timeout_ms * HEDGE_AFTER_FRACTION))),
+        # A retry goes to a replica this request has not tried yet. Least request picks
+        # the best of two random hosts, and a dead replica has no active requests, so it
+        # wins often: let the predicate re-pick up to HOST_RESELECTIONS times.
+        "retry_host_predicate": [
+            {
+                "name": "envoy.retry_host_predicates.previous_hosts",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.retry.host."
+                    "previous_hosts.v3.PreviousHostsPredicate"
+                },
+            }
+        ],
+        "host_selection_retry_max_attempts": HOST_RESELECTIONS,
     }
 
 
@@ -425,20 +469,24 @@ def _cluster(pool: Pool, health_path: str) -> dict[str, Any]:
     name = cluster_name(pool)
     return {
         "name": name,
-        "type": "STATIC",
+        # Addresses are IPs locally; a container network or Kubernetes names hosts by
+        # DNS (a compose service, a Service), which Envoy re-resolves.
+        "type": "STATIC" if all(_is_ip(b.host) for b in pool.binds) else "STRICT_DNS",
         "connect_timeout": f"{CONNECT_TIMEOUT_S}s",
-        "lb_policy": "ROUND_ROBIN",
+        # Each request to the replica with fewer active requests (of two picked at
+        # random): a slow or busy replica gets less, where round robin would not care.
+        "lb_policy": "LEAST_REQUEST",
         "load_assignment": {
             "cluster_name": name,
             "endpoints": [
                 {
                     "lb_endpoints": [
-                        {"endpoint": {"address": _socket(pool.bind.host, pool.bind.port)}}
+                        {"endpoint": {"address": _socket(b.host, b.port)}} for b in pool.binds
                     ]
                 }
             ],
         },
-        # Sized to the pool's real capacity (workers x worker_connections):
+        # Sized to the pool's real capacity (replicas x workers x worker_connections):
         # beyond it Envoy queues (and counts) requests itself instead of
         # opening connections the pool would leave unaccepted in its backlog.
         "circuit_breakers": {
@@ -464,6 +512,7 @@ def _cluster(pool: Pool, health_path: str) -> dict[str, Any]:
                 "explicit_http_config": {"http_protocol_options": {}},
             }
         },
+        # Each host (replica) is checked on its own.
         "health_checks": [
             {
                 "timeout": f"{HEALTH_CHECK_TIMEOUT_S}s",
@@ -474,33 +523,53 @@ def _cluster(pool: Pool, health_path: str) -> dict[str, Any]:
                 "http_health_check": {"path": health_path},
             }
         ],
-        # A pool is one address: "panic mode" (route to it even when it fails its
-        # health checks) would only turn a dead or frozen pool into a timeout per
-        # request. With it off, Envoy answers 503 at once until the pool is back.
+        # No "panic mode" (route to hosts failing their health checks): it would only
+        # turn a dead or frozen pool into a timeout per request. With it off, Envoy
+        # answers 503 at once until a replica is back.
         "common_lb_config": {"healthy_panic_threshold": {"value": 0.0}},
-        # Outliers are detected and counted (connection-level failures only: the
-        # app's own 503/504 for a failed upstream say nothing about the pool's
-        # health) but never ejected: a pool is one host, and route timeouts under
-        # overload count as local-origin failures, so ejecting it would turn a
-        # brownout into 5 s of "no healthy upstream". A dead pool refuses
-        # connections (503 at once) and a frozen one fails its health checks.
-        "outlier_detection": {
-            "split_external_local_origin_errors": True,
-            "consecutive_local_origin_failure": 5,
-            "enforcing_consecutive_local_origin_failure": 0,
-            "enforcing_consecutive_5xx": 0,
-            "enforcing_consecutive_gateway_failure": 0,
-            "enforcing_success_rate": 0,
-            "base_ejection_time": "5s",
-            "max_ejection_percent": 100,
-        },
+        "outlier_detection": _outlier_detection(pool),
     }
+
+
+def _outlier_detection(pool: Pool) -> dict[str, Any]:
+    """Outliers count connection-level failures only (the app's own 503/504 for a failed
+    upstream say nothing about the pool's health).
+
+    One host: detected and counted but never ejected. Route timeouts under overload
+    count as local-origin failures, so ejecting the only host would turn a brownout
+    into 5 s of "no healthy upstream"; a dead pool refuses connections (503 at once)
+    and a frozen one fails its health checks.
+
+    Several replicas: a replica that keeps failing (killed, frozen) is ejected at once,
+    before its health checks fail, and comes back after the ejection time or its
+    next passed health check; at most MAX_EJECTION_PERCENT of them at a time.
+    """
+    several = pool.replicas > 1
+    return {
+        "split_external_local_origin_errors": True,
+        "consecutive_local_origin_failure": 5 if not several else 3,
+        "enforcing_consecutive_local_origin_failure": 100 if several else 0,
+        "enforcing_consecutive_5xx": 0,
+        "enforcing_consecutive_gateway_failure": 0,
+        "enforcing_success_rate": 0,
+        "enforcing_local_origin_success_rate": 0,
+        "base_ejection_time": "5s",
+        "max_ejection_percent": MAX_EJECTION_PERCENT if several else 100,
+    }
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _collector_cluster(host: str, port: int) -> dict[str, Any]:
     return {
         "name": "otel_collector",
-        "type": "STATIC",
+        "type": "STATIC" if _is_ip(host) else "STRICT_DNS",
         "connect_timeout": "1s",
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {

@@ -29,9 +29,9 @@ def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
         "worker_class": "gevent",
         "worker_connections": pool.worker_connections,
         "keepalive": pool.keepalive_s,
-        # Envoy's circuit breakers keep connections to a pool at its capacity;
+        # Envoy's circuit breakers keep connections to a replica near its capacity;
         # a backlog of the same size absorbs a burst of reconnects.
-        "backlog": max(64, pool.capacity),
+        "backlog": max(64, pool.replica_capacity),
         "timeout": WORKER_TIMEOUT_S,
         "graceful_timeout": GRACEFUL_TIMEOUT_S,
         "proc_name": f"pricing-{pool.name}",

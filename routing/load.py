@@ -47,8 +47,16 @@ _LISTENER_KEYS = {
     "max_request_headers_kb",
     "max_downstream_connections",
 }
-_POOL_KEYS = {"bind", "workers", "worker_connections", "keepalive_s", "max_pending", "nice"}
-_SHARED_KEYS = _POOL_KEYS - {"workers", "nice"}
+_POOL_KEYS = {
+    "bind",
+    "workers",
+    "worker_connections",
+    "keepalive_s",
+    "max_pending",
+    "nice",
+    "worker_rps",
+}
+_SHARED_KEYS = _POOL_KEYS - {"workers", "nice", "worker_rps"}
 _ROUTE_KEYS = {"endpoint", "path", "methods", "pool", "timeout_ms", "retry", "slow_ms"}
 _RETRY_KEYS = {"attempts", "on"}
 
@@ -123,7 +131,7 @@ def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
     _only(shared_raw, _SHARED_KEYS, "[shared]")
     shared = _pool(
         SHARED_POOL,
-        {**shared_raw, "workers": sum(p.workers for p in pools), "nice": 0},
+        {**shared_raw, "workers": sum(p.workers * p.replicas for p in pools), "nice": 0},
         where="[shared]",
     )
 
@@ -193,17 +201,35 @@ def _pool(name: str, body: Any, where: str | None = None) -> Pool:
     if not isinstance(body, Mapping):
         raise RouteConfigError(f"{where} must be a table")
     _only(body, _POOL_KEYS, where)
-    bind = _address(_str(body, "bind", where), f"{where}.bind")
-    _require_loopback(bind.host, f"{where}.bind")
+    binds = _binds(body, where)
     return Pool(
         name=name,
-        bind=bind,
+        binds=binds,
         workers=_int(body, "workers", where, 1, 64),
         worker_connections=_int(body, "worker_connections", where, 1, 100_000),
         keepalive_s=_int(body, "keepalive_s", where, 0, 3600, default=2),
         max_pending=_int(body, "max_pending", where, 1, 100_000, default=64),
         nice=_int(body, "nice", where, 0, 19, default=0),
+        worker_rps=_int(body, "worker_rps", where, 1, 1_000_000) if "worker_rps" in body else None,
     )
+
+
+def _binds(body: Mapping[str, Any], where: str) -> tuple[Address, ...]:
+    """`bind`: one "host:port", or a list of them, one per replica (each on its own
+    host: 127.0.0.2, 127.0.0.3, ... stand in for machines locally)."""
+    raw = body.get("bind")
+    texts = raw if isinstance(raw, list) else [raw]
+    if not texts or not all(isinstance(t, str) and t for t in texts):
+        raise RouteConfigError(
+            f"{where}: bind must be a non-empty string or a non-empty list of strings"
+        )
+    binds = tuple(_address(str(t), f"{where}.bind") for t in texts)
+    for bind in binds:
+        _require_loopback(bind.host, f"{where}.bind")
+    hosts = [b.host for b in binds]
+    if len(set(hosts)) != len(hosts):
+        raise RouteConfigError(f"{where}.bind: each replica needs its own host, got {texts}")
+    return binds
 
 
 def _route(index: int, body: Any, pool_names: set[str], meta: MetaRoutes) -> Route:
@@ -320,7 +346,7 @@ def _unique(
     for what, port in [
         ("[listener]", listener.address.port),
         ("[admin]", admin.port),
-        *((f"[pools.{p.name}]", p.bind.port) for p in pools),
+        *((f"[pools.{p.name}]", port) for p in pools for port in {b.port for b in p.binds}),
         ("[shared]", shared.bind.port),
     ]:
         if port in ports:

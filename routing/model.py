@@ -31,20 +31,38 @@ class Address:
 
 @dataclass(frozen=True)
 class Pool:
-    """One gunicorn + gevent process group."""
+    """One gunicorn + gevent process group per replica: a gunicorn master on each of
+    `binds` (one address per host), all serving the same routes."""
 
     name: str
-    bind: Address
+    binds: tuple[Address, ...]
     workers: int
     worker_connections: int
     keepalive_s: int
     max_pending: int
     nice: int = 0
+    # Requests per second one worker process serves within its routes' deadlines,
+    # measured (BENCHMARKS.md); None: not measured. Sizes replicas for a target rate.
+    worker_rps: int | None = None
+
+    @property
+    def bind(self) -> Address:
+        """The first replica's address (the only one, for a pool on one host)."""
+        return self.binds[0]
+
+    @property
+    def replicas(self) -> int:
+        return len(self.binds)
+
+    @property
+    def replica_capacity(self) -> int:
+        """Requests one replica serves at once: worker processes x greenlets each."""
+        return self.workers * self.worker_connections
 
     @property
     def capacity(self) -> int:
-        """Requests the pool serves at once: worker processes x greenlets each."""
-        return self.workers * self.worker_connections
+        """Requests the whole pool serves at once, over every replica."""
+        return self.replicas * self.replica_capacity
 
 
 @dataclass(frozen=True)
@@ -178,7 +196,9 @@ class RouteConfig:
 
         def moved(pool: Pool) -> Pool:
             port = pool_ports.get(pool.name)
-            return pool if port is None else replace(pool, bind=Address(pool.bind.host, port))
+            if port is None:
+                return pool
+            return replace(pool, binds=tuple(Address(b.host, port) for b in pool.binds))
 
         listener = self.listener
         if listener_port is not None:

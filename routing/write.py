@@ -27,7 +27,8 @@ def _value(v: object) -> str:
 
 
 def _pool_lines(pool: Pool, *, shared: bool) -> list[str]:
-    lines = [f"bind = {_value(str(pool.bind))}"]
+    binds = tuple(str(b) for b in pool.binds)
+    lines = [f"bind = {_value(binds if len(binds) > 1 else binds[0])}"]
     if not shared:
         lines.append(f"workers = {pool.workers}")
     lines += [
@@ -37,6 +38,8 @@ def _pool_lines(pool: Pool, *, shared: bool) -> list[str]:
     ]
     if not shared:
         lines.append(f"nice = {pool.nice}")
+        if pool.worker_rps is not None:
+            lines.append(f"worker_rps = {pool.worker_rps}")
     return lines
 
 

@@ -24,8 +24,13 @@ class BindError(ValueError):
     pass
 
 
-def parse_bind(text: str) -> tuple[str, int]:
-    """'127.0.0.1:8200' / '[::1]:8200' / 'localhost:8200' -> (host, port); loopback only."""
+#: The one non-loopback address a container may bind (its own network namespace).
+CONTAINER_BIND_HOST = "0.0.0.0"
+
+
+def parse_bind(text: str, *, container: bool = False) -> tuple[str, int]:
+    """'127.0.0.1:8200' / '[::1]:8200' / 'localhost:8200' -> (host, port); loopback only,
+    or 0.0.0.0 when `container` (inside a container, whose network is its own)."""
     host, sep, port_text = text.rpartition(":")
     if not sep or not host:
         raise BindError(f"--bind {text!r}: expected HOST:PORT, e.g. {DEFAULT_BIND}")
@@ -39,7 +44,7 @@ def parse_bind(text: str) -> tuple[str, int]:
         raise BindError(
             f"--bind {text!r}: host must be a loopback IP address (127.0.0.1 or ::1)"
         ) from None
-    if not address.is_loopback:
+    if not address.is_loopback and not (container and host == CONTAINER_BIND_HOST):
         raise BindError(
             f"refusing to bind {text}: the simulator only listens on loopback (127.0.0.0/8 or ::1)"
         )
@@ -83,9 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bind", default=DEFAULT_BIND, help=f"HOST:PORT (default {DEFAULT_BIND})")
     parser.add_argument("--config", help="TOML file with per-upstream settings")
     parser.add_argument("--seed", type=int, help="seed the latency/error RNG (reproducible runs)")
+    parser.add_argument(
+        "--container",
+        action="store_true",
+        help=f"allow --bind {CONTAINER_BIND_HOST}:PORT: only inside a container's own network",
+    )
     args = parser.parse_args(argv)
     try:
-        host, port = parse_bind(args.bind)
+        host, port = parse_bind(args.bind, container=args.container)
     except BindError as exc:
         print(f"simulator: {exc}", file=sys.stderr)
         return 2

@@ -36,7 +36,7 @@ import yaml
 from stack.procs import Proc, StartError, free_port, http_ok
 
 # The Go module keeps v1 tags; module v1.76.0 is the Jaeger v2.13.0 release
-# (same code as the Docker image jaegertracing/jaeger:2.13.0 in deploy/docker-compose.yml).
+# (same code as the Docker image jaegertracing/jaeger:2.13.0 in deploy/compose/).
 JAEGER_VERSION = "v1.76.0"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -346,7 +346,7 @@ def start(
 
 
 COMPOSE_CONFIG_HEADER = """\
-# Jaeger v2 config for deploy/docker-compose.yml (host networking, Jaeger's usual
+# Jaeger v2 config for Docker with host networking (Jaeger's usual
 # ports, loopback only). Generated: python -m stack.jaeger config > deploy/jaeger/config.yaml
 # tests/integration/test_jaeger_build.py checks it matches stack/jaeger.py."""
 

@@ -89,9 +89,14 @@ class Stack:
     def simulator_url(self) -> str:
         return f"http://127.0.0.1:{self.simulator_port}"
 
-    def pool_url(self, pool: str) -> str:
-        bind = self.config.pool(pool, self.layout).bind
+    def pool_url(self, pool: str, replica: int = 0) -> str:
+        bind = self.config.pool(pool, self.layout).binds[replica]
         return f"http://{bind.host}:{bind.port}"
+
+    @staticmethod
+    def replica_name(pool: str, replica: int = 0) -> str:
+        """The process name of a pool's replica: pool-io, then pool-io-2, pool-io-3, ..."""
+        return f"pool-{pool}" if replica == 0 else f"pool-{pool}-{replica + 1}"
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -105,8 +110,9 @@ class Stack:
             ("Envoy admin", self.config.admin.host, self.config.admin.port),
             ("upstream simulator", "127.0.0.1", self.simulator_port),
             *(
-                (f"pool {p.name}", p.bind.host, p.bind.port)
+                (f"pool {p.name}", b.host, b.port)
                 for p in self.config.pools_for(self.layout)
+                for b in p.binds
             ),
         ]
         for what, host, port in wanted:
@@ -121,7 +127,8 @@ class Stack:
                 self._start_jaeger(timeout_s)
             self._start_simulator(timeout_s)
             for pool in self.config.pools_for(self.layout):
-                self._start_pool(pool.name, timeout_s)
+                for replica in range(pool.replicas):
+                    self.start_replica(pool.name, replica, timeout_s)
             self._start_envoy(timeout_s)
         except BaseException:
             self.stop()
@@ -186,8 +193,11 @@ class Stack:
             env[OTLP_TRACES_ENDPOINT_ENV] = self.jaeger_ports.otlp_http_url + TRACES_PATH
         return {**env, **self.extra_env}
 
-    def _start_pool(self, pool: str, timeout_s: float) -> None:
-        bind = self.config.pool(pool, self.layout).bind
+    def start_replica(self, pool: str, replica: int = 0, timeout_s: float = 60.0) -> Proc:
+        """Start one replica of `pool` (a gunicorn master on its own address), and wait
+        until it is ready; also how a test brings back a replica it killed."""
+        bind = self.config.pool(pool, self.layout).binds[replica]
+        name = self.replica_name(pool, replica)
         argv = [
             sys.executable,
             "-m",
@@ -197,17 +207,12 @@ class Stack:
             "--bind",
             str(bind),
         ]
-        proc = Proc(
-            f"pool-{pool}",
-            argv,
-            self._log(f"pool-{pool}"),
-            env=self.pool_env(pool),
-            cwd=PROJECT_ROOT,
-        ).start()
-        self.procs[f"pool-{pool}"] = proc
+        proc = Proc(name, argv, self._log(name), env=self.pool_env(pool), cwd=PROJECT_ROOT).start()
+        self.procs[name] = proc
         # Ready, as Envoy's health check sees it: app, upstream clients and tracing set up.
-        ready_url = f"{self.pool_url(pool)}{self.config.meta.readyz}"
+        ready_url = f"{self.pool_url(pool, replica)}{self.config.meta.readyz}"
         proc.wait_ready(lambda: http_ok(ready_url), timeout_s, "ready")
+        return proc
 
     def envoy_config_path(self) -> Path:
         return self.run_dir / f"envoy.{self.layout.value}.yaml"

@@ -324,7 +324,8 @@ def test_compose_runs_the_jaeger_release_we_build() -> None:
     """docker-compose users get the UI from the image: the same release as our binary
     (build.sh stamps the v2 release number into it, as Jaeger's own build does)."""
     binary = _jaeger_binary()
-    compose = yaml.safe_load((jaeger.REPO_ROOT / "deploy" / "docker-compose.yml").read_text())
+    compose_file = jaeger.REPO_ROOT / "deploy" / "compose" / "docker-compose.yml"
+    compose = yaml.safe_load(compose_file.read_text())
     image = compose["services"]["jaeger"]["image"]
     version = subprocess.run(
         [str(binary), "version"], capture_output=True, text=True, timeout=30, check=True

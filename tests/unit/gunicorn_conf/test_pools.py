@@ -104,7 +104,7 @@ def test_settings_follow_the_route_config_file(
     routes: RouteConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     io = routes.pool("io")
-    more = replace(io, workers=3, bind=replace(io.bind, port=8112))
+    more = replace(io, workers=3, binds=(replace(io.bind, port=8112),))
     pools = tuple(more if p.name == "io" else p for p in routes.pools)
     shared = replace(
         routes.shared, workers=sum(p.workers for p in pools)

@@ -79,7 +79,7 @@ def test_a_pool_is_started_from_its_gunicorn_config_and_waited_for_until_ready(
     monkeypatch.setattr(launch, "Proc", FakeProc)
     monkeypatch.setattr(launch, "http_ok", lambda url: probed.append(url) or True)
     stack = Stack.on_free_ports(routes, Layout.SPLIT, tmp_path)
-    stack._start_pool("cpu", timeout_s=1)
+    stack.start_replica("cpu", timeout_s=1)
     (proc,) = FakeProc.started[-1:]
     assert proc.argv[:4] == [sys.executable, "-m", "gunicorn", "--config"]
     assert proc.argv[4] == "python:gunicorn_conf.cpu"

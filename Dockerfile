@@ -1,0 +1,63 @@
+# pricingservice: one image for every pool (and the upstream simulator).
+#
+#   docker build -t pricingservice .
+#   docker run -e PRICING_POOL=io  -p 8102:8102 pricingservice     # the io pool
+#   docker run pricingservice cpu                                    # the cpu pool
+#   docker run pricingservice simulator                              # the upstream simulator
+#
+# NOT BUILT on the project's machines (no Docker engine there): it is checked with
+# hadolint in the tests (tests/unit/deploy/test_dockerfile.py), and the compose file
+# and Kubernetes manifests that use it are validated offline. See the README,
+# "Running beyond one machine".
+
+# --- build: a venv from the runtime lock (wheels only: no compiler needed) ----------
+# The project's own code is not installed into it: it runs from /app (PYTHONPATH).
+FROM python:3.11.7-slim-bookworm AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ONLY_BINARY=:all:
+
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+
+WORKDIR /src
+COPY requirements-runtime.lock .
+RUN pip install --require-hashes -r requirements-runtime.lock
+
+# --- runtime: the venv and the route config, run as a user without privileges ------
+FROM python:3.11.7-slim-bookworm
+
+RUN groupadd --system --gid 10001 pricing \
+    && useradd --system --uid 10001 --gid pricing --no-create-home --shell /usr/sbin/nologin pricing
+
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /app
+COPY routes.toml simulator.toml ./
+COPY pricing ./pricing
+COPY routing ./routing
+COPY tracing ./tracing
+COPY simulator ./simulator
+COPY gunicorn_conf ./gunicorn_conf
+COPY deploy/container/entrypoint.sh /usr/local/bin/pricing-entrypoint
+
+# PRICING_POOL: which pool this container runs (a pool of routes.toml, or `simulator`);
+# PRICING_PORT: where it listens inside the container (0.0.0.0: its own network
+# namespace; the published port or the Service decides what is reachable).
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONPATH=/app \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PRICING_ROUTES=/app/routes.toml \
+    PRICING_POOL=io \
+    PRICING_PORT=8000
+
+USER 10001:10001
+EXPOSE 8000
+
+# The pool's liveness path ([meta].healthz); the simulator answers it too.
+HEALTHCHECK --interval=5s --timeout=2s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ['PRICING_PORT'], timeout=2)"]
+
+ENTRYPOINT ["pricing-entrypoint"]
+CMD []

@@ -1,0 +1,139 @@
+"""`pricingctl deploy ...`: render the compose file and the Kubernetes manifests from the
+route config, and size each pool's replicas for a target traffic."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from routing.compose import JAEGER_FILE, render_compose
+from routing.container import JAEGER_OTLP_GRPC_PORT, JAEGER_OTLP_HTTP_PORT, JAEGER_UI_PORT
+from routing.kubernetes import render_kubernetes
+from routing.load import DEFAULT_ROUTES_PATH, load_routes
+from routing.model import RouteConfig
+from routing.sizing import TARGET_UTILISATION, Traffic, pool_rates, size
+
+DEPLOY_DIR = DEFAULT_ROUTES_PATH.parent / "deploy"
+TARGETS = {"compose": DEPLOY_DIR / "compose", "kubernetes": DEPLOY_DIR / "kubernetes"}
+JAEGER_QUERY_GRPC_PORT = 16685
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    deploy = subparsers.add_parser(
+        "deploy", help="compose file and Kubernetes manifests from the route config"
+    )
+    deploy.add_argument("--config", type=Path, default=None, help="route config (routes.toml)")
+    sub = deploy.add_subparsers(dest="deploy_command", required=True)
+
+    render = sub.add_parser("render", help="write deploy/compose or deploy/kubernetes")
+    render.add_argument("target", choices=sorted(TARGETS))
+    render.add_argument("--output", "-o", type=Path, default=None, help="default: deploy/TARGET")
+    render.add_argument(
+        "--check", action="store_true", help="exit 1 if the folder differs from a fresh render"
+    )
+    render.add_argument(
+        "--upstream-url", default=None, help="real upstreams instead of the simulator"
+    )
+    _traffic_flags(render)
+    render.set_defaults(handler=_render)
+
+    sizing = sub.add_parser("size", help="replicas of each pool for a target traffic")
+    _traffic_flags(sizing, required=True)
+    sizing.set_defaults(handler=_size)
+
+
+def _traffic_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    parser.add_argument(
+        "--offers-per-s",
+        type=float,
+        default=None,
+        required=required,
+        help="target offers/s; replicas are sized from each pool's measured worker_rps "
+        "(default: the hosts routes.toml lists, at least 2)",
+    )
+    parser.add_argument(
+        "--quotes-per-s",
+        type=float,
+        default=None,
+        help="target rideshare quotes/s (default: 10 %% of the offers)",
+    )
+
+
+def _traffic(args: argparse.Namespace) -> Traffic | None:
+    if args.offers_per_s is None:
+        return None
+    quotes = args.quotes_per_s if args.quotes_per_s is not None else args.offers_per_s * 0.1
+    return Traffic(args.offers_per_s, quotes)
+
+
+def jaeger_config() -> str:
+    """Jaeger's config inside a container: every port on 0.0.0.0 (its own network)."""
+    from stack import jaeger
+
+    return jaeger.config_yaml(
+        JAEGER_OTLP_GRPC_PORT,
+        JAEGER_OTLP_HTTP_PORT,
+        JAEGER_UI_PORT,
+        JAEGER_QUERY_GRPC_PORT,
+        host="0.0.0.0",
+    )
+
+
+def rendered(
+    target: str, config: RouteConfig, traffic: Traffic | None, upstream_url: str | None
+) -> dict[str, str]:
+    replicas = size(config, traffic)
+    if target == "compose":
+        files = render_compose(config, replicas, upstream_url)
+        files[JAEGER_FILE] = jaeger_config()
+        return files
+    return render_kubernetes(config, replicas, jaeger_config(), upstream_url)
+
+
+def _render(args: argparse.Namespace) -> int:
+    config = load_routes(args.config)
+    files = rendered(args.target, config, _traffic(args), args.upstream_url)
+    output: Path = args.output or TARGETS[args.target]
+    if args.check:
+        current = (
+            {p.name: p.read_text(encoding="utf-8") for p in output.iterdir() if p.is_file()}
+            if output.is_dir()
+            else {}
+        )
+        if current != files:
+            stale = sorted(n for n in {*files, *current} if files.get(n) != current.get(n))
+            print(
+                f"pricingctl: {output} is stale ({', '.join(stale)}); run "
+                f"`pricingctl deploy render {args.target}` to regenerate it",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{output} is up to date")
+        return 0
+    output.mkdir(parents=True, exist_ok=True)
+    for old in output.iterdir():
+        if old.is_file() and old.name not in files:
+            old.unlink()
+    for name, text in files.items():
+        (output / name).write_text(text, encoding="utf-8")
+    print(f"wrote {output} ({len(files)} files)")
+    return 0
+
+
+def _size(args: argparse.Namespace) -> int:
+    config = load_routes(args.config)
+    traffic = _traffic(args)
+    assert traffic is not None
+    rates = pool_rates(config, traffic)
+    replicas = size(config, traffic)
+    print(
+        f"{traffic.offers_per_s:g} offers/s, {traffic.quotes_per_s:g} quotes/s "
+        f"(each pool at {TARGET_UTILISATION:.0%} of its measured capacity):"
+    )
+    for pool in config.pools:
+        print(
+            f"  {pool.name}: {rates[pool.name]:g} req/s / ({pool.worker_rps} per worker x "
+            f"{pool.workers} workers) -> {replicas[pool.name]} replicas"
+        )
+    return 0
