@@ -37,7 +37,6 @@ ROUTES_PATH_IN_IMAGE = "/app/routes.toml"
 
 # Environment names the image and the pools read.
 PORT_ENV = "PRICING_PORT"
-PRICING_OTLP_ENDPOINT_ENV = "PRICING_OTLP_ENDPOINT"  # tracing.settings reads it today
 OTEL_OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"  # the OpenTelemetry standard name
 SPAN_FILE_ENV = "PRICING_SPAN_FILE"
 
@@ -67,7 +66,6 @@ def pool_env(
         ROUTES_ENV: ROUTES_PATH_IN_IMAGE,
         UPSTREAM_URL_ENV: names.upstream_url(config, upstream_url),
         OTEL_OTLP_ENDPOINT_ENV: names.otlp_http_url(),
-        PRICING_OTLP_ENDPOINT_ENV: names.otlp_http_url(),
         SPAN_FILE_ENV: "/tmp/spans.jsonl",
     }
 
