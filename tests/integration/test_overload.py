@@ -105,6 +105,7 @@ async def _open_loop(
     rate_per_s: float,
     count: int,
     timeout_s: float,
+    stop: threading.Event | None = None,
 ) -> list[Outcome]:
     host, port = url.removeprefix("http://").split(":")
     start = time.monotonic()
@@ -116,6 +117,8 @@ async def _open_loop(
 
     tasks = []
     for i in range(count):
+        if stop is not None and stop.is_set():
+            break
         delay = start + i / rate_per_s - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -130,10 +133,12 @@ def open_loop(
     rate_per_s: float,
     count: int,
     timeout_s: float = 10.0,
+    stop: threading.Event | None = None,
 ) -> list[Outcome]:
     """Send `count` requests at a fixed rate, whatever the answers (open loop): each on
-    its own connection, each bounded by `timeout_s`. Takes count/rate + timeout_s at most."""
-    return asyncio.run(_open_loop(url, make, rate_per_s, count, timeout_s))
+    its own connection, each bounded by `timeout_s`. Takes count/rate + timeout_s at most;
+    sends no more once `stop` is set (the requests sent are all waited for)."""
+    return asyncio.run(_open_loop(url, make, rate_per_s, count, timeout_s, stop))
 
 
 class Background:
@@ -141,10 +146,15 @@ class Background:
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         self.outcomes: list[Outcome] = []
+        self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=lambda: self.outcomes.extend(open_loop(*args, **kwargs)),  # type: ignore[arg-type]
+            target=lambda: self.outcomes.extend(open_loop(*args, **kwargs, stop=self._stop)),  # type: ignore[arg-type]
             daemon=True,
         )
+
+    def stop(self) -> None:
+        """Send no more requests; those sent are still waited for."""
+        self._stop.set()
 
     def __enter__(self) -> Background:
         self._thread.start()
