@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from routing.envoy import render_envoy
+from routing.envoy import CDS_FILE, DEFAULT_XDS_DIR, LDS_FILE, render_envoy, render_xds
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Layout, RouteConfig
 from stack.launch import DEFAULT_RUN_DIR
@@ -24,6 +24,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     render.add_argument("--output", "-o", type=Path, default=None, help="default: envoy.yaml")
     render.add_argument(
         "--check", action="store_true", help="exit 1 if the file differs from a fresh render"
+    )
+    render.add_argument(
+        "--xds-dir",
+        type=Path,
+        default=None,
+        help="also write the listeners and clusters (lds.yaml, cds.yaml) the bootstrap "
+        f"reads, e.g. {DEFAULT_XDS_DIR} (`pricingctl up` renders its own)",
     )
     render.set_defaults(handler=_render)
 
@@ -68,6 +75,11 @@ def _render(args: argparse.Namespace) -> int:
         return 0
     output.write_text(text, encoding="utf-8")
     print(f"wrote {output} ({layout.value} layout, {len(config.routes)} routes)")
+    if args.xds_dir is not None:
+        from stack.envoy import write_xds
+
+        write_xds(args.xds_dir, render_xds(config, layout))
+        print(f"wrote {args.xds_dir / LDS_FILE} and {args.xds_dir / CDS_FILE}")
     return 0
 
 
