@@ -259,3 +259,40 @@ def rate_steps(
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
     return path
+
+
+def soak_timeline(
+    series: Mapping[str, Mapping[str, Any]],
+    events: Sequence[tuple[float, str]],
+    path: Path,
+    *,
+    title: str,
+) -> Path:
+    """The soak: RSS (MiB) and open descriptors of every process over time, one line per
+    process (replaced workers start a new line), the kills and the apply as verticals."""
+    fig, (mem, fds) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    labels = sorted({row["label"] for row in series.values()})
+    palette = plt.get_cmap("tab10")
+    color = {label: palette(i % 10) for i, label in enumerate(labels)}
+    seen: set[str] = set()
+    for row in series.values():
+        label = row["label"]
+        legend = label if label not in seen else None
+        seen.add(label)
+        t_min = [t / 60 for t in row["t"]]
+        mem.plot(t_min, [r / 1024 for r in row["rss"]], color=color[label], lw=1, label=legend)
+        fds.plot(t_min, row["fds"], color=color[label], lw=1)
+    for at_s, what in events:
+        for ax in (mem, fds):
+            ax.axvline(at_s / 60, color="black" if "apply" in what else "grey", ls=":", lw=0.8)
+    mem.set_ylabel("RSS, MiB")
+    fds.set_ylabel("open file descriptors")
+    fds.set_xlabel("minutes (dotted: a worker SIGKILLed; black: routes apply)")
+    for ax in (mem, fds):
+        ax.grid(True, alpha=0.3)
+    mem.legend(fontsize=7, ncol=2)
+    mem.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path

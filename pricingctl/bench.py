@@ -6,6 +6,7 @@
     pricingctl bench tracing-overhead [--quick] ...
     pricingctl bench timing-accuracy [--quick] [--calls N] [--hogs N] ...
     pricingctl bench timing-cost [--quick] [--rounds N] [--repeat N]
+    pricingctl bench soak [--minutes M] [--kill-every-s S] ...
 
 Every part runs through one skeleton (`_measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail.
@@ -303,6 +304,35 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     acc.add_argument("--pause-ms", type=_positive, default=10.0, help="max pause between calls")
     acc.add_argument("--seed", type=_count(0, 2**31), default=1, help="random seed")
     acc.set_defaults(handler=_timing_accuracy)
+
+    soak = sub.add_parser(
+        "soak",
+        help="N minutes of mixed load with worker SIGKILLs and one routes apply: RSS, fds, "
+        "failures, CLOSE_WAIT",
+    )
+    _common(soak, SOAK_FULL)
+    soak.add_argument(
+        "--rates",
+        type=parse_rates,
+        default={},
+        metavar="cpu=R,offers=R",
+        help="requests/s per group (default cpu=10,offers=35: the benchmark's mix, slower)",
+    )
+    soak.add_argument(
+        "--minutes",
+        type=lambda text: _number(text, low=0.1, what="minutes"),
+        default=SOAK_MINUTES,
+        help=f"how long the load runs (default {SOAK_MINUTES:g})",
+    )
+    soak.add_argument(
+        "--kill-every-s",
+        type=_positive,
+        default=None,
+        metavar="S",
+        help="a worker SIGKILLed every S seconds, io and cpu in turn (default: 4 per run, "
+        "at most every 5 minutes)",
+    )
+    soak.set_defaults(handler=_handler(SOAK))
 
     cost = sub.add_parser("timing-cost", help="CPU cost of the gevent timing instrumentation")
     _timing_flags(cost)
@@ -651,6 +681,49 @@ def _measure_overhead(run: Run) -> str:
 
 
 TRACING_OVERHEAD = Part(FULL, QUICK, _planned_overhead, _measure_overhead)
+
+
+SOAK_MINUTES = 20.0
+# The benchmark's mix at a third of its rates: the soak looks for leaks and lost
+# requests over 20 minutes, not for capacity, and this machine is shared (at the full
+# 30 quotes/s the two cpu workers queue into 503s whenever a neighbour is busy).
+SOAK_RATES = {"cpu": 10.0, "offers": 35.0}
+SOAK_FULL = Defaults(duration_s=SOAK_MINUTES * 60, warmup_s=60.0, repeats=1)
+
+
+def _soak_defaults(args: argparse.Namespace) -> tuple[float, float, float]:
+    """(total seconds, warm-up seconds, seconds between kills) from --minutes."""
+    total_s = args.minutes * 60
+    warmup_s = args.warmup if args.warmup is not None else min(60.0, total_s / 5)
+    kill_every_s = args.kill_every_s or min(300.0, total_s / 4)
+    return total_s, warmup_s, kill_every_s
+
+
+def _measure_soak(run: Run) -> str:
+    from bench.soak import run_soak, write_soak
+
+    total_s, warmup_s, kill_every_s = _soak_defaults(run.args)
+    rates = {**SOAK_RATES, **run.args.rates}
+    settings = replace(
+        run.settings, duration_s=total_s - warmup_s, warmup_s=warmup_s, group_rates_rps=rates
+    )
+    doc = run_soak(
+        run.config,
+        settings,
+        kill_every_s=kill_every_s,
+        sample_every_s=max(1.0, min(10.0, total_s / 60)),
+        run_dir=run.args.run_dir,
+        progress=run.progress,
+    )
+    return write_soak({**run.header, **doc}, run.args.out)
+
+
+SOAK = Part(
+    SOAK_FULL,
+    SOAK_FULL,
+    lambda args, settings, d: STACK_START_EST_S + args.minutes * 60 + 60,
+    _measure_soak,
+)
 
 
 # --- the parts that start no stack: the gevent timing core's accuracy and cost -------------

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn, cast
 
-from pricingctl import bench, deploy, routes, traces, up
+from pricingctl import bench, deploy, down, reload, routes, traces, up
 from routing.errors import RouteConfigError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     routes.add_parser(sub)
     up.add_parser(sub)
+    down.add_parser(sub)
+    reload.add_parser(sub)
     bench.add_parser(sub)
     traces.add_parser(sub)
     deploy.add_parser(sub)

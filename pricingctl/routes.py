@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from routing.envoy import render_envoy
+from routing.envoy import CDS_FILE, DEFAULT_XDS_DIR, LDS_FILE, render_envoy, render_xds
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Layout, RouteConfig
+from stack.launch import DEFAULT_RUN_DIR
 
 DEFAULT_ENVOY_PATH = DEFAULT_ROUTES_PATH.parent / "envoy.yaml"
 
@@ -24,10 +25,25 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     render.add_argument(
         "--check", action="store_true", help="exit 1 if the file differs from a fresh render"
     )
+    render.add_argument(
+        "--xds-dir",
+        type=Path,
+        default=None,
+        help="also write the listeners and clusters (lds.yaml, cds.yaml) the bootstrap "
+        f"reads, e.g. {DEFAULT_XDS_DIR} (`pricingctl up` renders its own)",
+    )
     render.set_defaults(handler=_render)
 
     check = sub.add_parser("check", help="check the route config against the Flask endpoints")
     check.set_defaults(handler=_check)
+
+    apply = sub.add_parser(
+        "apply", help="apply the route config to the running stack, without failing a request"
+    )
+    apply.add_argument(
+        "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="the running stack's run dir"
+    )
+    apply.set_defaults(handler=_apply)
 
 
 def _load(args: argparse.Namespace) -> RouteConfig:
@@ -59,20 +75,53 @@ def _render(args: argparse.Namespace) -> int:
         return 0
     output.write_text(text, encoding="utf-8")
     print(f"wrote {output} ({layout.value} layout, {len(config.routes)} routes)")
+    if args.xds_dir is not None:
+        from stack.envoy import write_xds
+
+        write_xds(args.xds_dir, render_xds(config, layout))
+        print(f"wrote {args.xds_dir / LDS_FILE} and {args.xds_dir / CDS_FILE}")
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
+def _endpoint_problems(config: RouteConfig) -> list[str]:
     # The app's endpoints are handed down: routing is pure data and imports no app.
     from pricing.views import ENDPOINTS, META_VIEWS
     from routing.check import check_endpoints
     from tracing import metrics
 
+    return check_endpoints(config, set(ENDPOINTS), {*META_VIEWS, metrics.ENDPOINT})
+
+
+def _check(args: argparse.Namespace) -> int:
     config = _load(args)
-    problems = check_endpoints(config, set(ENDPOINTS), {*META_VIEWS, metrics.ENDPOINT})
+    problems = _endpoint_problems(config)
     for problem in problems:
         print(f"pricingctl: {problem}", file=sys.stderr)
     if problems:
         return 1
     print(f"{len(config.routes)} routes, {len(config.pools)} pools: every endpoint has one pool")
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    """Refused in one line, before anything changes, when the config is invalid (the
+    loader, the app's endpoints, Envoy's validate mode); otherwise applied live."""
+    from pricingctl.reload import running_stack
+    from stack.ops import OpsError, apply_routes
+
+    config = _load(args)  # a broken file is one line from main (RouteConfigError)
+    problems = _endpoint_problems(config)
+    if problems:
+        print(f"pricingctl: routes apply: {problems[0]}; nothing changed", file=sys.stderr)
+        return 2
+    running = running_stack(args.run_dir)
+    if running is None:
+        return 1
+    try:
+        plan = apply_routes(running, config, lambda line: print(line, flush=True))
+    except OpsError as exc:
+        print(f"pricingctl: {exc}", file=sys.stderr)
+        return 1
+    moved = ", ".join(f"{e} {a} -> {b}" for e, (a, b) in plan.moved.items()) or "no endpoint moved"
+    print(f"routes applied ({moved})")
     return 0

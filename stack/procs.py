@@ -1,8 +1,10 @@
-"""One process: started in its own process group, logged to a file, killed by group."""
+"""One process: started in its own process group, logged to a file, killed by group,
+and dying with the launcher whatever killed it (SIGKILL included)."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -13,6 +15,30 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# prctl(2): the signal the kernel sends a process when the thread that forked it exits.
+PR_SET_PDEATHSIG = 1
+# What a child gets when its launcher dies: SIGTERM, so that a gunicorn master stops
+# its workers (they also leave by themselves within a second of losing their master)
+# and Envoy and Jaeger close their listeners.
+DEATH_SIGNAL = signal.SIGTERM
+
+
+def die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A `preexec_fn`: the child gets DEATH_SIGNAL when its parent dies. Each process runs
+    in a session of its own (so that it can be stopped by group), which takes it out of
+    the terminal's reach: without this an OOM kill, a CI timeout or `kill -9` of the
+    launcher would leave the whole stack running, holding every port. The kernel ties
+    the signal to the forking THREAD: start processes from a thread that lives as long
+    as the stack (the launcher's main thread)."""
+
+    def setup() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return setup
 
 
 class StartError(RuntimeError):
@@ -68,6 +94,7 @@ class Proc:
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
+                preexec_fn=die_with_parent(os.getpid()),
             )
         except FileNotFoundError:
             raise StartError(f"{self.name}: command not found: {self.argv[0]}") from None

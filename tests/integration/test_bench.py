@@ -221,3 +221,32 @@ def test_bad_flag_is_one_line_and_exit_2(argv: tuple[str, ...]) -> None:
     done = pricingctl(*argv, timeout_s=60)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_bench_soak_smoke_writes_series_failures_and_a_plot(tmp_path: Path) -> None:
+    """Half a minute: one kill per pool, one routes apply, every process sampled."""
+    out = tmp_path / "out"
+    done = pricingctl(
+        "bench",
+        "soak",
+        "--minutes",
+        "0.5",
+        "--out",
+        str(out),
+        "--run-dir",
+        str(tmp_path / "run"),
+        timeout_s=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "CLOSE_WAIT left:" in done.stdout
+    doc = json.loads((out / "soak.json").read_text())
+    whats = [e["what"] for e in doc["events"]]
+    assert any(w.startswith("SIGKILL io worker") for w in whats), whats
+    assert any(w.startswith("routes apply") for w in whats), whats
+    labels = {row["label"] for row in doc["series"].values()}
+    assert {"envoy", "simulator", "pool-io master", "pool-io worker", "pool-cpu worker"} <= labels
+    for row in doc["series"].values():
+        assert len(row["t"]) == len(row["rss"]) == len(row["fds"])
+    assert doc["failures"]["requests"] > 100
+    assert isinstance(doc["close_wait"], int)
+    assert (out / "soak.png").read_bytes().startswith(PNG)

@@ -11,12 +11,11 @@ and time) and views of the stack's processes (children, RSS, TCP sockets).
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,11 @@ import pytest
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack, wait_until
+from stack.processes import (
+    descendants,
+    rss_kib,
+    serving_workers,
+)
 from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
 
 pytestmark = pytest.mark.integration
@@ -101,6 +105,7 @@ async def _open_loop(
     rate_per_s: float,
     count: int,
     timeout_s: float,
+    stop: threading.Event | None = None,
 ) -> list[Outcome]:
     host, port = url.removeprefix("http://").split(":")
     start = time.monotonic()
@@ -112,6 +117,8 @@ async def _open_loop(
 
     tasks = []
     for i in range(count):
+        if stop is not None and stop.is_set():
+            break
         delay = start + i / rate_per_s - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -126,10 +133,12 @@ def open_loop(
     rate_per_s: float,
     count: int,
     timeout_s: float = 10.0,
+    stop: threading.Event | None = None,
 ) -> list[Outcome]:
     """Send `count` requests at a fixed rate, whatever the answers (open loop): each on
-    its own connection, each bounded by `timeout_s`. Takes count/rate + timeout_s at most."""
-    return asyncio.run(_open_loop(url, make, rate_per_s, count, timeout_s))
+    its own connection, each bounded by `timeout_s`. Takes count/rate + timeout_s at most;
+    sends no more once `stop` is set (the requests sent are all waited for)."""
+    return asyncio.run(_open_loop(url, make, rate_per_s, count, timeout_s, stop))
 
 
 class Background:
@@ -137,10 +146,15 @@ class Background:
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         self.outcomes: list[Outcome] = []
+        self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=lambda: self.outcomes.extend(open_loop(*args, **kwargs)),  # type: ignore[arg-type]
+            target=lambda: self.outcomes.extend(open_loop(*args, **kwargs, stop=self._stop)),  # type: ignore[arg-type]
             daemon=True,
         )
+
+    def stop(self) -> None:
+        """Send no more requests; those sent are still waited for."""
+        self._stop.set()
 
     def __enter__(self) -> Background:
         self._thread.start()
@@ -184,150 +198,13 @@ class Tally:
         )
 
 
-# --- the stack's processes -----------------------------------------------------------
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of `pid` (e.g. gunicorn's workers), from /proc."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return sorted(set(found))
-
-
-def descendants(pid: int) -> list[int]:
-    out = []
-    for child in children(pid):
-        out += [child, *descendants(child)]
-    return out
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-TCP_STATES = {
-    "01": "ESTABLISHED",
-    "02": "SYN_SENT",
-    "03": "SYN_RECV",
-    "04": "FIN_WAIT1",
-    "05": "FIN_WAIT2",
-    "06": "TIME_WAIT",
-    "07": "CLOSE",
-    "08": "CLOSE_WAIT",
-    "09": "LAST_ACK",
-    "0A": "LISTEN",
-    "0B": "CLOSING",
-}
-
-
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    try:
-        fds = list(Path(f"/proc/{pid}/fd").iterdir())
-    except OSError:
-        return inodes
-    for fd in fds:
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    return inodes
-
-
-def tcp_sockets(pids: Iterable[int]) -> list[tuple[str, int, str, int, str]]:
-    """TCP sockets the processes hold open: (local ip, port, remote ip, port, state)."""
-    pids = list(pids)
-    inodes: set[str] = set()
-    for pid in pids:
-        inodes |= _socket_inodes(pid)
-    out = []
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = Path(f"/proc/{pids[0]}/net/{table}").read_text().splitlines()[1:]
-        except (OSError, IndexError):
-            continue
-        for line in lines:
-            parts = line.split()
-            if parts[9] not in inodes:
-                continue
-            (lip, lport), (rip, rport) = (_addr(parts[1]), _addr(parts[2]))
-            out.append((lip, lport, rip, rport, TCP_STATES.get(parts[3], parts[3])))
-    return out
-
-
-def _addr(text: str) -> tuple[str, int]:
-    """/proc/net/tcp{,6} 'hex ip:hex port' -> ('127.0.0.1', 8080); the address is
-    stored as 32-bit words in host (little-endian) byte order."""
-    import ipaddress
-
-    ip_hex, port_hex = text.split(":")
-    raw = bytes.fromhex(ip_hex)
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    address = ipaddress.ip_address(words)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
-    return str(address), int(port_hex, 16)
-
-
-def connections_to(pids: Iterable[int], port: int) -> Counter[str]:
-    """States of the TCP connections `pids` hold to `port`."""
-    return Counter(state for _, _, _, rport, state in tcp_sockets(pids) if rport == port)
-
-
-def listening_inode(pids: Iterable[int], port: int) -> str | None:
-    """The inode (decimal text) of the listening socket on `port` among the pids' sockets."""
-    pids = list(pids)
-    inodes: set[str] = set()
-    for pid in pids:
-        inodes |= _socket_inodes(pid)
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = Path(f"/proc/{pids[0]}/net/{table}").read_text().splitlines()[1:]
-        except (OSError, IndexError):
-            continue
-        for line in lines:
-            parts = line.split()
-            if parts[3] == "0A" and parts[9] in inodes and _addr(parts[1])[1] == port:
-                return parts[9]
-    return None
-
-
-def accepting(pid: int, inode: str) -> bool:
-    """Whether process `pid` waits for connections on the listening socket `inode`: its
-    event loop's epoll set holds that socket (a gunicorn worker does once it has
-    loaded the app and started its server; a booting or stopping one does not)."""
-    needle = f"ino:{int(inode):x} "
-    try:
-        entries = list(Path(f"/proc/{pid}/fdinfo").iterdir())
-    except OSError:
-        return False
-    for entry in entries:
-        try:
-            text = entry.read_text()
-        except OSError:
-            continue
-        if "tfd:" in text and needle in text:
-            return True
-    return False
+# --- the stack's processes (the /proc views live in stack.processes) -------------
 
 
 def accepting_workers(stack: Stack, pool: str) -> list[int]:
     """The pool's workers that are serving (app loaded, accept loop running)."""
-    master = stack.procs[f"pool-{pool}"].pid
     port = stack.config.pool(pool, stack.layout).bind.port
-    inode = listening_inode([master], port)
-    if inode is None:
-        return []
-    return [pid for pid in children(master) if accepting(pid, inode)]
+    return serving_workers(stack.procs[f"pool-{pool}"].pid, port)
 
 
 def stack_pids(stack: Stack) -> dict[str, list[int]]:

@@ -1,7 +1,10 @@
-"""`pricingctl up`: serves, stops everything on SIGTERM, refuses a taken port."""
+"""`pricingctl up` and `down`: serves, stops everything on SIGTERM, leaves nothing behind
+when it is SIGKILLed, names a stack still running from its run dir, drains under load
+(every accepted request answered), refuses a taken port."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -15,8 +18,9 @@ import pytest
 
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.write import write_routes
-from stack.procs import free_port
+from stack.procs import free_port, port_in_use
 from tests.integration.conftest import http
+from tests.integration.test_overload import Background, Tally, offer_request
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +48,139 @@ def marked_pids(marker: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+class Up:
+    """`pricingctl up` in a subprocess, every process it starts marked by an environment
+    variable; killed (with whatever it left) when the test ends."""
+
+    def __init__(self, tmp_path: Path, config: Path, run_dir: Path) -> None:
+        self.marker = f"PRICINGCTL_TEST_{uuid.uuid4().hex}"
+        self.run_dir = run_dir
+        self.simulator_port = free_port()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pricingctl",
+                "up",
+                "--config",
+                str(config),
+                "--simulator-port",
+                str(self.simulator_port),
+                "--run-dir",
+                str(run_dir),
+                "--jaeger",
+                "off",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, self.marker: "1"},
+        )
+
+    def wait_up(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # blocks until up (or dead)
+        assert "pricingservice is up at" in line, (line, self._stderr())
+        return line
+
+    def _stderr(self) -> str:
+        return self.proc.stderr.read() if self.proc.poll() is not None and self.proc.stderr else ""
+
+    def pids(self) -> list[int]:
+        return marked_pids(self.marker)
+
+    def gone(self, timeout_s: float = 15) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.pids() == []
+
+    def __enter__(self) -> Up:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def pricingctl(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pricingctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def test_a_sigkilled_up_leaves_no_process_and_a_second_up_names_the_first(
+    tmp_path: Path,
+) -> None:
+    config, port = routes_on_free_ports(tmp_path)
+    run_dir = tmp_path / "run"
+    with Up(tmp_path, config, run_dir) as first:
+        first.wait_up()
+        # A second `up` from the same run dir: one line, pointing at `down`.
+        second = pricingctl("up", "--config", str(config), "--run-dir", str(run_dir))
+        assert second.returncode == 1
+        assert second.stderr.count("\n") == 1, second.stderr
+        assert "a stack from an earlier `pricingctl up` is still running" in second.stderr
+        assert f"pricingctl down --run-dir {run_dir}" in second.stderr
+        started = first.pids()
+        assert len(started) >= 9, started  # pricingctl, simulator, 2 masters + 4 workers, Envoy
+        first.proc.kill()  # SIGKILL: no handler runs
+        assert first.gone(), [Path(f"/proc/{p}/cmdline").read_bytes() for p in first.pids()]
+    assert not port_in_use("127.0.0.1", port)
+    # Its pid file is stale now: the next `up` starts, and `down` stops it.
+    with Up(tmp_path, config, run_dir) as again:
+        again.wait_up()
+        down = pricingctl("down", "--run-dir", str(run_dir))
+        assert down.returncode == 0, down.stderr
+        assert again.proc.wait(timeout=30) == 0
+        assert again.gone()
+    assert not (run_dir / "stack.json").exists()
+
+
+SLOW_UPSTREAM_MS = 300
+
+
+def test_down_under_load_answers_every_accepted_request(tmp_path: Path) -> None:
+    """Envoy stops accepting, the requests it accepted finish, then the pools stop: a
+    request either gets its answer or finds nothing listening, never a reset."""
+    config, port = routes_on_free_ports(tmp_path)
+    run_dir = tmp_path / "run"
+    url = f"http://127.0.0.1:{port}"
+    with Up(tmp_path, config, run_dir) as up:
+        up.wait_up()
+        # Slow upstreams: a dozen requests are in flight when `down` comes.
+        reply = http(
+            "PUT",
+            f"http://127.0.0.1:{up.simulator_port}/_control/upstreams/vehicles",
+            {"latency": {"dist": "fixed", "ms": SLOW_UPSTREAM_MS}},
+        )
+        assert reply.status == 200, reply.body
+        with Background(url, offer_request, rate_per_s=40, count=4000, timeout_s=10) as load:
+            time.sleep(2.0)
+            down = pricingctl("down", "--run-dir", str(run_dir))
+            time.sleep(0.5)
+            load.stop()
+        assert down.returncode == 0, down.stderr
+        assert up.proc.wait(timeout=30) == 0
+        assert up.gone()
+    tally = Tally(load.outcomes)
+    refused = [o for o in tally.outcomes if "ConnectionRefused" in o.error]
+    answered = [o for o in tally.outcomes if o.status == 200]
+    print(f"\n{tally.summary('bike offers across `pricingctl down`')}; refused {len(refused)}")
+    assert len(answered) > 40
+    assert [o for o in answered if o.elapsed_s > SLOW_UPSTREAM_MS / 1000]  # slow ones, too
+    assert refused, "the load ran past the stop"
+    others = [o for o in tally.outcomes if o not in answered and o not in refused]
+    assert others == [], others[:5]
 
 
 def test_up_serves_then_sigterm_leaves_no_process(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack, wait_until
+from stack.processes import children
 from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
 from tests.integration.test_overload import (
     OFFER_QUERY,
@@ -28,7 +29,6 @@ from tests.integration.test_overload import (
     Outcome,
     Tally,
     accepting_workers,
-    children,
     offer_request,
     post_json,
 )

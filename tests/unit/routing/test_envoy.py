@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
-from routing.envoy import envoy_config, render_envoy
+from routing.envoy import CDS_FILE, LDS_FILE, envoy_config, render_envoy, render_xds, xds_version
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Layout
 
@@ -24,7 +25,7 @@ def test_committed_envoy_yaml_is_up_to_date() -> None:
 
 def test_render_check_fails_on_a_stale_file(tmp_path: Path) -> None:
     stale = tmp_path / "envoy.yaml"
-    stale.write_text(render_envoy(load_routes()).replace("timeout: 0.5s", "timeout: 5s"))
+    stale.write_text(render_envoy(load_routes()).replace("port_value: 9901", "port_value: 9902"))
     cli = [
         sys.executable,
         "-m",
@@ -139,18 +140,42 @@ def test_shared_layout_sends_everything_to_one_pool_of_the_same_size() -> None:
 def test_admin_binds_loopback_only() -> None:
     doc = yaml.safe_load((ROOT / "envoy.yaml").read_text())
     assert doc["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
-    for cluster in doc["static_resources"]["clusters"]:
+    cds = yaml.safe_load(render_xds(load_routes())[CDS_FILE])
+    for cluster in cds["resources"]:
         for group in cluster["load_assignment"]["endpoints"]:
             for ep in group["lb_endpoints"]:
                 assert ep["endpoint"]["address"]["socket_address"]["address"] == "127.0.0.1"
 
 
+def test_bootstrap_takes_listeners_and_clusters_from_watched_files() -> None:
+    doc = yaml.safe_load(render_envoy(load_routes(), xds_dir="/run/x"))
+    assert "static_resources" not in doc
+    lds = doc["dynamic_resources"]["lds_config"]["path_config_source"]
+    assert lds == {"path": "/run/x/lds.yaml", "watched_directory": {"path": "/run/x"}}
+    files = render_xds(load_routes())
+    lds_doc = yaml.safe_load(files[LDS_FILE])
+    assert [r["name"] for r in lds_doc["resources"]] == ["ingress"]
+    assert xds_version(files[LDS_FILE]) == lds_doc["version_info"]
+    moved = load_routes()
+    moved = replace(
+        moved,
+        routes=tuple(
+            replace(r, pool="cpu") if r.endpoint == "offers.scooter" else r for r in moved.routes
+        ),
+    )
+    # The version follows the content: Envoy's admin tells which file is active.
+    assert xds_version(render_xds(moved)[LDS_FILE]) != xds_version(files[LDS_FILE])
+    assert xds_version(render_xds(moved)[CDS_FILE]) == xds_version(files[CDS_FILE])
+
+
 def test_envoy_validates_both_layouts(tmp_path: Path) -> None:
-    from stack.launch import envoy_binary
+    from stack.envoy import envoy_binary, write_xds
 
     for layout in Layout:
+        xds_dir = tmp_path / layout.value
+        write_xds(xds_dir, render_xds(load_routes(), layout, tracing_collector=("127.0.0.1", 4317)))
         path = tmp_path / f"envoy.{layout.value}.yaml"
-        path.write_text(render_envoy(load_routes(), layout, tracing_collector=("127.0.0.1", 4317)))
+        path.write_text(render_envoy(load_routes(), layout, xds_dir=str(xds_dir)))
         result = subprocess.run(
             [envoy_binary(), "--mode", "validate", "-c", str(path), "--disable-hot-restart"],
             capture_output=True,

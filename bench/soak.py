@@ -1,0 +1,245 @@
+"""The soak: the benchmark's mixed load for N minutes on the split stack, a worker
+SIGKILLed every few minutes (io and cpu in turn) and one `routes apply` half-way (a
+route timeout changed: every pool reloaded, Envoy switched). Sampled every few
+seconds: RSS and open descriptors per process. Reported: their growth after the
+warm-up, the failed requests (apart from the killed worker's in-flight POSTs), and
+the TCP connections left in CLOSE_WAIT once the load has stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench.loadgen import Plan, Samples
+from bench.progress import Progress
+from bench.run import (
+    BenchError,
+    LoadgenProcess,
+    LoadSettings,
+    running_stack,
+    set_upstreams_fixed,
+)
+from bench.traffic import CPU_KINDS, kind_rates, targets_for
+from routing.model import Layout, RouteConfig
+from routing.write import write_routes
+from stack import ops
+from stack.launch import Stack
+from stack.processes import children, open_fds, rss_kib, tcp_sockets
+
+# The route changed by the one `routes apply`, and its new timeout.
+APPLY_ENDPOINT, APPLY_TIMEOUT_MS = "offers.scooter", 600
+RSS_GROWTH_TARGET = 0.05
+
+
+@dataclass(frozen=True)
+class Event:
+    at_s: float
+    what: str
+
+
+def _processes(stack: Stack) -> dict[int, str]:
+    """pid -> label (`envoy`, `pool-io master`, `pool-io worker`, ...)."""
+    out: dict[int, str] = {}
+    for name, proc in stack.procs.items():
+        if name.startswith("pool-"):
+            out[proc.pid] = f"{name} master"
+            for worker in children(proc.pid):
+                out[worker] = f"{name} worker"
+        else:
+            out[proc.pid] = name
+    return out
+
+
+def _apply_change(config: RouteConfig) -> RouteConfig:
+    routes = tuple(
+        replace(r, timeout_ms=APPLY_TIMEOUT_MS) if r.endpoint == APPLY_ENDPOINT else r
+        for r in config.routes
+    )
+    return replace(config, routes=routes)
+
+
+def run_soak(
+    config: RouteConfig,
+    settings: LoadSettings,
+    *,
+    kill_every_s: float,
+    sample_every_s: float,
+    run_dir: Path,
+    progress: Progress,
+) -> dict[str, Any]:
+    # The shipped pools (two workers each): a killed worker leaves its pool serving.
+    prepared = write_routes(config, run_dir / "routes.toml")
+    total_s = settings.total_s
+    series: dict[int, dict[str, Any]] = {}
+    events: list[Event] = []
+    rng = random.Random(settings.seed)
+    with running_stack(prepared, Layout.SPLIT, run_dir / "stack", tracing=False) as stack:
+        set_upstreams_fixed(stack, settings.upstream_ms)
+        rates = kind_rates(settings.group_rates_rps)
+        host, port = stack.url.removeprefix("http://").split(":")
+        plan = Plan(
+            targets=targets_for(stack.config, host, int(port), tuple(rates), settings.seed),
+            rates_rps=rates,
+            duration_s=total_s,
+            seed=settings.seed,
+            timeout_s=settings.timeout_s,
+        )
+        gen = LoadgenProcess(plan, run_dir / "loadgen")
+        try:
+            gen.wait_ready()
+            start = time.monotonic() + 0.3
+            gen.start(start)
+            progress.step(f"soak: {total_s / 60:.1f} min of mixed load", total_s)
+            next_sample, next_kill = start, start + kill_every_s
+            applied = False
+            kill_pools = ["io", "cpu"]
+            while time.monotonic() < start + total_s:
+                now = time.monotonic()
+                if now >= next_sample:
+                    for pid, label in _processes(stack).items():
+                        row = series.setdefault(
+                            pid, {"label": label, "t": [], "rss": [], "fds": []}
+                        )
+                        row["t"].append(round(now - start, 2))
+                        row["rss"].append(rss_kib(pid))
+                        row["fds"].append(open_fds(pid))
+                    next_sample += sample_every_s
+                if now >= next_kill:
+                    pool = kill_pools[len([e for e in events if "SIGKILL" in e.what]) % 2]
+                    victims = children(stack.procs[f"pool-{pool}"].pid)
+                    if victims:
+                        victim = rng.choice(victims)
+                        os.kill(victim, signal.SIGKILL)
+                        events.append(Event(now - start, f"SIGKILL {pool} worker {victim}"))
+                    next_kill += kill_every_s
+                if not applied and now >= start + total_s / 2:
+                    applied = True
+                    began = time.monotonic()
+                    lines: list[str] = []
+                    try:
+                        ops.apply_routes(stack.running(), _apply_change(prepared), lines.append)
+                    except ops.OpsError as exc:
+                        raise BenchError(f"soak: routes apply failed: {exc}") from None
+                    events.append(
+                        Event(
+                            began - start,
+                            f"routes apply ({APPLY_ENDPOINT} timeout {APPLY_TIMEOUT_MS} ms, "
+                            f"{time.monotonic() - began:.0f} s, {len(lines)} steps)",
+                        )
+                    )
+                dead = stack.dead()
+                if dead:
+                    raise BenchError(f"soak: {', '.join(dead)} exited (logs in {stack.run_dir})")
+                if not gen.alive() and gen.popen.returncode != 0:
+                    raise gen.failure(f"exited with code {gen.popen.returncode}")
+                progress.update()
+                time.sleep(0.2)
+            doc = gen.result(timeout_s=settings.timeout_s + 60)
+        finally:
+            gen.kill()
+        time.sleep(2.0)  # the last connections close
+        pids = [pid for pid in _processes(stack)]
+        close_wait = sum(1 for *_, state in tcp_sockets(pids) if state == "CLOSE_WAIT")
+    samples = Samples.from_json(doc["samples"])
+    return {
+        "settings": {
+            **settings.to_json(workers=sum(p.workers for p in config.pools), repeats=1),
+            "kill_every_s": kill_every_s,
+            "sample_every_s": sample_every_s,
+        },
+        "events": [{"at_s": round(e.at_s, 1), "what": e.what} for e in events],
+        "failures": failures(samples, events, timeout_s=settings.cpu_timeout_s),
+        "close_wait": close_wait,
+        "processes": summarize(series, warmup_s=settings.warmup_s),
+        "series": {str(pid): row for pid, row in series.items()},
+    }
+
+
+def failures(samples: Samples, events: list[Event], *, timeout_s: float) -> dict[str, Any]:
+    """Non-200 answers, split into the killed workers' in-flight POSTs (sent within a
+    route timeout before a kill: never retried, they may have been priced) and the rest."""
+    kills = [e.at_s for e in events if "SIGKILL" in e.what]
+    excused, other = 0, []
+    for kind, sent, status in zip(samples.kind, samples.scheduled_s, samples.status, strict=True):
+        if status == 200:
+            continue
+        name = samples.kinds[kind]
+        if name in CPU_KINDS and any(k - timeout_s <= sent <= k + 1.0 for k in kills):
+            excused += 1
+        else:
+            other.append({"kind": name, "sent_s": round(sent, 2), "status": status})
+    return {"requests": len(samples), "killed_in_flight": excused, "other": other}
+
+
+def summarize(series: Mapping[int, Mapping[str, Any]], *, warmup_s: float) -> list[dict[str, Any]]:
+    """Per process: RSS and descriptors from its first sample after its warm-up (the
+    run's, or its own start plus the warm-up for a replaced worker) to its last."""
+    out = []
+    for pid, row in series.items():
+        t0 = max(warmup_s, row["t"][0] + warmup_s)
+        kept = [i for i, t in enumerate(row["t"]) if t >= t0 and row["rss"][i] > 0]
+        if len(kept) < 2:
+            continue
+        rss = [row["rss"][i] for i in kept]
+        fds = [row["fds"][i] for i in kept]
+        out.append(
+            {
+                "pid": pid,
+                "label": row["label"],
+                "span_s": round(row["t"][kept[-1]] - row["t"][kept[0]], 1),
+                "rss_first_kib": rss[0],
+                "rss_last_kib": rss[-1],
+                "rss_growth": round(rss[-1] / rss[0] - 1.0, 4),
+                "fds_first": fds[0],
+                "fds_last": fds[-1],
+                "fds_min": min(fds),
+                "fds_max": max(fds),
+            }
+        )
+    return sorted(out, key=lambda p: (p["label"], p["pid"]))
+
+
+def write_soak(doc: dict[str, Any], out: Path) -> str:
+    import json
+
+    from bench.plots import soak_timeline
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    soak_timeline(
+        doc["series"],
+        [(e["at_s"], e["what"]) for e in doc["events"]],
+        out / "soak.png",
+        title=f"soak: {doc['settings']['duration_s'] / 60:g} min of mixed load",
+    )
+    procs = doc["processes"]
+    long_lived = [p for p in procs if "worker" not in p["label"]]
+    worst = max(procs, key=lambda p: p["rss_growth"]) if procs else None
+    fails = doc["failures"]
+    lines = [
+        f"soak: {fails['requests']} requests, {len(fails['other'])} failed "
+        f"(+{fails['killed_in_flight']} killed workers' in-flight POSTs); "
+        f"{sum('SIGKILL' in e['what'] for e in doc['events'])} workers SIGKILLed, "
+        "1 routes apply; CLOSE_WAIT left: " + str(doc["close_wait"]),
+    ]
+    if worst is not None:
+        met = "met" if worst["rss_growth"] < RSS_GROWTH_TARGET else "NOT met"
+        lines.append(
+            f"RSS growth after warm-up: worst {worst['rss_growth']:+.1%} ({worst['label']} "
+            f"{worst['pid']} over {worst['span_s']:.0f} s; target < 5 %: {met})"
+        )
+    for p in long_lived:
+        lines.append(
+            f"  {p['label']}: RSS {p['rss_first_kib'] / 1024:.1f} -> {p['rss_last_kib'] / 1024:.1f}"
+            f" MiB ({p['rss_growth']:+.1%}), fds {p['fds_first']} -> {p['fds_last']}"
+            f" (min {p['fds_min']}, max {p['fds_max']})"
+        )
+    lines.append(f"results: {out / 'soak.json'}, {out / 'soak.png'}")
+    return "\n".join(lines)

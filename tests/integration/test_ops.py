@@ -1,0 +1,175 @@
+"""Operating a live stack under load, through the real commands: `pricingctl reload`
+replaces every worker of every pool and `pricingctl routes apply` moves an endpoint
+to another pool, each with zero failed requests; a deployment that cannot boot or a
+config Envoy refuses is refused in one line, and nothing changes.
+
+The stack is started by the test (a `Stack`); its pid file names the test process
+as the launcher, so the commands find it as they find one `pricingctl up` started.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from routing.model import Layout, RouteConfig
+from stack.launch import PROJECT_ROOT, Stack
+from stack.processes import children
+from tests.integration.conftest import reset_upstreams, set_upstream
+from tests.integration.test_overload import (
+    RIDE_BODY,
+    Background,
+    Outcome,
+    Tally,
+    derived_config,
+    offer_request,
+    post_json,
+)
+
+pytestmark = pytest.mark.integration
+
+FAST = {"dist": "fixed", "ms": 5}
+# Every fourth request a rideshare POST (cpu pool), the others bike and scooter GETs.
+RATE, COUNT = 20.0, 2000  # bounded above what any one operation takes
+SCOOTER_TO_CPU = {
+    'endpoint = "offers.scooter"\npath = "/v1/offers/scooter"\nmethods = ["GET"]\npool = "io"': (
+        'endpoint = "offers.scooter"\npath = "/v1/offers/scooter"\nmethods = ["GET"]\npool = "cpu"'
+    )
+}
+
+
+@pytest.fixture(scope="module")
+def stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with Stack.on_free_ports(routes, Layout.SPLIT, tmp_path_factory.mktemp("ops")) as stack:
+        for name in ("vehicles", "routing", "promotions"):
+            set_upstream(stack, name, latency=FAST)
+        yield stack
+        reset_upstreams(stack)
+
+
+def mixed(i: int) -> bytes:
+    if i % 4 == 0:
+        return post_json("/v1/offers/rideshare", RIDE_BODY)
+    return offer_request(i, "scooter" if i % 4 in (1, 3) else "bike")
+
+
+def is_scooter(o: Outcome) -> bool:
+    return o.index % 4 in (1, 3)
+
+
+def pricingctl(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pricingctl", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def run_under_load(stack: Stack, *args: str) -> tuple[subprocess.CompletedProcess[str], Tally]:
+    """`pricingctl ARGS` while the mixed load runs; the load's tally up to the end."""
+    with Background(stack.url, mixed, rate_per_s=RATE, count=COUNT, timeout_s=15) as load:
+        time.sleep(1.0)
+        started = time.monotonic()
+        done = pricingctl(*args, "--run-dir", str(stack.run_dir))
+        time.sleep(1.0)  # load after the command too, then the sender stops
+        load.stop()
+    print(f"\n{time.monotonic() - started:.1f} s under load")
+    return done, Tally(load.outcomes)
+
+
+def assert_no_failure(tally: Tally, what: str) -> None:
+    failed = [o for o in tally.outcomes if o.status != 200]
+    assert failed == [], tally.summary(what) + f"; failed {failed[:5]}"
+
+
+def test_reload_all_replaces_every_worker_under_load_without_a_failed_request(
+    stack: Stack,
+) -> None:
+    before = {p: set(children(stack.procs[f"pool-{p}"].pid)) for p in ("io", "cpu")}
+    done, tally = run_under_load(stack, "reload", "all")
+    print(f"\n{done.stdout}{tally.summary('mixed load across `pricingctl reload all`')}")
+    assert done.returncode == 0, done.stderr
+    progress = [line for line in done.stdout.splitlines() if " serving (" in line]
+    assert len(progress) == sum(len(workers) for workers in before.values())  # a line each
+    for pool, old in before.items():
+        now = set(children(stack.procs[f"pool-{pool}"].pid))
+        assert len(now) == len(old) and not now & old, (pool, old, now)
+    assert len(tally.outcomes) > 20
+    assert_no_failure(tally, "reload all")
+
+
+def test_a_worker_that_cannot_boot_is_refused_and_the_old_ones_keep_serving(
+    stack: Stack,
+) -> None:
+    running = stack.running()
+    routes_file = running.pool_routes["io"]
+    good = routes_file.read_text()
+    before = children(stack.procs["pool-io"].pid)
+    routes_file.write_text(good.replace('pool = "io"', 'pool = "gpu"', 1))
+    try:
+        done = pricingctl("reload", "io", "--run-dir", str(stack.run_dir))
+    finally:
+        routes_file.write_text(good)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "reload io: a new worker would not boot" in done.stderr
+    assert "pool 'gpu' is not declared" in done.stderr
+    assert "the old workers keep serving" in done.stderr
+    assert children(stack.procs["pool-io"].pid) == before
+
+
+def test_routes_apply_refuses_an_invalid_config_in_one_line(stack: Stack, tmp_path: Path) -> None:
+    version = stack.admin.listener_version()
+    files = {p: path.read_text() for p, path in stack.running().pool_routes.items()}
+
+    def apply(replace: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        (tmp_path / "routes.toml").unlink(missing_ok=True)
+        config = derived_config(tmp_path, replace)
+        return pricingctl(
+            "routes", "--config", config.source, "apply", "--run-dir", str(stack.run_dir)
+        )
+
+    more_workers = apply({"workers = 2": "workers = 3"})
+    assert more_workers.returncode == 1
+    assert more_workers.stderr == (
+        "pricingctl: routes apply: pool 'cpu' has new settings; pool settings change with "
+        "`pricingctl down` and `up`, routes with apply\n"
+    )
+    unknown = apply({'endpoint = "offers.scooter"': 'endpoint = "offers.skateboard"'})
+    assert unknown.returncode == 2
+    assert unknown.stderr.count("\n") == 1, unknown.stderr
+    assert "offers.scooter" in unknown.stderr and "nothing changed" in unknown.stderr
+    # Nothing changed: Envoy's config, and every pool's routes.
+    assert stack.admin.listener_version() == version
+    assert {p: path.read_text() for p, path in stack.running().pool_routes.items()} == files
+
+
+def test_routes_apply_moves_an_endpoint_under_load_without_a_failed_request(
+    stack: Stack, tmp_path: Path
+) -> None:
+    moved = derived_config(tmp_path, SCOOTER_TO_CPU)
+    done, tally = run_under_load(stack, "routes", "--config", moved.source, "apply")
+    scooters = [o for o in sorted(tally.outcomes, key=lambda o: o.index) if is_scooter(o)]
+    pools = [o.headers.get("x-pricing-pool") for o in scooters]
+    print(
+        f"\n{done.stdout}{tally.summary('mixed load across `pricingctl routes apply`')}; "
+        f"scooter served by io {pools.count('io')}, cpu {pools.count('cpu')}"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "offers.scooter moves from io to cpu" in done.stdout
+    assert_no_failure(tally, "routes apply")
+    # The endpoint flips once, from the old pool to the new one.
+    assert pools[0] == "io" and pools[-1] == "cpu", pools
+    flip = pools.index("cpu")
+    assert set(pools[flip:]) == {"cpu"}, pools
+    # The other endpoints stay where they were.
+    bikes = [o for o in tally.outcomes if o.index % 4 == 2]
+    assert {o.headers.get("x-pricing-pool") for o in bikes} == {"io"}
