@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from routing.envoy import envoy_config, render_envoy
+from routing.envoy import envoy_config, render_static_envoy
 from routing.errors import RouteConfigError
 from routing.gunicorn import gunicorn_settings
 from routing.load import DEFAULT_ROUTES_PATH, parse_routes
@@ -120,7 +120,7 @@ def test_envoy_validates_a_replicated_config(tmp_path: Path) -> None:
     from stack.launch import envoy_binary
 
     path = tmp_path / "envoy.yaml"
-    path.write_text(render_envoy(with_io_bind(THREE_IO), Layout.SPLIT))
+    path.write_text(render_static_envoy(with_io_bind(THREE_IO), Layout.SPLIT))
     result = subprocess.run(
         [envoy_binary(), "--mode", "validate", "-c", str(path), "--disable-hot-restart"],
         capture_output=True,
