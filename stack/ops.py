@@ -82,7 +82,9 @@ def reload_pool(running: Running, pool: str, say: Say) -> None:
     if pool not in running.pool_routes:
         known = ", ".join(running.pool_routes)
         raise OpsError(f"reload: no pool {pool!r} in this stack (pools: {known})")
-    binds = load_routes(running.pool_routes[pool]).pool(pool, running.layout).binds
+    # The replicas' addresses from the config Envoy serves: pools keep their addresses
+    # while the stack runs, and the pool's own file may be the new one being tried.
+    binds = load_routes(running.config_path).pool(pool, running.layout).binds
     for replica in range(len(binds)):
         master = running.pids[replica_name(pool, replica)]
         if not pid_alive(master):
