@@ -12,3 +12,8 @@ ROUTES_ENV: Final = "PRICING_ROUTES"
 POOL_ENV: Final = "PRICING_POOL"
 #: Base URL of every upstream, overriding [upstreams].base_url (the stack's simulator).
 UPSTREAM_URL_ENV: Final = "PRICING_UPSTREAM_URL"
+#: PEM bundle of the CAs an `https://` upstream's certificate is checked against
+#: (default: the system's).
+UPSTREAM_CA_FILE_ENV: Final = "PRICING_UPSTREAM_CA_FILE"
+#: The HTTP client library of the upstream calls (pricing.client_choice; default ours).
+HTTP_CLIENT_ENV: Final = "PRICING_HTTP_CLIENT"
