@@ -12,7 +12,8 @@ Every part runs through one skeleton (`_measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail.
 
 Exit codes: 0 measured (targets met or not: they are reported, not enforced),
-1 the benchmark could not run, 2 bad flags, 130 interrupted (143 on SIGTERM).
+1 the benchmark could not run (a bad route config included), 2 bad flags, 130
+interrupted (143 on SIGTERM).
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     bench.add_argument(
         "--tracing",
         action="store_true",
-        help="start the pools with PRICING_TRACING=1, each stack with Jaeger (when its "
+        help="start the pools with PRICING_TRACING=full, each stack with Jaeger (when its "
         "binary is cached; otherwise the span file), and break every traced offer down",
     )
     bench.add_argument(
@@ -479,7 +480,7 @@ def _guarded(body: Callable[[], int], progress: Progress | None = None) -> int:
         return 1
     except RouteConfigError as exc:
         print(f"pricingctl bench: {exc}", file=sys.stderr)
-        return 2
+        return 1
     except KeyboardInterrupt as exc:
         print(
             "\npricingctl bench: interrupted; every process it started is stopped", file=sys.stderr
