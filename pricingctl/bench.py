@@ -296,7 +296,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "http-client",
         help="CPU per upstream call and offer p99 with each HTTP client library",
         description="The io pool's upstream calls made by each client library in turn, "
-        "at the same offers-only load (default offers=250/s), tracing off and traced; "
+        "at the same offers-only load (default offers=100/s), tracing off and traced; "
         "writes http_client.json with the decision rule's verdict.",
     )
     _common(hc, CLIENT_FULL)
