@@ -25,8 +25,9 @@ from pricing.httpclient import (
     Origin,
     tls_context,
 )
+from routing.env import DEFAULT_HTTP_CLIENT
 
-OURS: Final = "ours"
+OURS: Final = DEFAULT_HTTP_CLIENT
 GEVENTHTTPCLIENT: Final = "geventhttpclient"
 URLLIB3: Final = "urllib3"
 

@@ -17,3 +17,5 @@ UPSTREAM_URL_ENV: Final = "PRICING_UPSTREAM_URL"
 UPSTREAM_CA_FILE_ENV: Final = "PRICING_UPSTREAM_CA_FILE"
 #: The HTTP client library of the upstream calls (pricing.client_choice; default ours).
 HTTP_CLIENT_ENV: Final = "PRICING_HTTP_CLIENT"
+#: Its default: the project's own client (pricing.httpclient), kept by measurement.
+DEFAULT_HTTP_CLIENT: Final = "ours"

@@ -171,9 +171,10 @@ def test_http_client_quick(tmp_path: Path) -> None:
     assert doc["clients"]["ours"]["split"]["works"] is True
     assert doc["decision"]["best_other"] == "geventhttpclient"
     assert isinstance(doc["decision"]["keep_ours"], bool)
-    # Each run's pools really used the client it names.
+    # Each run's pools really used the client it names (they say so when they start).
     for name in ("ours", "geventhttpclient"):
-        assert (run / f"client-{name}-r1").is_dir()
+        log = (run / f"client-{name}-r1" / "logs" / "pool-io.log").read_text()
+        assert f"upstream client {name})" in log
     assert "decision:" in done.stdout
 
 
