@@ -22,8 +22,8 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 WORKDIR /src
-COPY requirements-runtime.lock .
-RUN pip install --require-hashes -r requirements-runtime.lock
+COPY requirements.lock .
+RUN pip install --require-hashes -r requirements.lock
 
 # --- runtime: the venv and the route config, run as a user without privileges ------
 FROM python:3.11.7-slim-bookworm

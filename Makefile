@@ -1,14 +1,18 @@
 # The README's commands. Each target installs what it needs first.
-#   make run    install everything, start the whole stack (Ctrl-C stops it)
-#   make test   install everything, run the whole test suite
+#   make run    install the runtime lock, start the whole stack (Ctrl-C stops it)
+#   make test   install the dev lock (runtime + test, lint and bench tools), run the suite
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup run test unit lint render jaeger lock clean
+.PHONY: setup setup-dev run test unit lint render jaeger lock clean
 
+# Two hash-pinned locks made by `make lock`: requirements.lock (what the service runs)
+# and requirements-dev.lock (that plus pytest, ruff, mypy, matplotlib, the bench's
+# other HTTP clients). Both go into the one .venv; the dev one is a superset.
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -16,14 +20,20 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
+$(DEV_STAMP): $(STAMP) requirements-dev.lock
+	$(PY) -m pip install --quiet --require-hashes -r requirements-dev.lock
+	touch $@
+
 setup: $(STAMP)
+
+setup-dev: $(DEV_STAMP)
 
 run: setup
 	@$(MAKE) --no-print-directory jaeger || echo "make: Jaeger could not be built; spans go to .run/spans.jsonl"
 	$(VENV)/bin/pricingctl up
 
 # pytest's exit code 5 ("no tests collected") is said plainly and not an error.
-test: setup jaeger
+test: setup-dev jaeger
 	@$(PY) -m pytest; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "make: pytest collected no tests (exit 5)"; exit 0; fi; \
 	exit $$code
@@ -38,10 +48,10 @@ jaeger:
 	@deploy/jaeger/build-ui.sh >/dev/null; code=$$?; \
 	if [ $$code -eq 1 ]; then echo "make: Jaeger's web UI did not build (see above); Jaeger serves its API only"; fi
 
-unit: setup
+unit: setup-dev
 	$(PY) -m pytest tests/unit
 
-lint: setup
+lint: setup-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -49,13 +59,17 @@ lint: setup
 render: setup
 	$(VENV)/bin/pricingctl routes render
 
-# Regenerate the dependency locks after editing pyproject.toml: requirements.lock
-# (with the dev extras) for the venv, requirements-runtime.lock for the container image.
-lock: setup
-	$(VENV)/bin/pip install --quiet uv && $(VENV)/bin/uv pip compile pyproject.toml --extra dev \
-	  --python-version 3.11 --generate-hashes -q -o requirements.lock
-	$(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --python-platform x86_64-manylinux_2_31 \
-	  --generate-hashes -q -o requirements-runtime.lock
+# Regenerate both locks after editing pyproject.toml (uv keeps the pins already in
+# them where it can). The runtime lock is constrained by the dev one, so the two
+# never disagree on a version. uv is fetched into a venv of its own: the service's
+# venv gets nothing it does not run.
+UV := .venv-uv/bin/uv
+lock:
+	@test -x $(UV) || { $(PYTHON) -m venv .venv-uv && .venv-uv/bin/pip install --quiet uv; }
+	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 --generate-hashes -q \
+	  -o requirements-dev.lock
+	$(UV) pip compile pyproject.toml -c requirements-dev.lock --python-version 3.11 \
+	  --generate-hashes -q -o requirements.lock
 
 clean:
-	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-uv .run .pytest_cache .mypy_cache .ruff_cache

@@ -1,21 +1,53 @@
-"""PNG plots (matplotlib, Agg: no display needed) a person would rather look at than read."""
+"""PNG plots (matplotlib, Agg: no display needed) a person would rather look at than read.
+
+matplotlib is a dev-only package (requirements-dev.lock): without it every plot is
+skipped, said once in one line on stderr, and the results files are written as usual.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib import ticker
+from typing import Any, TypeVar
 
 from bench.cpu import OTHER
 from tracing.breakdown import UNEXPLAINED
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+except ImportError:
+    plt = ticker = None  # type: ignore[assignment]
+
+_F = TypeVar("_F", bound=Callable[..., Path | None])
+_told = [False]
+
+
+def _needs_matplotlib(plot: _F) -> _F:
+    """Without matplotlib the plot is skipped (returns None); the first skip says why."""
+
+    @functools.wraps(plot)
+    def wrapper(*args: Any, **kwargs: Any) -> Path | None:
+        if plt is None:
+            if not _told[0]:
+                _told[0] = True
+                print(
+                    "bench: no PNG plots: matplotlib is not installed (it is in the dev "
+                    "lock: make setup-dev); the JSON results are written",
+                    file=sys.stderr,
+                )
+            return None
+        return plot(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
 
 COLORS = {"shared": "#d1495b", "split": "#00798c", "via Envoy": "#edae49", "direct": "#30638e"}
 _NINES = (0.5, 0.9, 0.99, 0.999, 0.9999)
@@ -30,6 +62,7 @@ def _nines_x(q: float) -> float:
     return -math.log10(1.0 - q)
 
 
+@_needs_matplotlib
 def latency_cdf(
     series_ms: Mapping[str, Sequence[float]],
     path: Path,
@@ -108,6 +141,7 @@ def _plain_log_ticks(axis: Any, low: float, high: float) -> None:
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
+@_needs_matplotlib
 def time_breakdown(breakdowns: Mapping[str, Mapping[str, Any]], path: Path, *, title: str) -> Path:
     """Per layout, stacked bars (median offer, slowest 1 %) of where the offer time went."""
     fig, ax = plt.subplots(figsize=(9, 6.0))
@@ -176,6 +210,7 @@ def time_breakdown(breakdowns: Mapping[str, Mapping[str, Any]], path: Path, *, t
     return path
 
 
+@_needs_matplotlib
 def cpu_by_component(cpu_use: Mapping[str, Mapping[str, float]], path: Path, *, title: str) -> Path:
     """Per layout, a horizontal stacked bar of CPU % of one core by component."""
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.9 * len(cpu_use)))
@@ -219,6 +254,7 @@ def cpu_by_component(cpu_use: Mapping[str, Mapping[str, float]], path: Path, *, 
     return path
 
 
+@_needs_matplotlib
 def rate_steps(
     steps: Sequence[Mapping[str, Any]], path: Path, *, title: str, p99_limit_ms: float
 ) -> Path:

@@ -22,7 +22,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -201,14 +201,16 @@ def running_stack(
     *,
     tracing: bool | str,
     with_jaeger: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Stack]:
-    """A started stack on free ports; stopped (by process group) however the block ends."""
+    """A started stack on free ports; stopped (by process group) however the block ends.
+    `env` is added to the pools' environment."""
     run_dir.mkdir(parents=True, exist_ok=True)
     stack = Stack.on_free_ports(
         config,
         layout,
         run_dir,
-        extra_env=env_for(tracing, jaeger=with_jaeger),
+        extra_env={**env_for(tracing, jaeger=with_jaeger), **(env or {})},
         with_jaeger=with_jaeger,
     )
     try:
@@ -498,6 +500,8 @@ class Arm:
     run_name: str
     # Envoy's sampling percentage (None: the load settings', else the route config's).
     sample_percent: float | None = None
+    # More of the pools' environment (e.g. the HTTP client library).
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def traced(self) -> bool:
@@ -559,7 +563,7 @@ def run_interleaved(
         arm_config = with_sample_percent(config, percent, run_dir)
         jaeger = settings.jaeger and arm.traced
         with running_stack(
-            arm_config, arm.layout, stack_dir, tracing=arm.tracing, with_jaeger=jaeger
+            arm_config, arm.layout, stack_dir, tracing=arm.tracing, with_jaeger=jaeger, env=arm.env
         ) as stack:
             host, port = stack.config.listener.address.host, stack.config.listener.address.port
             targets = targets_for(stack.config, host, port, tuple(rates), settings.seed)

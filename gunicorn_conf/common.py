@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from routing.env import METRICS_DIR_ENV, POOL_ENV
+from routing.env import DEFAULT_HTTP_CLIENT, HTTP_CLIENT_ENV, METRICS_DIR_ENV, POOL_ENV
 from routing.envoy import ENVOY_START_HEADER
 from routing.gunicorn import gunicorn_settings, layout_of
 from routing.load import load_routes
@@ -99,11 +99,12 @@ def post_fork(server: Any, worker: Any) -> None:
     if traced is not None and traced.instrumentor is not None:
         tracing.watch_gunicorn_worker(worker)
     worker.log.info(
-        "worker %s serving pool %s (nice %s, tracing %s)",
+        "worker %s serving pool %s (nice %s, tracing %s, upstream client %s)",
         worker.pid,
         pool_name,
         pool.nice,
         traced.settings.mode.value if traced else "off",
+        os.environ.get(HTTP_CLIENT_ENV) or DEFAULT_HTTP_CLIENT,
     )
 
 

@@ -12,7 +12,13 @@ import os
 from flask import Flask, Response
 
 from pricing.problems import POOL_HEADER
-from routing.env import POOL_ENV, UPSTREAM_URL_ENV
+from routing.env import (
+    DEFAULT_HTTP_CLIENT,
+    HTTP_CLIENT_ENV,
+    POOL_ENV,
+    UPSTREAM_CA_FILE_ENV,
+    UPSTREAM_URL_ENV,
+)
 from routing.gunicorn import layout_of
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
@@ -54,6 +60,8 @@ def create_app(
         os.environ.get(UPSTREAM_URL_ENV) or config.upstream_base_url,
         observer=observer,
         metrics=pool_metrics,
+        client=os.environ.get(HTTP_CLIENT_ENV) or DEFAULT_HTTP_CLIENT,
+        ca_file=os.environ.get(UPSTREAM_CA_FILE_ENV) or None,
     )
     problems.init_app(app)
     urls.register_routes(app, config, pool, layout)

@@ -3,9 +3,12 @@
 `pricing.httpclient` feeds it what its gevent socket receives for an upstream call;
 the benchmark's load generator (`bench.loadgen`) feeds it from its epoll loop. A
 response is framed by Content-Length, chunked encoding (trailers skipped) or the end
-of the connection; interim (1xx) responses are skipped. Not http.client: its header
-parsing goes through the `email` package, the largest CPU cost per upstream call in
-the io pool's profiles, and it cannot be fed from a non-blocking loop.
+of the connection, by the rules of RFC 9112 section 6.3: a reply to HEAD, a 1xx, 204 or
+304 has no body whatever its headers say (interim 1xx responses are skipped); chunked
+wins over Content-Length; only a reply with neither is read until the close. Not
+http.client: its header parsing goes through the `email` package, the largest CPU cost
+per upstream call in the io pool's profiles, and it cannot be fed from a non-blocking
+loop.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class ResponseParser:
 
     __slots__ = (
         "_buf",
+        "_head_request",
         "_keep_body",
         "_max_body",
         "_max_head",
@@ -54,10 +58,12 @@ class ResponseParser:
         max_head_bytes: int = MAX_HEAD_BYTES,
         max_body_bytes: int | None = None,
         keep_body: bool = True,
+        head_request: bool = False,
     ) -> None:
         self._max_head = max_head_bytes
         self._max_body = max_body_bytes
         self._keep_body = keep_body
+        self._head_request = head_request
         self._buf = bytearray()
         self._state = _HEAD
         self._remaining = 0  # body bytes (Content-Length) or chunk bytes still to come
@@ -162,6 +168,8 @@ class ResponseParser:
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
             raise ProtocolError(f"malformed status line {lines[0][:80]!r}")
         status = int(parts[1])
+        if status == 101:
+            raise ProtocolError("101 Switching Protocols to a request that asked for no upgrade")
         if 100 <= status < 200:
             return  # interim response (we never send Expect): the real one follows
         headers: dict[str, str] = {}
@@ -176,15 +184,21 @@ class ResponseParser:
             self.keep_alive = "close" not in tokens
         else:
             self.keep_alive = "keep-alive" in tokens
-        if status in _NO_BODY_STATUSES:
+        coding = headers.get("transfer-encoding")
+        if self._head_request or status in _NO_BODY_STATUSES:
             self._state = _DONE
-        elif "chunked" in headers.get("transfer-encoding", "").lower():
+        elif coding is not None:
+            if coding.lower().rsplit(",", 1)[-1].strip() != "chunked":
+                # A coding that is not chunked last: the body ends with the connection.
+                self._state = _UNTIL_CLOSE
+                self.keep_alive = False
+                return
             self._state = _CHUNK_SIZE
+            if "content-length" in headers:
+                # Both: chunked wins, and the connection is not to be trusted again.
+                self.keep_alive = False
         elif "content-length" in headers:
-            raw = headers["content-length"]
-            if not (raw.isascii() and raw.isdigit()):
-                raise ProtocolError("malformed content-length")
-            length = int(raw)
+            length = _content_length(headers["content-length"])
             if self._max_body is not None and length > self._max_body:
                 raise ProtocolError(f"content-length {length} out of bounds")
             self._remaining = length
@@ -211,3 +225,15 @@ class ResponseParser:
             self._max_body -= size
             if self._max_body < 0:
                 raise ProtocolError(message)
+
+
+def _content_length(raw: str) -> int:
+    """The value of a Content-Length field; a list of identical values (a proxy that
+    merged repeated fields) counts once, differing ones are an error (RFC 9110 8.6)."""
+    values = {v.strip() for v in raw.split(",")}
+    if len(values) != 1:
+        raise ProtocolError("malformed content-length: differing values")
+    value = values.pop()
+    if not (value.isascii() and value.isdigit()):
+        raise ProtocolError("malformed content-length")
+    return int(value)

@@ -15,14 +15,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import gevent
 from gevent.lock import BoundedSemaphore
 
+from pricing.client_choice import OURS, UpstreamClient, make_client
 from pricing.deadline import Deadline
 from pricing.errors import UpstreamFailure
-from pricing.httpclient import CallObserver, HostClient, HttpClientError
+from pricing.httpclient import CallObserver, HttpClientError, Origin
 
 Answer = dict[str, Any] | UpstreamFailure
 
@@ -78,7 +78,8 @@ def spawn_in_context(func: Any, *args: Any) -> gevent.Greenlet:
 
 
 class HttpGateway:
-    """The real gateway: one keep-alive HTTP client per upstream (pricing.httpclient)."""
+    """The real gateway: one keep-alive HTTP client per upstream (pricing.httpclient,
+    or the library `client` names: pricing.client_choice)."""
 
     def __init__(
         self,
@@ -86,22 +87,25 @@ class HttpGateway:
         specs: Mapping[str, UpstreamSpec] | None = None,
         overrides: Mapping[str, str] | None = None,
         observer: CallObserver | None = None,
+        *,
         metrics: UpstreamMetrics | None = None,
+        client: str = OURS,
+        ca_file: str | None = None,
     ) -> None:
         specs = specs if specs is not None else specs_from_env(UPSTREAMS)
         self._metrics = metrics
         overrides = overrides if overrides is not None else _env_overrides(specs)
         self._specs = specs
-        self.clients: dict[str, HostClient] = {}
+        self.clients: dict[str, UpstreamClient] = {}
         self._bulkheads: dict[str, BoundedSemaphore] = {}
         for name, spec in specs.items():
-            url = urlsplit(overrides.get(name, base_url))
-            self.clients[name] = HostClient(
+            self.clients[name] = make_client(
+                client,
                 name,
-                url.hostname or "127.0.0.1",
-                url.port or 80,
+                Origin.from_url(overrides.get(name, base_url)),
                 max_idle=spec.max_concurrency,
                 observer=observer,
+                ca_file=ca_file,
             )
             self._bulkheads[name] = BoundedSemaphore(spec.max_concurrency)
 

@@ -4,6 +4,7 @@
     pricingctl bench envoy-hop [--quick] ...
     pricingctl bench io-capacity [--quick] ...
     pricingctl bench tracing-overhead [--quick] ...
+    pricingctl bench http-client [--quick] [--clients ours,geventhttpclient,urllib3] ...
     pricingctl bench timing-accuracy [--quick] [--calls N] [--hogs N] ...
     pricingctl bench timing-cost [--quick] [--rounds N] [--repeat N]
     pricingctl bench soak [--minutes M] [--kill-every-s S] ...
@@ -12,7 +13,8 @@ Every part runs through one skeleton (`_measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail.
 
 Exit codes: 0 measured (targets met or not: they are reported, not enforced),
-1 the benchmark could not run, 2 bad flags, 130 interrupted (143 on SIGTERM).
+1 the benchmark could not run (a bad route config included), 2 bad flags, 130
+interrupted (143 on SIGTERM).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ FULL = Defaults(duration_s=45.0, warmup_s=10.0, repeats=3)
 QUICK = Defaults(duration_s=15.0, warmup_s=4.0, repeats=1)
 HOP_FULL, HOP_QUICK = Defaults(30.0, 5.0, 1), Defaults(10.0, 3.0, 1)
 CAPACITY_FULL, CAPACITY_QUICK = Defaults(15.0, 3.0, 1), Defaults(6.0, 2.0, 1)
+CLIENT_FULL, CLIENT_QUICK = Defaults(20.0, 4.0, 2), Defaults(5.0, 2.0, 1)
 
 
 # --- value checks (argparse `type=`: a bad value becomes one clear line) --------------
@@ -200,6 +203,20 @@ def _modes(text: str) -> tuple[str, ...]:
     return modes
 
 
+def _clients(text: str) -> tuple[str, ...]:
+    from pricing.client_choice import CLIENTS, OURS
+
+    clients = tuple(c.strip() for c in text.split(",") if c.strip())
+    unknown = [c for c in clients if c not in CLIENTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown client {unknown[0]!r}; expected some of {', '.join(CLIENTS)}"
+        )
+    if OURS not in clients or len(set(clients)) != len(clients) or len(clients) < 2:
+        raise argparse.ArgumentTypeError("expected ours and at least one other client, each once")
+    return clients
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = subparsers.add_parser(
         "bench",
@@ -213,7 +230,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     bench.add_argument(
         "--tracing",
         action="store_true",
-        help="start the pools with PRICING_TRACING=1, each stack with Jaeger (when its "
+        help="start the pools with PRICING_TRACING=full, each stack with Jaeger (when its "
         "binary is cached; otherwise the span file), and break every traced offer down",
     )
     bench.add_argument(
@@ -288,6 +305,25 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "default off,default,100",
     )
     tr.set_defaults(handler=_handler(TRACING_OVERHEAD))
+
+    hc = sub.add_parser(
+        "http-client",
+        help="CPU per upstream call and offer p99 with each HTTP client library",
+        description="The io pool's upstream calls made by each client library in turn, "
+        "at the same offers-only load (default offers=100/s), tracing off and traced; "
+        "writes http_client.json with the decision rule's verdict.",
+    )
+    _common(hc, CLIENT_FULL)
+    _load_flags(hc, CLIENT_FULL)
+    hc.add_argument(
+        "--clients",
+        type=_clients,
+        default=None,
+        metavar="C,C",
+        help="client libraries to compare, ours among them (default all: "
+        "ours,geventhttpclient,urllib3)",
+    )
+    hc.set_defaults(handler=_handler(HTTP_CLIENT))
 
     acc = sub.add_parser(
         "timing-accuracy",
@@ -502,7 +538,7 @@ def _guarded(body: Callable[[], int], progress: Progress | None = None) -> int:
         return 1
     except RouteConfigError as exc:
         print(f"pricingctl bench: {exc}", file=sys.stderr)
-        return 2
+        return 1
     except KeyboardInterrupt as exc:
         print(
             "\npricingctl bench: interrupted; every process it started is stopped", file=sys.stderr
@@ -723,6 +759,56 @@ SOAK = Part(
     SOAK_FULL,
     lambda args, settings, d: STACK_START_EST_S + args.minutes * 60 + 60,
     _measure_soak,
+)
+
+
+def _client_settings(args: argparse.Namespace, settings: LoadSettings) -> LoadSettings:
+    from bench.http_client import DEFAULT_RATES as CLIENT_RATES
+
+    return replace(settings, group_rates_rps={**CLIENT_RATES, **args.rates})
+
+
+def _planned_http_client(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    from bench.http_client import arms
+    from bench.run import run_order
+    from pricing.client_choice import CLIENTS
+
+    return planned_seconds(settings, len(run_order(arms(args.clients or CLIENTS), d.repeats)))
+
+
+def _measure_http_client(run: Run) -> str:
+    from bench.http_client import run_http_client, write_http_client
+    from pricing.client_choice import CLIENTS
+
+    doc = run_http_client(
+        run.config,
+        _client_settings(run.args, run.settings),
+        workers=run.args.workers,
+        repeats=run.defaults.repeats,
+        deadline_s=run.deadline_s,
+        run_dir=run.args.run_dir,
+        clients=run.args.clients or CLIENTS,
+        progress=run.progress,
+    )
+    return write_http_client({**run.header, **doc}, run.args.out)
+
+
+def _check_http_client(args: argparse.Namespace) -> str | None:
+    import importlib.util
+
+    from pricing.client_choice import CLIENTS, OURS
+
+    missing = [c for c in args.clients or CLIENTS if c != OURS and not importlib.util.find_spec(c)]
+    if missing:
+        return (
+            f"{', '.join(missing)} not installed (dev-only: make setup-dev), "
+            "or leave it out with --clients"
+        )
+    return None
+
+
+HTTP_CLIENT = Part(
+    CLIENT_FULL, CLIENT_QUICK, _planned_http_client, _measure_http_client, _check_http_client
 )
 
 

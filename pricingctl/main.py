@@ -1,4 +1,8 @@
-"""The root parser: one sub-command per module, one way to report a bad config."""
+"""The root parser: one sub-command per module, one way to report a bad config.
+
+Exit codes shared by every sub-command: 0 done, 1 it could not be done (a bad route
+config: one line naming the file and the key), 2 bad flags (argparse's usage error).
+Flags follow the sub-command they belong to (`pricingctl routes check --config F`)."""
 
 from __future__ import annotations
 
@@ -32,11 +36,22 @@ class OneLineParser(argparse.ArgumentParser):
         return ns, extras
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, via `pip install -e .`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pricingservice")
+    except PackageNotFoundError:
+        return "unknown (not installed: make setup)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pricingctl",
         description="Run, route and inspect pricingservice.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = cast(
         "argparse._SubParsersAction[argparse.ArgumentParser]",
         parser.add_subparsers(
@@ -60,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(handler(args))
     except RouteConfigError as exc:
         print(f"pricingctl: {exc}", file=sys.stderr)
-        return 2
+        return 1
 
 
 if __name__ == "__main__":

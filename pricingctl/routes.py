@@ -14,12 +14,21 @@ from stack.launch import DEFAULT_RUN_DIR
 DEFAULT_ENVOY_PATH = DEFAULT_ROUTES_PATH.parent / "envoy.yaml"
 
 
+def _config_flag(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument(
+        "--config", type=Path, default=default, help="route config (default: routes.toml)"
+    )
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     routes = subparsers.add_parser("routes", help="render and check the route config")
-    routes.add_argument("--config", type=Path, default=None, help="route config (routes.toml)")
+    # After the action like every other sub-command (`routes check --config F`); still
+    # accepted before it. SUPPRESS: an action without the flag keeps the parent's value.
+    _config_flag(routes, None)
     sub = routes.add_subparsers(dest="routes_command", required=True)
 
     render = sub.add_parser("render", help="write envoy.yaml from the route config")
+    _config_flag(render, argparse.SUPPRESS)
     render.add_argument("--layout", choices=[x.value for x in Layout], default="split")
     render.add_argument("--output", "-o", type=Path, default=None, help="default: envoy.yaml")
     render.add_argument(
@@ -35,6 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     render.set_defaults(handler=_render)
 
     check = sub.add_parser("check", help="check the route config against the Flask endpoints")
+    _config_flag(check, argparse.SUPPRESS)
     check.set_defaults(handler=_check)
 
     apply = sub.add_parser(

@@ -28,10 +28,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "their CPU-wait share, culprits",
     )
     source = traces.add_mutually_exclusive_group()
+    # A URL here; `up --jaeger` is a mode (auto, on, off). The old spelling of this
+    # flag, `--jaeger URL`, is still accepted but no longer shown.
     source.add_argument(
-        "--jaeger",
+        "--jaeger-url",
+        dest="jaeger",
         default=DEFAULT_JAEGER_URL,
-        help=f"Jaeger query URL (default {DEFAULT_JAEGER_URL})",
+        metavar="URL",
+        help=f"Jaeger query URL to read traces from (default {DEFAULT_JAEGER_URL})",
+    )
+    source.add_argument(
+        "--jaeger", dest="jaeger", default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
     source.add_argument(
         "--file",

@@ -32,7 +32,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--jaeger",
         choices=["auto", "on", "off"],
         default="auto",
-        help="auto: start Jaeger when it is built (make jaeger); off: spans go to a file",
+        help="whether to start Jaeger: auto (when it is built: make jaeger), on (fail "
+        "without it), off (spans go to a file); `traces --jaeger-url` reads from one",
     )
     up.add_argument(
         "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="logs and rendered configs"

@@ -15,3 +15,10 @@ UPSTREAM_URL_ENV: Final = "PRICING_UPSTREAM_URL"
 #: Directory under which each pool keeps its metrics files (one sub-directory per pool,
 #: emptied when the pool starts; default: under the system's temporary directory).
 METRICS_DIR_ENV: Final = "PRICING_METRICS_DIR"
+#: PEM bundle of the CAs an `https://` upstream's certificate is checked against
+#: (default: the system's).
+UPSTREAM_CA_FILE_ENV: Final = "PRICING_UPSTREAM_CA_FILE"
+#: The HTTP client library of the upstream calls (pricing.client_choice; default ours).
+HTTP_CLIENT_ENV: Final = "PRICING_HTTP_CLIENT"
+#: Its default: the project's own client (pricing.httpclient), kept by measurement.
+DEFAULT_HTTP_CLIENT: Final = "ours"

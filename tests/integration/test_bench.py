@@ -145,6 +145,39 @@ def test_tracing_overhead_quick(tmp_path: Path) -> None:
     assert (run / "routes-sample-100.toml").exists()
 
 
+def test_http_client_quick(tmp_path: Path) -> None:
+    """Each client library makes the io pool's calls in the real stack, tracing off and
+    traced; the results carry CPU per call, p99, the split check and the decision."""
+    out, run = tmp_path / "out", tmp_path / "run"
+    done = pricingctl(
+        "bench",
+        "http-client",
+        *("--clients", "ours,geventhttpclient", "--rates", "offers=60"),
+        *("--duration", "3", "--warmup", "1", "--repeats", "1"),
+        *("--out", str(out), "--run-dir", str(run)),
+        timeout_s=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((out / "http_client.json").read_text())
+    assert set(doc["clients"]) == {"ours", "geventhttpclient"}
+    for client in doc["clients"].values():
+        for mode in (client, client["traced"]):
+            assert_ordered(mode["offers"])
+            assert mode["offers"]["ok"] > 0
+            assert mode["io_cpu_us_per_call"] > 0
+        assert client["split"]["spans"] > 0
+    # Our client's calls through the real stack: the network time is the simulator's
+    # fixed 100 ms, not the scheduling delay.
+    assert doc["clients"]["ours"]["split"]["works"] is True
+    assert doc["decision"]["best_other"] == "geventhttpclient"
+    assert isinstance(doc["decision"]["keep_ours"], bool)
+    # Each run's pools really used the client it names (they say so when they start).
+    for name in ("ours", "geventhttpclient"):
+        log = (run / f"client-{name}-r1" / "logs" / "pool-io.log").read_text()
+        assert f"upstream client {name})" in log
+    assert "decision:" in done.stdout
+
+
 def test_bench_tracing_breakdown_quick(tmp_path: Path) -> None:
     """`bench --tracing`: every traced offer broken down by tracing.breakdown (with
     Envoy's span when Jaeger is cached), each band with every part and "unexplained";

@@ -311,7 +311,14 @@ def test_one_trace_runs_envoy_server_and_client_spans_in_jaeger(jaeger_stack: St
 def test_pricingctl_traces_prints_a_table_from_jaeger(jaeger_stack: Stack) -> None:
     offers(jaeger_stack.url, 3, pause_s=0.01)
     time.sleep(1.2)
-    cli = [sys.executable, "-m", "pricingctl", "traces", "--jaeger", str(jaeger_stack.jaeger_url)]
+    cli = [
+        sys.executable,
+        "-m",
+        "pricingctl",
+        "traces",
+        "--jaeger-url",
+        str(jaeger_stack.jaeger_url),
+    ]
     table = subprocess.run(cli, capture_output=True, text=True, timeout=30)
     assert table.returncode == 0, table.stderr
     assert "GET /v1/offers/bike" in table.stdout
@@ -344,7 +351,7 @@ def test_pricingctl_traces_says_so_when_jaeger_is_unreachable(tmp_path: Path) ->
             "-m",
             "pricingctl",
             "traces",
-            "--jaeger",
+            "--jaeger-url",
             f"http://127.0.0.1:{free_port()}",
         ],
         capture_output=True,

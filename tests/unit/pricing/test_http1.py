@@ -64,8 +64,47 @@ def test_body_until_close() -> None:
     assert parser.body == b"partial"
 
 
-def test_no_body_statuses() -> None:
-    assert feed_in_pieces(b"HTTP/1.1 204 No Content\r\n\r\n", 100).done
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 204 No Content\r\n\r\n",
+        b"HTTP/1.1 304 Not Modified\r\n\r\n",
+        b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",  # the GET's length
+        b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+    ],
+)
+def test_no_body_statuses_end_at_their_head_and_keep_alive(head: bytes) -> None:
+    """RFC 9112 6.3: 1xx, 204 and 304 never have a body; not read until the close."""
+    parser = feed_in_pieces(head, 7)
+    assert parser.done and parser.keep_alive and parser.body == b"" and parser.rest == b""
+
+
+def test_a_reply_to_head_has_no_body() -> None:
+    parser = ResponseParser(head_request=True)
+    parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+    assert parser.done and parser.keep_alive and parser.headers["content-length"] == "5"
+    parser = ResponseParser(head_request=True)
+    parser.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    assert parser.done and parser.keep_alive
+
+
+def test_chunked_wins_over_content_length_and_the_connection_is_not_reused() -> None:
+    data = b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n"
+    parser = feed_in_pieces(data + b"2\r\nab\r\n0\r\n\r\n", 5)
+    assert parser.done and parser.body == b"ab" and not parser.keep_alive
+
+
+def test_a_coding_not_ending_in_chunked_is_read_until_the_close() -> None:
+    parser = feed_in_pieces(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nzz", 5)
+    assert not parser.done
+    parser.eof()
+    assert parser.body == b"zz" and not parser.keep_alive
+
+
+def test_repeated_identical_content_lengths_count_once() -> None:
+    parser = feed_in_pieces(b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nab", 5)
+    assert parser.done and parser.body == b"ab"
 
 
 def test_interim_response_is_skipped() -> None:
@@ -89,6 +128,8 @@ def test_bytes_after_the_end_are_kept_apart() -> None:
         (b"HTTP/1.1 abc OK\r\n\r\n", "malformed status line"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "malformed content-length"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "malformed content-length"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\n", "differing values"),
+        (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "asked for no upgrade"),
         (b"HTTP/1.1 200 OK\r\nbroken header\r\n\r\n", "malformed header line"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x1\r\n", "malformed chunk size"),

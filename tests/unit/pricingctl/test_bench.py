@@ -53,3 +53,29 @@ def test_good_flags_parse() -> None:
     )
     args = build_parser().parse_args(["bench", "io-capacity", "--quick", "--direct"])
     assert args.bench_command == "io-capacity" and args.direct
+
+
+def test_http_client_without_a_dev_only_client_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from pricingctl.main import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "geventhttpclient" else real(name, *a),
+    )
+    assert main(["bench", "http-client", "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "geventhttpclient not installed" in err[0] and "--clients" in err[0]
+
+
+@pytest.mark.parametrize("clients", ["geventhttpclient,urllib3", "ours", "ours,ours", "ours,curl"])
+def test_http_client_needs_ours_and_another_known_client(clients: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["bench", "http-client", "--clients", clients])
+    assert exc.value.code == 2

@@ -55,7 +55,7 @@ def test_dockerfile_is_multi_stage_non_root_with_a_healthcheck() -> None:
     final = text[text.rindex("\nFROM ") :]
     assert "USER 10001" in final
     assert "HEALTHCHECK" in final and "/healthz" in final
-    assert "requirements-runtime.lock" in text and "requirements.lock" not in text
+    assert "requirements.lock" in text and "requirements-dev.lock" not in text
     # No compilers in the final image: nothing is installed there, only copied.
     assert "apt-get" not in final and "pip install" not in final
 

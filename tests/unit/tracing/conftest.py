@@ -47,8 +47,18 @@ def instrumentor() -> Iterator[GeventTimingInstrumentor]:
 def upstream_port() -> Iterator[int]:
     """Port of a TCP upstream that answers each line ``<delay_ms>`` after that delay with
     ``<CLOCK_REALTIME ns just before its send>``."""
+    yield from _delayed_upstream()
+
+
+@pytest.fixture(scope="module")
+def tls_upstream_port(tls_cert: tuple[str, str]) -> Iterator[int]:
+    """The same upstream over TLS, with the certificate of `tls_cert`."""
+    yield from _delayed_upstream(*tls_cert)
+
+
+def _delayed_upstream(*args: str) -> Iterator[int]:
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "delayed_upstream.py")],
+        [sys.executable, str(HERE / "delayed_upstream.py"), *args],
         stdout=subprocess.PIPE,
         text=True,
     )

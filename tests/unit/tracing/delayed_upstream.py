@@ -7,12 +7,17 @@ exchange, whatever happened to the client process meanwhile.
 
 It also speaks just enough HTTP/1.1 for urllib3: ``GET /<delay_ms> HTTP/1.1`` gets a
 keep-alive ``200`` whose body is the same line.
+
+With ``<cert.pem> <key.pem>`` as arguments it speaks TLS; the request's landing time is
+then taken when its first bytes were decrypted (a TLS socket gives no kernel stamp).
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
+import sys
 import threading
 import time
 
@@ -24,7 +29,10 @@ def serve(conn: socket.socket) -> None:
     landed = 0
     with conn:
         while True:
-            data, ancillary, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(16))
+            if isinstance(conn, ssl.SSLSocket):
+                data, ancillary = conn.recv(4096), []
+            else:
+                data, ancillary, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(16))
             if not data:
                 return
             if not buffer:
@@ -60,10 +68,16 @@ def main() -> None:
     listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
+    tls = None
+    if len(sys.argv) == 3:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(sys.argv[1], sys.argv[2])
     print(listener.getsockname()[1], flush=True)
     while True:
         conn, _ = listener.accept()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            conn = tls.wrap_socket(conn, server_side=True)
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 

@@ -18,6 +18,7 @@ import gevent
 import pytest
 from gevent import socket as gsocket
 
+from pricing.httpclient import HostClient, Origin, tls_context
 from tracing.timing import kernel_rx, socket_hooks
 from tracing.timing.call_timing import CallTiming, measure_call
 from tracing.timing.instrumentor import GeventTimingInstrumentor
@@ -193,3 +194,77 @@ def test_a_timeout_in_the_wait_propagates_and_counts_as_network(
     assert 0.029 <= measurement.timing.network_s < 0.200
     gevent.sleep(0.25)
     conn.recv(64)  # drain the late reply
+
+
+def test_the_split_holds_over_tls(
+    instrumentor: GeventTimingInstrumentor, tls_upstream_port: int, tls_cert: tuple[str, str]
+) -> None:
+    """The upstream client's https path: its reads go through gevent's SSL ``read`` (the
+    hook that sees a reply already queued) and the same socket waits as plain TCP."""
+    origin = Origin("https", "127.0.0.1", tls_upstream_port)
+    client = HostClient("tls", origin, max_idle=1, ca_file=tls_cert[0])
+    client.get("/1")  # the handshake, outside the measured calls
+
+    def run(with_hog: bool) -> list[tuple[CallTiming, float]]:
+        stop = [False]
+        hogs = [gevent.spawn(hog, stop)] if with_hog else []
+
+        def calls() -> list[tuple[CallTiming, float]]:
+            set_greenlet_label(CLIENT)
+            out = []
+            for _ in range(3):
+                with measure_call() as measurement:
+                    response = client.get(f"/{REPLY_MS}")
+                landed, sent = map(int, response.body.split())
+                assert measurement.timing is not None
+                out.append((measurement.timing, (sent - landed) / 1e9))
+            return out
+
+        try:
+            return gevent.spawn(calls).get(timeout=8)
+        finally:
+            stop[0] = True
+            gevent.joinall(hogs)
+
+    idle, hogged = run(with_hog=False), run(with_hog=True)
+    for timing, true_network in idle + hogged:
+        assert timing.network_s >= true_network - 0.001
+        assert REPLY_MS / 1e3 <= timing.network_s < REPLY_MS / 1e3 + 0.040
+    for timing, _ in hogged:
+        assert timing.scheduling_delay_s > 0.010
+        assert timing.top_culprits(1)[0][0] == HOG
+    assert min(t.scheduling_delay_s for t, _ in hogged) > max(t.scheduling_delay_s for t, _ in idle)
+    client.close()
+
+
+def test_a_tls_reply_already_queued_at_the_first_read_is_network(
+    instrumentor: GeventTimingInstrumentor, tls_upstream_port: int, tls_cert: tuple[str, str]
+) -> None:
+    """A TLS read that never waits is only seen by the hook on gevent's SSL ``read``."""
+    raw = gsocket.create_connection(("127.0.0.1", tls_upstream_port))
+    sock = tls_context(tls_cert[0]).wrap_socket(raw, server_hostname="127.0.0.1")
+
+    def exchange(pause_s: float) -> float:
+        sock.sendall(b"GET /%d HTTP/1.1\r\nHost: t\r\n\r\n" % REPLY_MS)
+        gevent.sleep(pause_s)
+        reply = b""
+        while not reply.endswith(b"\n"):
+            reply += sock.recv(4096)
+        landed, sent = map(int, reply.split(b"\r\n\r\n", 1)[1].split())
+        return (sent - landed) / 1e9
+
+    def client() -> tuple[CallTiming, float]:
+        # A kept-alive connection: the first read also took the TLS 1.3 session tickets
+        # the server sent after the handshake (queued before any send, so their kernel
+        # stamp dates nothing: see CallState.on_first_read).
+        exchange(0)
+        with measure_call() as measurement:
+            true_network = exchange(0.120)
+        assert measurement.timing is not None
+        return measurement.timing, true_network
+
+    with sock:
+        timing, true_network = gevent.spawn(client).get(timeout=5)
+    assert timing.socket_waits == 0
+    assert true_network - 0.001 <= timing.network_s <= true_network + 0.015
+    assert timing.blocked_s == pytest.approx(0.120 - timing.network_s, abs=0.010)
