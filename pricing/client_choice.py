@@ -125,7 +125,9 @@ class GeventHttpClient:
                 finally:
                     response.release()
             except OSError as exc:
-                raise HttpClientError(f"{type(exc).__name__}: {exc}", os_failure_reason(exc)) from None
+                raise HttpClientError(
+                    f"{type(exc).__name__}: {exc}", os_failure_reason(exc)
+                ) from None
             if len(body) > MAX_BODY_BYTES:
                 raise HttpClientError("body too large")
             observed.status = response.status_code

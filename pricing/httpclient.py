@@ -239,7 +239,9 @@ class HostClient:
             except OSError as exc:
                 if conn.reused:
                     raise _StaleConnection() from None
-                raise HttpClientError(f"{type(exc).__name__}: {exc}", os_failure_reason(exc)) from None
+                raise HttpClientError(
+                    f"{type(exc).__name__}: {exc}", os_failure_reason(exc)
+                ) from None
             response, clean = _read_response(conn, head)
             return response
         finally:

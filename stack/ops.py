@@ -97,7 +97,8 @@ def reload_pool(running: Running, pool: str, say: Say) -> None:
         )
     for replica, bind in enumerate(binds):
         name = pool if len(binds) == 1 else f"{pool} ({bind})"
-        _reload_replica(running, pool, name, running.pids[replica_name(pool, replica)], bind.port, say)
+        master = running.pids[replica_name(pool, replica)]
+        _reload_replica(running, pool, name, master, bind.port, say)
 
 
 def _reload_replica(
