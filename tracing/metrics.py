@@ -1,5 +1,7 @@
 """`GET /metrics` on every pool (Prometheus text format): the hub's loop lag, hub
-blocks per route and span export counters of the worker that answers.
+blocks per route, span export counters, and what each route costs the hub and
+suffers from it (CPU, network, hub wait, culprit seconds: what `pricingctl routes
+suggest` reads) of the worker that answers.
 
 Each gunicorn worker is its own process; the series carry `pool` and `pid`
 labels, so a scraper (or a person with curl) sees which worker it reached.
@@ -13,6 +15,7 @@ from typing import Any
 
 from tracing.timing.call_state import CallTiming
 from tracing.timing.histogram import HistogramFamily
+from tracing.timing.labels import UNKNOWN_LABEL
 from tracing.timing.loop_lag import LAG_BUCKETS_S
 from tracing.timing.server_timing import RequestTiming
 
@@ -56,6 +59,17 @@ class WorkerMetrics:
             "Of the scheduling delay, time the process waited for a CPU.",
             "upstream",
         )
+        self.hub_wait = HistogramFamily(
+            ROUTE_HUB_WAIT,
+            "Time a request was ready but waited for the hub along its critical path "
+            "(inbound delay, the critical call's pre-send wait, scheduling delay, wake).",
+            "route",
+        )
+        #: route -> seconds the requests' critical calls waited for the network.
+        self.route_network_s: dict[str, float] = {}
+        #: (culprit route, victim route) -> seconds of the victim's hub wait during which
+        #: the culprit's greenlets ran.
+        self.culprit_s: dict[tuple[str, str], float] = {}
 
     @property
     def families(self) -> tuple[HistogramFamily, ...]:
@@ -66,6 +80,7 @@ class WorkerMetrics:
             self.network,
             self.delay,
             self.cpu_wait,
+            self.hub_wait,
         )
 
     def observe_call(self, upstream: str, timing: CallTiming) -> None:
@@ -78,6 +93,24 @@ class WorkerMetrics:
         if timing.inbound_delay_s is not None:
             self.inbound_delay.observe(route, timing.inbound_delay_s)
             self.inbound_cpu_wait.observe(route, timing.inbound_cpu_wait_s)
+        self.hub_wait.observe(route, timing.hub_wait_s)
+        network = timing.critical_network_s
+        if network:
+            self.route_network_s[route] = self.route_network_s.get(route, 0.0) + network
+        if timing.inbound_culprits or timing.critical is not None:
+            culprits = self.culprit_s
+            for culprit, seconds in timing.hub_wait_culprits.items():
+                key = (culprit, route)
+                culprits[key] = culprits.get(key, 0.0) + seconds
+
+
+#: Metric names `pricingctl routes suggest` reads back (tracing.usage).
+ROUTE_CPU = "pricing_route_cpu_seconds_total"
+ROUTE_NETWORK = "pricing_route_network_seconds_total"
+ROUTE_HUB_WAIT = "pricing_route_hub_wait_seconds"
+ROUTE_CULPRIT = "pricing_route_culprit_seconds_total"
+HANDLER = "pricing_handler_duration_seconds"
+INBOUND_DELAY = "pricing_inbound_delay_seconds"
 
 
 def _family_lines(family: HistogramFamily, base: str) -> list[str]:
@@ -89,6 +122,40 @@ def _family_lines(family: HistogramFamily, base: str) -> list[str]:
             lines.append(f'{family.name}_bucket{{{labels},le="{le}"}} {count}')
         lines.append(f"{family.name}_sum{{{labels}}} {histogram.sum:.6f}")
         lines.append(f"{family.name}_count{{{labels}}} {histogram.count}")
+    return lines
+
+
+def _route_lines(worker: Any, base: str) -> list[str]:
+    metrics: WorkerMetrics = worker.metrics
+    route_cpu = worker.instrumentor.route_cpu if worker.instrumentor is not None else None
+    lines = [
+        f"# HELP {ROUTE_CPU} Time greenlets working for the route ran on the hub: its "
+        "CPU time (runs over 1 ms less the thread's run-queue wait).",
+        f"# TYPE {ROUTE_CPU} counter",
+    ]
+    if route_cpu is not None:
+        for label, seconds in sorted(
+            route_cpu.seconds().items(), key=lambda item: item[0] or UNKNOWN_LABEL
+        ):
+            route = _escape(label or UNKNOWN_LABEL)
+            lines.append(f'{ROUTE_CPU}{{{base},route="{route}"}} {seconds:.6f}')
+    lines += [
+        f"# HELP {ROUTE_NETWORK} Time the route's requests waited on the network "
+        "(their critical upstream call's network time).",
+        f"# TYPE {ROUTE_NETWORK} counter",
+    ]
+    for route, seconds in sorted(metrics.route_network_s.items()):
+        lines.append(f'{ROUTE_NETWORK}{{{base},route="{_escape(route)}"}} {seconds:.6f}')
+    lines += [
+        f"# HELP {ROUTE_CULPRIT} Of the victim route's hub wait, seconds during which "
+        "greenlets of the route ran (delay pieces over 1 ms).",
+        f"# TYPE {ROUTE_CULPRIT} counter",
+    ]
+    for (culprit, victim), seconds in sorted(metrics.culprit_s.items()):
+        lines.append(
+            f'{ROUTE_CULPRIT}{{{base},route="{_escape(culprit)}",victim="{_escape(victim)}"}} '
+            f"{seconds:.6f}"
+        )
     return lines
 
 
@@ -127,6 +194,7 @@ def render(worker: Any) -> str:
         lines.append(f'pricing_hub_blocks_total{{{base},route="{_escape(route)}"}} {count}')
     for family in worker.metrics.families:
         lines += _family_lines(family, base)
+    lines += _route_lines(worker, base)
     processor = worker.processor
     lines += [
         "# HELP pricing_spans_exported_total Spans handed to the exporter successfully.",

@@ -232,6 +232,25 @@ def test_metrics_count_every_request_whatever_the_sampling(
     assert line.endswith(" 3")
 
 
+def test_metrics_say_what_each_route_costs_the_hub(span_file: Path, config: RouteConfig) -> None:
+    """The families `routes suggest` reads: CPU per route from the switch tracer, the
+    hub wait of every request, read back with the parser `suggest` uses."""
+    from tracing import metrics, usage
+
+    full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
+    client = io_app(config).test_client()
+    for _ in range(4):
+        assert client.get(BIKE).status_code == 200
+    samples = usage.parse_text(client.get("/metrics").get_data(as_text=True))
+    ((pid, values),) = samples.items()
+    assert pid.isdigit()
+    route = (("pool", "io"), ("route", "GET /v1/offers/bike"))
+    assert values[(metrics.ROUTE_CPU, route)] > 0
+    assert values[(f"{metrics.ROUTE_HUB_WAIT}_count", route)] == 4
+    (bike,) = [u for u in usage.usage_from_metrics(values, 1.0) if u.route.endswith("bike")]
+    assert bike.requests == 4 and 0 < bike.cpu_s < bike.wall_s
+
+
 def test_slow_exports_are_capped_per_worker(span_file: Path, config: RouteConfig) -> None:
     """An overloaded worker finds every request slow: only a budget of them is exported
     (the rest are counted), so tracing does not add CPU when there is none to spare."""
