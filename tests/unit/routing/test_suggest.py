@@ -68,8 +68,12 @@ def committed() -> RouteConfig:
 
 
 def wrong(config: RouteConfig) -> RouteConfig:
-    """Rideshare and batch in the io pool, next to the offers."""
-    return replace(config, routes=tuple(replace(r, pool="io") for r in config.routes))
+    """Rideshare and batch in the io pool, next to the offers (the API description in
+    the cpu pool: a pool must serve some route)."""
+    routes = tuple(
+        replace(r, pool="cpu" if r.endpoint == "meta.openapi" else "io") for r in config.routes
+    )
+    return replace(config, routes=routes)
 
 
 def test_the_committed_placement_is_kept(committed: RouteConfig) -> None:
