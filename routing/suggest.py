@@ -84,7 +84,7 @@ class Thresholds:
     #: Share of a pool's capacity (workers, greenlets) the sizing aims to keep busy.
     target_utilisation: float = 0.6
     #: Fewer requests measured than this: the route stays where it is.
-    min_requests: int = 20
+    min_requests: int = 10
     #: A pool never has fewer worker processes (a crashed one must not empty it).
     min_workers: int = 2
 
@@ -364,7 +364,10 @@ def suggest(
 
 
 def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    if value is None:
+        return "-"
+    # A histogram's +Inf bucket: beyond its largest bound.
+    return "off scale" if math.isinf(value) else format(value, spec)
 
 
 def render_evidence(s: Suggestion) -> str:

@@ -108,14 +108,26 @@ def scrape(
     settle: int = 6,
     max_tries: int = 30,
     fetch: Callable[[str, float], str] = _fetch,
-    timeout_s: float = 5.0,
+    timeout_s: float = 10.0,
 ) -> Samples:
     """Every worker's samples behind *url*: scraped until *settle* scrapes in a row
-    showed no new worker (each scrape reaches one worker process)."""
+    showed no new worker (each scrape reaches one worker process). A starved pool (the
+    incident this is for) may let a scrape time out: that try counts as quiet; only a
+    pool that never answers is an error."""
     seen: Samples = {}
     quiet = 0
+    failure: UsageSourceError | None = None
     for _ in range(max_tries):
-        new = parse_text(fetch(url, timeout_s))
+        try:
+            new = parse_text(fetch(url, timeout_s))
+        except UsageSourceError as exc:
+            if not seen and failure is not None:
+                raise  # twice in a row before any answer: down, not busy
+            failure = exc
+            quiet += 1
+            if quiet >= settle:
+                break
+            continue
         fresh = any(pid not in seen for pid in new)
         seen.update(new)
         if "" in new:  # totals of the whole pool: one scrape says it all
@@ -123,6 +135,8 @@ def scrape(
         quiet = 0 if fresh else quiet + 1
         if quiet >= settle:
             break
+    if not seen and failure is not None:
+        raise failure
     return seen
 
 

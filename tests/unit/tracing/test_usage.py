@@ -138,3 +138,18 @@ def test_spans_give_the_same_shape_scaled_by_the_sampling() -> None:
     assert abs(by_route[BIKE].hub_wait_s - 2 * 0.040) < 1e-9
     assert by_route[BIKE].hub_wait_p99_s == 0.040
     assert by_route[RIDE].window_s == 2.001
+
+
+def test_a_scrape_that_times_out_is_a_quiet_try_not_the_end() -> None:
+    """A starved pool (the incident) may not answer every scrape in time."""
+    from tracing.usage import UsageSourceError
+
+    answers: list[str | None] = [exposition(11, 1, 1), None, None, exposition(12, 1, 1)]
+
+    def fetch(url: str, timeout_s: float) -> str:
+        answer = answers.pop(0) if answers else exposition(11, 2, 2)
+        if answer is None:
+            raise UsageSourceError(f"cannot scrape {url}: timed out")
+        return answer
+
+    assert set(scrape("http://pool/metrics", fetch=fetch)) == {"11", "12"}
