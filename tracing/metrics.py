@@ -11,6 +11,7 @@ Not routed through Envoy: like /healthz it is for whoever runs the pools.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from tracing.timing.call_state import CallTiming
@@ -93,15 +94,25 @@ class WorkerMetrics:
         if timing.inbound_delay_s is not None:
             self.inbound_delay.observe(route, timing.inbound_delay_s)
             self.inbound_cpu_wait.observe(route, timing.inbound_cpu_wait_s)
-        self.hub_wait.observe(route, timing.hub_wait_s)
-        network = timing.critical_network_s
-        if network:
-            self.route_network_s[route] = self.route_network_s.get(route, 0.0) + network
-        if timing.inbound_culprits or timing.critical is not None:
-            culprits = self.culprit_s
-            for culprit, seconds in timing.hub_wait_culprits.items():
-                key = (culprit, route)
-                culprits[key] = culprits.get(key, 0.0) + seconds
+        critical = timing.critical
+        wait = timing.inbound_delay_s or 0.0
+        if critical is not None:
+            wait += timing.presend_delay_s + critical.scheduling_delay_s + timing.wake_delay_s
+            if critical.network_s:
+                network = self.route_network_s
+                network[route] = network.get(route, 0.0) + critical.network_s
+            if critical.culprits:
+                self._blame(route, critical.culprits)
+        # = timing.hub_wait_s, inlined: this runs for every request.
+        self.hub_wait.observe(route, wait)
+        if timing.inbound_culprits:
+            self._blame(route, timing.inbound_culprits)
+
+    def _blame(self, victim: str, culprits: Mapping[str, float]) -> None:
+        totals = self.culprit_s
+        for culprit, seconds in culprits.items():
+            key = (culprit, victim)
+            totals[key] = totals.get(key, 0.0) + seconds
 
 
 #: Metric names `pricingctl routes suggest` reads back (tracing.usage).

@@ -141,13 +141,19 @@ def scrape(
 
 
 def delta(before: Samples, after: Samples) -> dict[tuple[str, Labels], float]:
-    """Counter increases from *before* to *after*, added over the workers. A worker
-    only in *after* started meanwhile: all of its counts are new."""
+    """Counter increases from *before* to *after*, added over the workers seen in both
+    and scaled up to every worker seen in either: a worker a scrape missed (busy: a cpu
+    worker serves one connection at a time) is assumed as busy as its siblings (Envoy
+    balances them), and a worker seen only once has no delta of its own."""
+    both = set(before) & set(after)
+    if not both:
+        return {}
+    scale = len(set(before) | set(after)) / len(both)
     out: dict[tuple[str, Labels], float] = defaultdict(float)
-    for pid, samples in after.items():
-        earlier = before.get(pid, {})
-        for key, value in samples.items():
-            out[key] += max(value - earlier.get(key, 0.0), 0.0)
+    for pid in both:
+        earlier = before[pid]
+        for key, value in after[pid].items():
+            out[key] += max(value - earlier.get(key, 0.0), 0.0) * scale
     return dict(out)
 
 

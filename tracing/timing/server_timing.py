@@ -134,21 +134,6 @@ class RequestTiming:
             wait += self.presend_delay_s + self.critical.scheduling_delay_s + self.wake_delay_s
         return wait
 
-    @property
-    def hub_wait_culprits(self) -> dict[str, float]:
-        """Who ran during :attr:`hub_wait_s` (label -> seconds): the inbound delay's and
-        the critical call's culprits (pieces above the culprit threshold only)."""
-        out = dict(self.inbound_culprits)
-        if self.critical is not None:
-            for label, seconds in self.critical.culprits.items():
-                out[label] = out.get(label, 0.0) + seconds
-        return out
-
-    @property
-    def critical_network_s(self) -> float:
-        """The critical call's network time: what the request waited on the network."""
-        return 0.0 if self.critical is None else self.critical.network_s
-
 
 class RequestMeasurement:
     """Handle of one request begun by :func:`begin_request`."""

@@ -58,6 +58,13 @@ def test_two_scrapes_of_two_workers_give_the_pools_deltas() -> None:
     assert bike.hub_wait_p99_s == 0.05
 
 
+def test_a_worker_one_scrape_missed_counts_as_busy_as_its_siblings() -> None:
+    before = {**parse_text(exposition(11, 10, 100)), **parse_text(exposition(12, 0, 0))}
+    after = parse_text(exposition(11, 40, 300))  # 12 busy: did not answer
+    by_route = {u.route: u for u in usage_from_metrics(delta(before, after), 10.0)}
+    assert by_route[RIDE].requests == 2 * 30
+
+
 def test_scrape_keeps_going_until_no_new_worker_shows_up() -> None:
     answers = iter([exposition(11, 1, 1)] * 3 + [exposition(12, 2, 2)] + [exposition(11, 3, 3)] * 9)
     calls = []
