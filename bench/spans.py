@@ -12,7 +12,7 @@ The contract (tracing.settings, stack.launch), and the only place here that know
   calls (tracing.client.server_span_attributes): parallel calls would be counted
   several times, so only client spans are read.
 
-The driver sets an empty PRICING_OTLP_ENDPOINT, so an endpoint exported in the
+The driver blanks OTEL_EXPORTER_OTLP_ENDPOINT and _TRACES_ENDPOINT, so an endpoint exported in the
 user's shell cannot divert the spans away from the file. The file is read after
 the stack has stopped (the exporters have flushed), with the project's one reader
 (tracing.spans.from_file, not strict: a line cut short by a stopped writer is
@@ -30,7 +30,7 @@ from pathlib import Path
 from bench.stats import median_and_p99
 from tracing.attributes import NETWORK_DURATION, SCHEDULING_DELAY
 from tracing.breakdown import Breakdown, breakdowns
-from tracing.settings import OTLP_ENDPOINT_ENV, TRACING_ENV
+from tracing.settings import OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV, TRACING_ENV
 from tracing.spans import Span, from_file, from_jaeger
 
 # Where stack.launch.Stack puts the span file in its run dir (Stack.span_file); used
@@ -84,7 +84,9 @@ def env_for(tracing: bool | str, *, jaeger: bool = False) -> dict[str, str]:
 
     A string is a PRICING_TRACING mode itself (off, spans, full)."""
     value = tracing if isinstance(tracing, str) else ("1" if tracing else "0")
-    return {TRACING_ENV: value} if jaeger else {TRACING_ENV: value, OTLP_ENDPOINT_ENV: ""}
+    if jaeger:
+        return {TRACING_ENV: value}
+    return {TRACING_ENV: value, OTLP_ENDPOINT_ENV: "", OTLP_TRACES_ENDPOINT_ENV: ""}
 
 
 def span_timings(

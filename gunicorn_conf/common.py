@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from routing.env import POOL_ENV
+from routing.env import METRICS_DIR_ENV, POOL_ENV
 from routing.envoy import ENVOY_START_HEADER
 from routing.gunicorn import gunicorn_settings, layout_of
 from routing.load import load_routes
@@ -16,8 +19,50 @@ log = logging.getLogger("gunicorn.error")
 
 
 def settings_for(pool: str) -> dict[str, Any]:
-    """The top-level settings of `pool`, read from the route config at start-up."""
+    """The top-level settings of `pool`, read from the route config at start-up.
+    The tracing environment is checked here, in the master: a value that cannot work
+    (OTEL_TRACES_SAMPLER=always_on) stops the pool with one line, before any worker."""
+    from tracing.settings import TracingSettings
+
+    try:
+        TracingSettings.from_env()
+    except ValueError as exc:
+        sys.exit(f"pool {pool}: {exc}")
     return gunicorn_settings(load_routes(), pool)
+
+
+# --- metrics: prometheus_client's multiprocess mode, one directory per pool -----------
+
+#: prometheus_client's own variable (tracing.metrics.MULTIPROC_DIR_ENV; not imported here:
+#: the master must not import prometheus_client before the variable is set).
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def metrics_dir(pool: str) -> Path:
+    base = os.environ.get(METRICS_DIR_ENV) or Path(
+        tempfile.gettempdir(), f"pricingservice-metrics-{os.getuid()}"
+    )
+    return Path(base) / pool
+
+
+def on_starting(server: Any) -> None:
+    """Point the pool's workers at its metrics directory, emptied: what a previous run
+    of the pool left there would otherwise be summed into this one's. Set here, in the
+    master before the first fork and before anything imports prometheus_client (it
+    picks its mode once, at import)."""
+    path = metrics_dir(os.environ.get(POOL_ENV, SHARED_POOL))
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.glob("*.db"):
+        old.unlink(missing_ok=True)
+    os.environ[MULTIPROC_DIR_ENV] = str(path)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A worker is gone: drop its live gauges (its counters and histograms stay in the
+    pool's totals)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
 
 
 # --- server hooks ------------------------------------------------------------

@@ -32,6 +32,7 @@ def create_app(
     """
     from pricing import openapi, problems, urls
     from pricing.upstreams import HttpGateway
+    from tracing import metrics
     from tracing import server as tracing
 
     pool = pool or os.environ.get(POOL_ENV) or "shared"
@@ -43,13 +44,15 @@ def create_app(
     app.config["PRICING_POOL"] = pool
     app.config["MAX_CONTENT_LENGTH"] = config.listener.max_request_bytes
     app.extensions["pricing.routes"] = config
-    # Spans for this app, when the worker set tracing up (gunicorn post_fork).
+    # Spans for this app, when the worker set tracing up (gunicorn post_fork); the
+    # pool's metrics whatever the tracing mode.
     meta = config.meta
-    observer = tracing.init_app(
-        app, metrics_path=meta.metrics, untraced_paths=(meta.healthz, meta.readyz, meta.metrics)
-    )
+    observer = tracing.init_app(app, untraced_paths=(meta.healthz, meta.readyz, meta.metrics))
+    pool_metrics = metrics.init_app(app, metrics_path=meta.metrics)
     app.extensions["pricing.gateway"] = gateway or HttpGateway(
-        os.environ.get(UPSTREAM_URL_ENV) or config.upstream_base_url, observer=observer
+        os.environ.get(UPSTREAM_URL_ENV) or config.upstream_base_url,
+        observer=observer,
+        metrics=pool_metrics,
     )
     problems.init_app(app)
     urls.register_routes(app, config, pool, layout)

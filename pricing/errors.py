@@ -92,6 +92,8 @@ class UpstreamFailure:
     reason: str  # "timeout" | "saturated" | "error" | "bad-response"
     detail: str
     elapsed_ms: float = field(default=0.0, compare=False)
+    #: Finer, for metrics (tracing.metrics.FAILURE_REASONS): refused, reset, 5xx, ...
+    cause: str = field(default="error", compare=False)
 
 
 class UpstreamUnavailable(PricingError):

@@ -31,7 +31,23 @@ _RECV_CHUNK = 16 * 1024
 
 
 class HttpClientError(Exception):
-    """The exchange failed: connection refused or reset, or a malformed reply."""
+    """The exchange failed: connection refused or reset, or a malformed reply.
+
+    ``reason`` names the failure in a few words (metrics labels, the client span's
+    error.type): ``refused``, ``reset``, ``connect``, ``bad_response`` or ``error``.
+    """
+
+    def __init__(self, message: str, reason: str = "error") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _os_reason(exc: OSError) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
+    if isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+        return "reset"
+    return "error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +161,9 @@ class HostClient:
         try:
             sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
         except OSError as exc:
+            reason = "refused" if isinstance(exc, ConnectionRefusedError) else "connect"
             raise HttpClientError(
-                f"connect to {self.host}:{self.port}: {exc.strerror or exc}"
+                f"connect to {self.host}:{self.port}: {exc.strerror or exc}", reason
             ) from None
         sock.settimeout(None)  # the caller's gevent.Timeout bounds the call
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -160,7 +177,7 @@ class HostClient:
             except OSError as exc:
                 if conn.reused:
                     raise _StaleConnection() from None
-                raise HttpClientError(f"{type(exc).__name__}: {exc}") from None
+                raise HttpClientError(f"{type(exc).__name__}: {exc}", _os_reason(exc)) from None
             response, clean = _read_response(conn)
             return response
         finally:
@@ -190,10 +207,10 @@ def _read_response(conn: Connection) -> tuple[HttpResponse, bool]:
             received = True
             parser.feed(chunk)
     except ProtocolError as exc:
-        raise HttpClientError(str(exc)) from None
+        raise HttpClientError(str(exc), "bad_response") from None
     except OSError as exc:
         if not received and conn.reused:
             raise _StaleConnection() from None  # closed by the server while idle
-        raise HttpClientError(f"{type(exc).__name__}: {exc}") from None
+        raise HttpClientError(f"{type(exc).__name__}: {exc}", _os_reason(exc)) from None
     response = HttpResponse(parser.status, parser.headers, bytes(parser.body))
     return response, parser.keep_alive and not parser.rest

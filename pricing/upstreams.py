@@ -56,6 +56,12 @@ class Call:
     path: str  # path and query string, already encoded
 
 
+class UpstreamMetrics(Protocol):
+    """Where every call's outcome goes (``tracing.metrics.PoolMetrics``)."""
+
+    def observe_upstream(self, upstream: str, duration_s: float, failure: str | None) -> None: ...
+
+
 class Gateway(Protocol):
     """Runs a set of upstream calls in parallel within one deadline."""
 
@@ -80,8 +86,10 @@ class HttpGateway:
         specs: Mapping[str, UpstreamSpec] | None = None,
         overrides: Mapping[str, str] | None = None,
         observer: CallObserver | None = None,
+        metrics: UpstreamMetrics | None = None,
     ) -> None:
         specs = specs if specs is not None else specs_from_env(UPSTREAMS)
+        self._metrics = metrics
         overrides = overrides if overrides is not None else _env_overrides(specs)
         self._specs = specs
         self.clients: dict[str, HostClient] = {}
@@ -113,12 +121,26 @@ class HttpGateway:
 
     def _call(self, call: Call, deadline: Deadline) -> Answer:
         started = time.monotonic()
+        failure: str | None = "timeout"  # unless it ends: killed past the deadline
+        try:
+            answer = self._bulkheaded(call, deadline, started)
+            failure = answer.cause if isinstance(answer, UpstreamFailure) else None
+            return answer
+        except Exception:
+            failure = "error"
+            raise
+        finally:
+            if self._metrics is not None:
+                self._metrics.observe_upstream(call.upstream, time.monotonic() - started, failure)
+
+    def _bulkheaded(self, call: Call, deadline: Deadline, started: float) -> Answer:
         bulkhead = self._bulkheads[call.upstream]
         if not bulkhead.acquire(blocking=False):
             return UpstreamFailure(
                 call.upstream,
                 "saturated",
                 f"{self._specs[call.upstream].max_concurrency} calls already in flight",
+                cause="bulkhead_full",
             )
         try:
             return self._request(call, deadline, started)
@@ -128,7 +150,9 @@ class HttpGateway:
     def _request(self, call: Call, deadline: Deadline, started: float) -> Answer:
         remaining = deadline.remaining_s()
         if remaining <= 0:
-            return UpstreamFailure(call.upstream, "timeout", "no budget left before the call")
+            return UpstreamFailure(
+                call.upstream, "timeout", "no budget left before the call", cause="timeout"
+            )
         cap_ms = self._specs[call.upstream].max_wait_ms
         if cap_ms is not None:
             remaining = min(remaining, cap_ms / 1000)
@@ -141,24 +165,32 @@ class HttpGateway:
             if exc is not timer:
                 raise
             waited_ms = round(remaining * 1000)
-            return _failure(call, "timeout", f"no answer within {waited_ms} ms", started)
+            return _failure(call, "timeout", f"no answer within {waited_ms} ms", started, "timeout")
         except HttpClientError as exc:
-            return _failure(call, "error", str(exc), started)
+            return _failure(call, "error", str(exc), started, exc.reason)
         finally:
             timer.close()
         if response.status != 200:
-            return _failure(call, "error", f"answered HTTP {response.status}", started)
+            cause = (
+                "5xx" if response.status >= 500 else "4xx" if response.status >= 400 else "error"
+            )
+            return _failure(call, "error", f"answered HTTP {response.status}", started, cause)
         try:
             body = json.loads(response.body)
         except ValueError:
-            return _failure(call, "bad-response", "answered a body that is not JSON", started)
+            return _failure(
+                call, "bad-response", "answered a body that is not JSON", started, "bad_response"
+            )
         if not isinstance(body, dict):
-            return _failure(call, "bad-response", "answered JSON that is not an object", started)
+            return _failure(
+                call, "bad-response", "answered JSON that is not an object", started, "bad_response"
+            )
         return body
 
 
-def _failure(call: Call, reason: str, detail: str, started: float) -> UpstreamFailure:
-    return UpstreamFailure(call.upstream, reason, detail, (time.monotonic() - started) * 1000)
+def _failure(call: Call, reason: str, detail: str, started: float, cause: str) -> UpstreamFailure:
+    elapsed_ms = (time.monotonic() - started) * 1000
+    return UpstreamFailure(call.upstream, reason, detail, elapsed_ms, cause=cause)
 
 
 def specs_from_env(specs: Mapping[str, UpstreamSpec]) -> dict[str, UpstreamSpec]:

@@ -12,3 +12,6 @@ ROUTES_ENV: Final = "PRICING_ROUTES"
 POOL_ENV: Final = "PRICING_POOL"
 #: Base URL of every upstream, overriding [upstreams].base_url (the stack's simulator).
 UPSTREAM_URL_ENV: Final = "PRICING_UPSTREAM_URL"
+#: Directory under which each pool keeps its metrics files (one sub-directory per pool,
+#: emptied when the pool starts; default: under the system's temporary directory).
+METRICS_DIR_ENV: Final = "PRICING_METRICS_DIR"

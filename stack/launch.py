@@ -10,14 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing.env import POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
+from routing.env import METRICS_DIR_ENV, POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
 from routing.envoy import cluster_name, render_envoy
 from routing.model import Layout, RouteConfig
 from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
 from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
-from tracing.settings import OTLP_ENDPOINT_ENV, SPAN_FILE_ENV
+from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, SPAN_FILE_ENV, TRACES_PATH
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR = PROJECT_ROOT / ".run"
@@ -178,9 +178,12 @@ class Stack:
             POOL_ENV: pool,
             UPSTREAM_URL_ENV: self.simulator_url,
             SPAN_FILE_ENV: str(self.span_file),
+            METRICS_DIR_ENV: str(self.run_dir / "metrics"),
         }
         if self.with_jaeger and self.jaeger_ports is not None:
-            env[OTLP_ENDPOINT_ENV] = self.jaeger_ports.otlp_http_url
+            # The signal-specific name: it wins over an OTEL_EXPORTER_OTLP_ENDPOINT
+            # exported in the shell, so the spans go to the Jaeger this stack started.
+            env[OTLP_TRACES_ENDPOINT_ENV] = self.jaeger_ports.otlp_http_url + TRACES_PATH
         return {**env, **self.extra_env}
 
     def _start_pool(self, pool: str, timeout_s: float) -> None:

@@ -14,13 +14,15 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol
 
+import gevent
 from opentelemetry import propagate, trace
+from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_REQUEST_METHOD,
     HTTP_RESPONSE_STATUS_CODE,
 )
 from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
-from opentelemetry.semconv.attributes.url_attributes import URL_PATH
+from opentelemetry.semconv.attributes.url_attributes import URL_FULL, URL_PATH
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracing import attributes
@@ -34,6 +36,7 @@ class UpstreamCall:
 
     __slots__ = (
         "end_unix_ns",
+        "error_type",
         "host",
         "method",
         "path",
@@ -56,6 +59,8 @@ class UpstreamCall:
         self.end_unix_ns = start_unix_ns
         self.status: int | None = None
         self.timing: CallTiming | None = None
+        #: error.type: the status code of a 4xx/5xx reply, or why the call failed.
+        self.error_type: str | None = None
 
 
 class RequestTotals:
@@ -117,6 +122,9 @@ class TracingCallObserver:
                 measurement = begin_call() if self._measure else None
                 try:
                     yield observed
+                except BaseException as exc:
+                    record.error_type = error_type(exc)
+                    raise
                 finally:
                     self._finish(record, observed, measurement, span)
             return
@@ -129,6 +137,9 @@ class TracingCallObserver:
         measurement = begin_call() if self._measure else None
         try:
             yield observed
+        except BaseException as exc:
+            record.error_type = error_type(exc)
+            raise
         finally:
             self._finish(record, observed, measurement, None)
 
@@ -142,6 +153,8 @@ class TracingCallObserver:
         try:
             record.end_unix_ns = time.time_ns()
             record.status = observed.status
+            if record.error_type is None and record.status is not None and record.status >= 400:
+                record.error_type = str(record.status)
             if measurement is not None:
                 record.timing = timing = measurement.finish()
                 metrics = self._metrics
@@ -149,7 +162,7 @@ class TracingCallObserver:
                     metrics.observe_call(record.upstream, timing)
             if span is not None:
                 span.set_attributes(finished_call_attributes(record))
-                if record.status is not None and record.status >= 400:
+                if record.error_type is not None:
                     span.set_status(Status(StatusCode.ERROR))  # client spans: 4xx too
                 add_call_events(span, record)
             totals = request_totals.get()
@@ -172,8 +185,24 @@ def client_span_attributes(record: UpstreamCall) -> dict[str, Any]:
         SERVER_ADDRESS: record.host,
         SERVER_PORT: record.port,
         URL_PATH: record.path.split("?", 1)[0],
+        URL_FULL: f"http://{record.host}:{record.port}{record.path}",
         attributes.UPSTREAM: record.upstream,
     }
+
+
+def error_type(exc: BaseException) -> str:
+    """error.type for a call that raised: the error's own low-cardinality ``reason``
+    when it has one (pricing.httpclient's: refused, reset, ...), ``timeout`` for the
+    deadline's gevent.Timeout, else the exception's fully qualified class name."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, str) and reason:
+        return reason
+    if isinstance(exc, gevent.Timeout | TimeoutError):
+        return "timeout"
+    cls = type(exc)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
 
 
 def finished_call_attributes(record: UpstreamCall) -> dict[str, Any]:
@@ -181,6 +210,8 @@ def finished_call_attributes(record: UpstreamCall) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if record.status is not None:
         out[HTTP_RESPONSE_STATUS_CODE] = record.status
+    if record.error_type is not None:
+        out[ERROR_TYPE] = record.error_type
     if record.timing is not None:
         out.update(timing_attributes(record.timing))
     return out

@@ -19,13 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import propagate, trace
-from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.semconv.attributes.deployment_attributes import DEPLOYMENT_ENVIRONMENT_NAME
 from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_REQUEST_METHOD,
     HTTP_RESPONSE_STATUS_CODE,
     HTTP_ROUTE,
+)
+from opentelemetry.semconv.attributes.service_attributes import (
+    SERVICE_INSTANCE_ID,
+    SERVICE_NAME,
+    SERVICE_VERSION,
 )
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -39,18 +45,22 @@ from tracing.client import (
     request_totals,
 )
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
-from tracing.metrics import WorkerMetrics
-from tracing.settings import Mode, TracingSettings
+from tracing.metrics import PoolMetrics, pool_metrics
+from tracing.route import route_of
+from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings
 from tracing.timing import server_timing
 from tracing.timing.hook_errors import swallow
 from tracing.timing.hub_block import HubBlockLog
 from tracing.timing.instrumentor import GeventTimingInstrumentor
-from tracing.timing.labels import set_greenlet_label
+from tracing.timing.labels import UNKNOWN_LABEL, set_greenlet_label
 from tracing.timing.server_timing import RequestMeasurement, RequestTiming
 
 log = logging.getLogger(__name__)
 
-SERVICE = "pricingservice"
+#: The instrumentation scope of the pools' spans (the service name is the resource's).
+SCOPE = "pricingservice"
+#: deployment.environment.name unless OTEL_RESOURCE_ATTRIBUTES says otherwise.
+DEFAULT_ENVIRONMENT = "development"
 # Hub blocks longer than this are reported with their stack (seconds).
 HUB_BLOCK_THRESHOLD_S = 0.1
 
@@ -118,7 +128,9 @@ class WorkerTracing:
     # Request header in which the proxy in front sends when it got the request (Unix
     # seconds with decimals; routing.envoy sets it); None: not measured.
     envoy_start_header: str | None = None
-    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    metrics: PoolMetrics = field(default_factory=pool_metrics)
+    # The running totals above already added to the metrics (sync_metrics).
+    synced: dict[Any, float] = field(default_factory=dict)
     # Exports the spans of slow requests that were not sampled: same processor, a
     # sampler that keeps everything.
     slow_provider: TracerProvider | None = None
@@ -126,7 +138,7 @@ class WorkerTracing:
 
     @property
     def tracer(self) -> trace.Tracer:
-        return self.provider.get_tracer(SERVICE)
+        return self.provider.get_tracer(SCOPE)
 
 
 _worker: WorkerTracing | None = None
@@ -153,28 +165,23 @@ def setup_worker(
     if settings.mode is Mode.OFF:
         return None
     try:
-        resource = Resource.create(
-            {
-                SERVICE_NAME: SERVICE,
-                SERVICE_INSTANCE_ID: f"{pool}-{os.getpid()}",
-                attributes.POOL: pool,
-            }
-        )
+        resource = worker_resource(pool)
         sampling = sampling or Sampling()
-        provider = TracerProvider(
-            resource=resource, sampler=ParentBased(TraceIdRatioBased(sampling.ratio))
-        )
+        provider = TracerProvider(resource=resource, sampler=_sampler(settings, sampling))
         processor = ThreadedSpanProcessor(_exporter(settings))
         provider.add_span_processor(processor)
         slow_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
         slow_provider.add_span_processor(processor)
         instrumentor = None
         hub_blocks = HubBlockLog(log)
+        metrics = pool_metrics()
         if settings.mode is Mode.FULL:
             instrumentor = GeventTimingInstrumentor(hub_block_threshold_s=HUB_BLOCK_THRESHOLD_S)
             instrumentor.instrument()
             if instrumentor.hub_block is not None:
                 instrumentor.hub_block.register(hub_blocks)
+            if instrumentor.loop_lag is not None:
+                instrumentor.loop_lag.observers.append(metrics.observe_loop_lag)
         _worker = WorkerTracing(
             pool,
             settings,
@@ -186,21 +193,99 @@ def setup_worker(
             envoy_start_header=envoy_start_header,
             slow_provider=slow_provider,
             slow_budget=SlowBudget(sampling.slow_per_s),
+            metrics=metrics,
         )
+        _start_sync(_worker)
         return _worker
     except Exception:
         log.exception("tracing set-up failed; serving without spans")
         return None
 
 
+def worker_resource(pool: str) -> Resource:
+    """The resource of a worker's spans: the project's defaults, overridden by the
+    standard variables (OTEL_SERVICE_NAME, then OTEL_RESOURCE_ATTRIBUTES), which the
+    SDK's own detector reads."""
+    defaults = Resource.create(
+        {
+            SERVICE_NAME: DEFAULT_SERVICE_NAME,
+            SERVICE_VERSION: _version(),
+            DEPLOYMENT_ENVIRONMENT_NAME: DEFAULT_ENVIRONMENT,
+            SERVICE_INSTANCE_ID: f"{pool}-{os.getpid()}",
+            attributes.POOL: pool,
+        }
+    )
+    # Resource.create lets the attributes given win over the environment; the
+    # environment must win over the defaults, so it is merged once more on top.
+    return defaults.merge(OTELResourceDetector().detect())
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pricingservice")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _sampler(settings: TracingSettings, sampling: Sampling) -> Sampler | None:
+    """None when OTEL_TRACES_SAMPLER is set (validated, parent-based): the SDK builds
+    it from the environment. Otherwise Envoy's decision, and for requests without one
+    (sent to a pool directly) the route config's ratio."""
+    if settings.sampler is not None:
+        return None
+    return ParentBased(TraceIdRatioBased(sampling.ratio))
+
+
 def _exporter(settings: TracingSettings) -> Any:
     if settings.otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return OTLPSpanExporter(
-            endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/traces", timeout=5
-        )
+        # Headers, timeout, compression and certificates: the exporter reads the
+        # OTEL_EXPORTER_OTLP_* variables itself.
+        return OTLPSpanExporter(endpoint=settings.otlp_endpoint)
     return JsonLinesFileExporter(settings.span_file)
+
+
+# Seconds between two syncs of the counts kept off the hub into the pool's metrics.
+SYNC_INTERVAL_S = 1.0
+
+
+def sync_metrics(worker: WorkerTracing) -> None:
+    """Bring the counts that real OS threads keep (span exporter, hub-block detector)
+    and the slow-export budget's into the pool's metrics. Runs on the hub."""
+    metrics, seen = worker.metrics, worker.synced
+    metrics.sync(metrics.spans_exported, (), worker.processor.exported_spans, seen)
+    metrics.sync(metrics.spans_dropped, (), worker.processor.dropped_spans, seen)
+    metrics.sync(metrics.slow_traces, ("exported",), worker.slow_budget.exported, seen)
+    metrics.sync(metrics.slow_traces, ("skipped",), worker.slow_budget.dropped, seen)
+    for route, count in list(worker.hub_blocks.counts.items()):
+        metrics.sync(metrics.hub_blocks, (route,), count, seen)
+    # What each route costs the hub (routes suggest), kept as plain totals on the hub.
+    route_cpu = worker.instrumentor.route_cpu if worker.instrumentor is not None else None
+    if route_cpu is not None:
+        for label, ns in list(route_cpu.by_label_ns.items()):
+            metrics.sync(metrics.route_cpu, (label or UNKNOWN_LABEL,), ns / 1e9, seen)
+    for route, seconds in list(metrics.route_network_s.items()):
+        metrics.sync(metrics.route_network, (route,), seconds, seen)
+    for (culprit, victim), seconds in list(metrics.culprit_s.items()):
+        metrics.sync(metrics.route_culprit, (culprit, victim), seconds, seen)
+
+
+def _start_sync(worker: WorkerTracing) -> None:
+    import gevent
+
+    def run() -> None:
+        while _worker is worker:
+            gevent.sleep(SYNC_INTERVAL_S)
+            try:
+                sync_metrics(worker)
+            except Exception as exc:
+                swallow("metrics sync", exc)
+
+    greenlet = gevent.spawn(run)
+    set_greenlet_label("<metrics sync>", greenlet)
 
 
 def shutdown_worker() -> None:
@@ -215,6 +300,7 @@ def shutdown_worker() -> None:
             worker.slow_provider.shutdown()
         if worker.instrumentor is not None:
             worker.instrumentor.uninstrument()
+        sync_metrics(worker)  # the last exports, into the counts the pool keeps
     except Exception:
         log.warning("tracing shutdown failed", exc_info=True)
 
@@ -240,14 +326,12 @@ def watch_gunicorn_worker(worker: Any) -> None:
         log.exception("inbound delay not measured: the gunicorn worker could not be watched")
 
 
-def init_app(
-    app: Any, *, metrics_path: str, untraced_paths: Sequence[str] = ()
-) -> TracingCallObserver | None:
+def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObserver | None:
     """Instrument a Flask app; returns the upstream-call observer, or None when off.
 
-    Serves the worker's metrics at *metrics_path*; requests to *untraced_paths*
-    (health checks, scrapes) get no span. Records the mode it set up in
-    ``app.extensions["tracing"]`` (``"off"`` included), for readiness.
+    Requests to *untraced_paths* (health checks, scrapes) get no span. Records the
+    mode it set up in ``app.extensions["tracing"]`` (``"off"`` included), for readiness.
+    The metrics are ``tracing.metrics.init_app``'s, served whatever the mode.
     """
     worker = _worker
     app.extensions["tracing"] = worker.settings.mode.value if worker else Mode.OFF.value
@@ -275,9 +359,7 @@ def init_app(
     @app.before_request
     def _begin() -> None:
         try:
-            rule = request.url_rule
-            label = f"{request.method} {rule.rule}" if rule is not None else "<no route>"
-            set_greenlet_label(label)
+            set_greenlet_label(route_of(request))
             request_totals.set(RequestTotals())
         except Exception as exc:
             swallow("begin request", exc)
@@ -294,8 +376,7 @@ def init_app(
         try:
             totals = request_totals.get()
             measurement = request.environ.get(_ENVIRON_MEASUREMENT)
-            rule = request.url_rule
-            route = f"{request.method} {rule.rule}" if rule is not None else "<no route>"
+            route = route_of(request)
             if isinstance(measurement, RequestMeasurement):
                 timing = measurement.finish(totals.timed() if totals is not None else ())
                 envoy_start = request.headers.get(worker.envoy_start_header or "", None)
@@ -315,14 +396,6 @@ def init_app(
         except Exception as err:
             swallow("end request", err)
 
-    from flask import Response
-
-    from tracing import metrics
-
-    def _metrics() -> Response:
-        return Response(metrics.render(worker), mimetype=None, content_type=metrics.CONTENT_TYPE)
-
-    app.add_url_rule(metrics_path, endpoint=metrics.ENDPOINT, view_func=_metrics)
     return TracingCallObserver(worker.tracer, measure=measure, metrics=worker.metrics)
 
 
@@ -404,7 +477,7 @@ def _account(worker: WorkerTracing, done: FinishedRequest) -> None:
     """Histograms for every request; span attributes for a sampled one; a whole trace
     exported afterwards for a slow one that was not sampled."""
     timing = done.timing
-    worker.metrics.observe_request(done.route, timing)
+    worker.metrics.observe_timing(done.route, timing)
     first = timing.arrival_unix_ns if timing.arrival_unix_ns is not None else timing.start_unix_ns
     slow = (timing.end_unix_ns - first) / 1e9 >= worker.sampling.slow_threshold_s(done.route)
     span = trace.get_current_span()
@@ -432,7 +505,7 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
     under its trace id and Envoy's span as parent (Envoy's span itself was not kept)."""
     assert worker.slow_provider is not None
     route, timing, totals, status = done.route, done.timing, done.totals, done.status
-    tracer = worker.slow_provider.get_tracer(SERVICE)
+    tracer = worker.slow_provider.get_tracer(SCOPE)
     parent = propagate.extract({k.lower(): v for k, v in done.headers.items()})
     method, _, template = route.partition(" ")
     server_attrs: dict[str, Any] = {HTTP_REQUEST_METHOD: method, HTTP_ROUTE: template}
@@ -461,7 +534,7 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
             start_time=record.start_unix_ns,
         )
         child.set_attributes(finished_call_attributes(record))
-        if record.status is not None and record.status >= 400:
+        if record.error_type is not None:
             child.set_status(Status(StatusCode.ERROR))
         add_call_events(child, record)
         child.end(end_time=record.end_unix_ns)

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SERVICE_NAME = "pricingservice"
+from tracing.settings import DEFAULT_SERVICE_NAME
+
+SERVICE_NAME = DEFAULT_SERVICE_NAME
 
 
 class SpanSourceError(RuntimeError):

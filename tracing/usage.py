@@ -6,15 +6,14 @@ One shape for both sources, :class:`RouteUsage`: sums over a window, so that rat
 per-request means come out the same way. From metrics, the window is between two
 scrapes (counter deltas); from spans, the spans' own time range.
 
-The metrics are per worker process today (each scrape reaches one worker, named by its
-``pid`` label): a pool is scraped until no new worker shows up, and its workers' deltas
-are added up. Series without a ``pid`` (one scrape giving a pool's totals) work as one
-worker.
+A pool's /metrics gives the whole pool's totals in one scrape (prometheus_client's
+multiprocess mode). An exposition per worker process (series with a ``pid`` label,
+each scrape reaching one worker) works too: it is scraped until no new worker shows
+up, and the workers' deltas are added up.
 """
 
 from __future__ import annotations
 
-import re
 import time
 import urllib.error
 import urllib.request
@@ -23,12 +22,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tracing import attributes, metrics
 from tracing.report import parse_culprits, percentile
 from tracing.spans import Span
 
-#: Labels that name the hub and unlabelled greenlets: culprits, never routes to place.
-NOT_ROUTES = frozenset({"<hub>", "<unknown>", "<unrecorded>", "<no route>"})
+
+def is_route(label: str) -> bool:
+    """Route templates, not the hub, unlabelled greenlets or a worker's own greenlets
+    (``<hub>``, ``<unknown>``, ``<metrics sync>``): those are culprits, never placed."""
+    return not label.startswith("<")
 
 
 class UsageSourceError(RuntimeError):
@@ -58,37 +62,24 @@ class RouteUsage:
     victims: Mapping[str, float] = field(default_factory=dict)
 
 
-# --- Prometheus text, as tracing.metrics writes it ---------------------------------------
-
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# --- Prometheus text --------------------------------------------------------------------
 
 Labels = tuple[tuple[str, str], ...]
 #: (metric name, sorted labels without pid) -> value, per worker pid ("" without one).
 Samples = dict[str, dict[tuple[str, Labels], float]]
 
 
-def _unescape(value: str) -> str:
-    return value.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
-
-
 def parse_text(text: str) -> Samples:
-    """The samples of one exposition, by the ``pid`` label of each series."""
+    """The samples of one exposition (prometheus_client's parser), by ``pid`` label."""
     out: Samples = defaultdict(dict)
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _LINE.match(line)
-        if match is None:
-            continue
-        name, raw_labels, raw_value = match.groups()
-        labels = {k: _unescape(v) for k, v in _LABEL.findall(raw_labels or "")}
-        pid = labels.pop("pid", "")
-        try:
-            value = float(raw_value)
-        except ValueError:
-            continue
-        out[pid][(name, tuple(sorted(labels.items())))] = value
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = dict(sample.labels)
+                pid = labels.pop("pid", "")
+                out[pid][(sample.name, tuple(sorted(labels.items())))] = float(sample.value)
+    except ValueError as exc:
+        raise UsageSourceError(f"not Prometheus text: {exc}") from None
     return dict(out)
 
 
@@ -203,7 +194,7 @@ def usage_from_metrics(
             buckets[route].append((float("inf") if le == "+Inf" else float(le), value))
     out = []
     for route in sorted(set(per) | set(victims)):
-        if route in NOT_ROUTES:
+        if not is_route(route):
             continue
         sums = per[route]
         if not sums["requests"] and not victims[route]:
@@ -322,7 +313,7 @@ def usage_from_spans(spans: Iterable[Span], sample_fraction: float = 1.0) -> lis
     scale = 1.0 / sample_fraction if sample_fraction > 0 else 1.0
     out = []
     for route in sorted(set(per) | set(victims)):
-        if route in NOT_ROUTES:
+        if not is_route(route):
             continue
         sums = per[route]
         out.append(

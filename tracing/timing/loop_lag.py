@@ -66,6 +66,9 @@ class LoopLagGauge:
         self.ticks = 0
         #: Every tick's lag, for a histogram metric.
         self.histogram = LagHistogram()
+        #: Functions called with every tick's lag (seconds), on the hub: a metrics
+        #: library's histogram, for one. Their errors are swallowed like the tick's.
+        self.observers: list[Callable[[float], None]] = []
 
     @property
     def running(self) -> bool:
@@ -107,6 +110,8 @@ class LoopLagGauge:
             lag = max(now - self._due_ns, 0)
             self.last_lag_s = lag / 1_000_000_000
             self.histogram.observe(self.last_lag_s)
+            for observe in self.observers:
+                observe(self.last_lag_s)
             if lag > self._max_lag_ns:
                 self._max_lag_ns = lag
             self.last_tick_ns = now

@@ -18,7 +18,7 @@ from routing.env import ROUTES_ENV
 from routing.model import RouteConfig
 from routing.write import write_routes
 
-HOOKS = ("post_fork", "worker_exit")
+HOOKS = ("child_exit", "on_starting", "post_fork", "worker_exit")
 
 COMMON = {
     "worker_class": "gevent",

@@ -108,8 +108,9 @@ def test_broken_replies_are_client_errors(reply: bytes, message: str) -> None:
     server.start()
     try:
         client = HostClient("t", "127.0.0.1", server.server_port, max_idle=4)
-        with pytest.raises(HttpClientError, match=message), gevent.Timeout(3):
+        with pytest.raises(HttpClientError, match=message) as info, gevent.Timeout(3):
             client.get("/")
+        assert info.value.reason == "bad_response"
         assert client.idle_connections == 0
     finally:
         server.stop()
@@ -120,8 +121,9 @@ def test_refused_connection_is_a_client_error() -> None:
     server.start()
     port = server.server_port
     server.stop()
-    with pytest.raises(HttpClientError, match=r"connect to 127\.0\.0\.1"):
+    with pytest.raises(HttpClientError, match=r"connect to 127\.0\.0\.1") as info:
         HostClient("t", "127.0.0.1", port, max_idle=1).get("/")
+    assert info.value.reason == "refused"  # a metrics label and the span's error.type
 
 
 def test_a_connection_interrupted_by_a_timeout_is_not_reused(serve: Callable[..., Server]) -> None:

@@ -12,11 +12,12 @@ from tests.unit.pricing.conftest import FakeGateway
 
 META = [
     ("/healthz", "GET", "meta.healthz"),
+    ("/metrics", "GET", "meta.metrics"),
     ("/openapi.json", "GET", "meta.openapi"),
     ("/readyz", "GET", "meta.readyz"),
 ]
 
-# Tracing is off in unit tests: /metrics (meta.metrics) is added by tracing when on.
+# Tracing is off in unit tests; /metrics (meta.metrics) is served whatever the mode.
 URL_MAPS = {
     "io": [
         *META,

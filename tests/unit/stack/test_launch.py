@@ -43,7 +43,7 @@ def test_pool_env_is_what_the_pool_reads(
     assert default_routes_path() == Path(written.source)
     settings = TracingSettings.from_env()
     assert settings.span_file == stack.span_file
-    assert settings.otlp_endpoint == "http://127.0.0.1:4999"
+    assert settings.otlp_endpoint == "http://127.0.0.1:4999/v1/traces"
     from routing.env import POOL_ENV, UPSTREAM_URL_ENV
 
     assert stack.pool_env("io")[POOL_ENV] == "io"

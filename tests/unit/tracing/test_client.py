@@ -60,6 +60,7 @@ def test_client_span_is_named_after_method_and_path_without_query(
         "server.address": "127.0.0.1",
         "server.port": 8200,
         "url.path": "/vehicles/v1/nearby",
+        "url.full": f"http://127.0.0.1:8200{NEARBY}",
         "pricing.upstream": "vehicles",
         "http.response.status_code": 200,
     }
@@ -103,6 +104,7 @@ def test_5xx_marks_the_span_as_error(
     span = only_span(memory)
     assert span.status.status_code is StatusCode.ERROR
     assert (span.attributes or {})["http.response.status_code"] == status
+    assert (span.attributes or {})["error.type"] == str(status)
 
 
 def test_no_status_when_the_call_never_got_an_answer(
@@ -126,7 +128,36 @@ def test_exception_is_recorded_and_reraised(
     (event,) = [e for e in span.events if e.name == "exception"]
     assert (event.attributes or {})["exception.type"] == "TimeoutError"
     assert (event.attributes or {})["exception.message"] == "read timed out"
+    assert (span.attributes or {})["error.type"] == "timeout"
     assert span.end_time is not None
+
+
+class Refused(Exception):
+    reason = "refused"
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (Refused("connect"), "refused"),  # pricing.httpclient's reason, by shape
+        (ValueError("x"), "ValueError"),
+        (KeyError("x"), "KeyError"),
+    ],
+)
+def test_error_type_is_the_reason_or_the_class_name(
+    provider: TracerProvider, memory: InMemorySpanExporter, exc: Exception, expected: str
+) -> None:
+    with pytest.raises(type(exc)), observer(provider).call("vehicles", "GET", "h", 1, NEARBY):
+        raise exc
+    assert (only_span(memory).attributes or {})["error.type"] == expected
+
+
+def test_a_successful_call_has_no_error_type(
+    provider: TracerProvider, memory: InMemorySpanExporter
+) -> None:
+    with observer(provider).call("vehicles", "GET", "h", 1, NEARBY) as observed:
+        observed.status = 200
+    assert "error.type" not in (only_span(memory).attributes or {})
 
 
 def test_without_measure_there_are_no_timing_attributes(

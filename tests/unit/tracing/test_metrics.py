@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from tracing.metrics import WorkerMetrics
+from prometheus_client import CollectorRegistry
+
+from tracing.metrics import PoolMetrics
 from tracing.timing.call_state import CallTiming
 from tracing.timing.server_timing import RequestTiming
 
@@ -38,12 +40,19 @@ def offer_delayed_by_quotes() -> RequestTiming:
 
 
 def test_one_offer_delayed_by_quotes() -> None:
-    metrics = WorkerMetrics()
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry)
     timing = offer_delayed_by_quotes()
-    metrics.observe_request(BIKE, timing)
-    hub_wait = metrics.hub_wait.by_label[BIKE]
-    assert hub_wait.count == 1
+    metrics.observe_timing(BIKE, timing)
+    labels = {"route": BIKE}
+    assert registry.get_sample_value("pricing_route_hub_wait_seconds_count", labels) == 1
     # inbound 20 + presend 1 + the critical call's 30 + wake 2 ms
-    assert abs(hub_wait.sum - 0.053) < 1e-9 and abs(timing.hub_wait_s - 0.053) < 1e-9
+    hub_wait = registry.get_sample_value("pricing_route_hub_wait_seconds_sum", labels)
+    assert abs(hub_wait - 0.053) < 1e-9 and abs(timing.hub_wait_s - 0.053) < 1e-9  # type: ignore[operator]
+    # The counters are plain totals until synced (once a second, off the request path).
     assert metrics.route_network_s == {BIKE: 0.100}
     assert metrics.culprit_s == {(RIDE, BIKE): 0.045, ("<hub>", BIKE): 0.005}
+    seen: dict[object, float] = {}
+    metrics.sync(metrics.route_culprit, (RIDE, BIKE), metrics.culprit_s[(RIDE, BIKE)], seen)
+    culprit = {"route": RIDE, "victim": BIKE}
+    assert registry.get_sample_value("pricing_route_culprit_seconds_total", culprit) == 0.045

@@ -13,6 +13,7 @@ import tracing.server
 from pricing import create_app
 from routing.load import load_routes
 from routing.model import RouteConfig
+from tests.prometheus import samples, value
 from tests.unit.pricing.conftest import FakeGateway
 from tracing.client import TracingCallObserver
 from tracing.settings import TRACING_ENV, Mode, TracingSettings
@@ -73,6 +74,33 @@ def test_setup_worker_returns_the_worker_and_makes_it_current(
     assert resource["pricing.pool"] == "io"
 
 
+def test_resource_has_version_and_environment_and_the_standard_variables_win(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib.metadata import version
+
+    defaults = tracing.server.worker_resource("io").attributes
+    assert defaults["service.version"] == version("pricingservice")
+    assert defaults["deployment.environment.name"] == "development"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "pricing-eu")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=prod,team=fares")
+    resource = tracing.server.worker_resource("cpu").attributes
+    assert resource["service.name"] == "pricing-eu"
+    assert resource["deployment.environment.name"] == "prod"
+    assert resource["team"] == "fares"
+    assert resource["pricing.pool"] == "cpu"
+
+
+def test_otel_traces_sampler_is_built_by_the_sdk(
+    monkeypatch: pytest.MonkeyPatch, span_file: Path
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+    settings = TracingSettings.from_env()
+    worker = tracing.server.setup_worker("io", settings, tracing.server.Sampling(ratio=1.0))
+    assert worker is not None
+    assert "ParentBased{root:AlwaysOffSampler" in worker.provider.sampler.get_description()
+
+
 def test_server_span_is_named_after_the_route_template(
     worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
 ) -> None:
@@ -116,7 +144,7 @@ def test_health_checks_are_not_traced(
 def test_init_app_returns_a_span_making_observer(
     worker: tracing.server.WorkerTracing, span_file: Path
 ) -> None:
-    observer = tracing.server.init_app(Flask(__name__), metrics_path="/metrics")
+    observer = tracing.server.init_app(Flask(__name__))
     assert isinstance(observer, TracingCallObserver)
     with observer.call("vehicles", "GET", "127.0.0.1", 8200, "/vehicles/v1/nearby?x=1") as obs:
         obs.status = 200
@@ -132,14 +160,14 @@ def test_shutdown_worker_flushes_and_forgets_the_worker(
     tracing.server.shutdown_worker()
     assert tracing.server.current() is None
     assert [s.name for s in from_file(span_file)] == ["GET /v1/offers/bike"]
-    assert tracing.server.init_app(Flask(__name__), metrics_path="/metrics") is None
+    assert tracing.server.init_app(Flask(__name__)) is None
 
 
 def test_mode_off_sets_nothing_up(tmp_path: Path) -> None:
     settings = TracingSettings(mode=Mode.OFF, otlp_endpoint=None, span_file=tmp_path / "s")
     assert tracing.server.setup_worker("io", settings) is None
     assert tracing.server.current() is None
-    assert tracing.server.init_app(Flask(__name__), metrics_path="/metrics") is None
+    assert tracing.server.init_app(Flask(__name__)) is None
     assert not (tmp_path / "s").exists()
 
 
@@ -219,35 +247,38 @@ def test_metrics_count_every_request_whatever_the_sampling(
 ) -> None:
     worker = full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
     client = io_app(config).test_client()
+    route = "GET /v1/offers/bike"
+    before = samples(client.get("/metrics").get_data(as_text=True))
     for _ in range(3):
         assert client.get(BIKE).status_code == 200
-    text = client.get("/metrics").get_data(as_text=True)
+    after = samples(client.get("/metrics").get_data(as_text=True))
     assert flushed(worker, span_file) == []
-    line = next(
-        ln
-        for ln in text.splitlines()
-        if ln.startswith("pricing_handler_duration_seconds_count")
-        and 'route="GET /v1/offers/bike"' in ln
-    )
-    assert line.endswith(" 3")
+    for name, labels in [
+        ("pricing_handler_duration_seconds_count", {"route": route}),
+        ("pricing_requests_total", {"route": route, "class": "2xx"}),
+        ("pricing_request_duration_seconds_count", {"route": route}),
+    ]:
+        assert value(after, name, **labels) - value(before, name, **labels) == 3, name
 
 
 def test_metrics_say_what_each_route_costs_the_hub(span_file: Path, config: RouteConfig) -> None:
     """The families `routes suggest` reads: CPU per route from the switch tracer, the
-    hub wait of every request, read back with the parser `suggest` uses."""
+    hub wait of every request, read back as `suggest` reads them (two scrapes)."""
     from tracing import metrics, usage
 
-    full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
+    worker = full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
     client = io_app(config).test_client()
+    before = usage.parse_text(client.get("/metrics").get_data(as_text=True))
     for _ in range(4):
         assert client.get(BIKE).status_code == 200
-    samples = usage.parse_text(client.get("/metrics").get_data(as_text=True))
-    ((pid, values),) = samples.items()
-    assert pid.isdigit()
-    route = (("pool", "io"), ("route", "GET /v1/offers/bike"))
-    assert values[(metrics.ROUTE_CPU, route)] > 0
-    assert values[(f"{metrics.ROUTE_HUB_WAIT}_count", route)] == 4
-    (bike,) = [u for u in usage.usage_from_metrics(values, 1.0) if u.route.endswith("bike")]
+    tracing.server.sync_metrics(worker)
+    after = usage.parse_text(client.get("/metrics").get_data(as_text=True))
+    assert set(after) == {""}  # the pool's totals: no pid label
+    counts = usage.delta(before, after)
+    route = (("route", "GET /v1/offers/bike"),)
+    assert counts[(metrics.ROUTE_CPU, route)] > 0
+    assert counts[(f"{metrics.ROUTE_HUB_WAIT}_count", route)] == 4
+    (bike,) = [u for u in usage.usage_from_metrics(counts, 1.0) if u.route.endswith("bike")]
     assert bike.requests == 4 and 0 < bike.cpu_s < bike.wall_s
 
 
@@ -261,9 +292,16 @@ def test_slow_exports_are_capped_per_worker(span_file: Path, config: RouteConfig
         ),
     )
     client = io_app(config).test_client()
+    before = samples(client.get("/metrics").get_data(as_text=True))
     for _ in range(6):
         assert client.get(BIKE).status_code == 200
     assert len(flushed(worker, span_file)) == 2
     assert (worker.slow_budget.exported, worker.slow_budget.dropped) == (2, 4)
-    text = client.get("/metrics").get_data(as_text=True)
-    assert 'outcome="skipped"} 4' in text
+    tracing.server.sync_metrics(worker)
+    after = samples(client.get("/metrics").get_data(as_text=True))
+    for outcome, count in (("skipped", 4), ("exported", 2)):
+        name = "pricing_slow_traces_total"
+        gained = value(after, name, outcome=outcome) - value(before, name, outcome=outcome)
+        assert gained == count, outcome
+    exported = "pricing_spans_exported_total"
+    assert value(after, exported) - value(before, exported) >= 2

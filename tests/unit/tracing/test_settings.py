@@ -9,6 +9,10 @@ import pytest
 from tracing.settings import (
     DEFAULT_SPAN_FILE,
     OTLP_ENDPOINT_ENV,
+    OTLP_TRACES_ENDPOINT_ENV,
+    SAMPLER_ARG_ENV,
+    SAMPLER_ENV,
+    SDK_DISABLED_ENV,
     SPAN_FILE_ENV,
     TRACING_ENV,
     Mode,
@@ -18,7 +22,15 @@ from tracing.settings import (
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (TRACING_ENV, OTLP_ENDPOINT_ENV, SPAN_FILE_ENV):
+    for name in (
+        TRACING_ENV,
+        OTLP_ENDPOINT_ENV,
+        OTLP_TRACES_ENDPOINT_ENV,
+        SPAN_FILE_ENV,
+        SAMPLER_ENV,
+        SAMPLER_ARG_ENV,
+        SDK_DISABLED_ENV,
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -67,16 +79,57 @@ def test_junk_is_rejected_naming_the_variable(monkeypatch: pytest.MonkeyPatch, r
 def test_otlp_endpoint_and_span_file_come_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(OTLP_ENDPOINT_ENV, "http://127.0.0.1:4318")
+    monkeypatch.setenv(OTLP_ENDPOINT_ENV, "http://127.0.0.1:4318/")
     monkeypatch.setenv(SPAN_FILE_ENV, str(tmp_path / "s.jsonl"))
     settings = TracingSettings.from_env()
-    assert settings.otlp_endpoint == "http://127.0.0.1:4318"
+    assert settings.otlp_endpoint == "http://127.0.0.1:4318/v1/traces"
     assert settings.span_file == tmp_path / "s.jsonl"
 
 
 def test_empty_endpoint_and_span_file_mean_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(OTLP_ENDPOINT_ENV, "")
+    monkeypatch.setenv(OTLP_TRACES_ENDPOINT_ENV, "")
     monkeypatch.setenv(SPAN_FILE_ENV, "")
     settings = TracingSettings.from_env()
     assert settings.otlp_endpoint is None
     assert settings.span_file == DEFAULT_SPAN_FILE
+
+
+def test_the_traces_endpoint_is_used_as_is_and_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(OTLP_ENDPOINT_ENV, "http://127.0.0.1:4318")
+    monkeypatch.setenv(OTLP_TRACES_ENDPOINT_ENV, "http://collector:4318/custom/traces")
+    assert TracingSettings.from_env().otlp_endpoint == "http://collector:4318/custom/traces"
+
+
+def test_otel_sdk_disabled_turns_tracing_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SDK_DISABLED_ENV, "TRUE")
+    assert TracingSettings.from_env().mode is Mode.OFF
+
+
+@pytest.mark.parametrize(
+    "name", ["parentbased_always_on", "parentbased_always_off", "PARENTBASED_TRACEIDRATIO"]
+)
+def test_parent_based_samplers_are_taken(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(SAMPLER_ENV, name)
+    monkeypatch.setenv(SAMPLER_ARG_ENV, "0.25")
+    assert TracingSettings.from_env().sampler == name.lower()
+
+
+@pytest.mark.parametrize(
+    ("sampler", "arg", "says"),
+    [
+        ("always_on", "", "use parentbased_always_on"),
+        ("traceidratio", "0.5", "ignores the sampling decision Envoy makes"),
+        ("bogus", "", "use one of parentbased_always_on"),
+        ("parentbased_traceidratio", "", "a ratio from 0 to 1"),
+        ("parentbased_traceidratio", "1.5", "a ratio from 0 to 1"),
+    ],
+)
+def test_samplers_that_cannot_work_are_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, sampler: str, arg: str, says: str
+) -> None:
+    monkeypatch.setenv(SAMPLER_ENV, sampler)
+    monkeypatch.setenv(SAMPLER_ARG_ENV, arg)
+    with pytest.raises(ValueError, match=says) as info:
+        TracingSettings.from_env()
+    assert "\n" not in str(info.value)

@@ -1,0 +1,118 @@
+"""/metrics on a real gunicorn pool (two workers) behind Envoy, read with
+prometheus_client's own parser: every scrape, whichever worker answers it, gives the
+pool's totals; a SIGKILLed worker's counts stay, its live gauge goes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from routing.model import Layout, RouteConfig
+from stack.launch import Stack, wait_until
+from tests.integration.conftest import http, reset_upstreams, set_upstream
+from tests.integration.test_overload import children
+from tests.prometheus import Samples, samples, total, value
+
+pytestmark = pytest.mark.integration
+
+BIKE = "GET /v1/offers/bike"
+OFFER = "/v1/offers/bike?origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-3"
+SENT = 12
+FAILED = 4
+
+
+@pytest.fixture(scope="module")
+def stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    run_dir = tmp_path_factory.mktemp("metrics")
+    with Stack.on_free_ports(routes, Layout.SPLIT, run_dir) as stack:
+        yield stack
+
+
+def scrape(stack: Stack, pool: str = "io") -> Samples:
+    reply = http("GET", f"{stack.pool_url(pool)}{stack.config.meta.metrics}")
+    assert reply.status == 200, reply.body
+    assert reply.headers["content-type"].startswith("text/plain")
+    return samples(reply.body.decode())
+
+
+def test_every_scrape_gives_the_pool_totals_and_a_dead_worker_keeps_its_counts(
+    stack: Stack,
+) -> None:
+    workers = children(stack.procs["pool-io"].pid)
+    assert len(workers) == stack.config.pool("io").workers == 2
+    for _ in range(SENT):
+        assert http("GET", f"{stack.url}{OFFER}").status == 200
+    set_upstream(stack, "promotions", error_rate=1.0, error_status=503)
+    try:
+        for _ in range(FAILED):  # promotions is optional: a degraded 200
+            assert http("GET", f"{stack.url}{OFFER}").status == 200
+    finally:
+        reset_upstreams(stack)
+    offers = SENT + FAILED
+
+    def pool_totals(scraped: Samples) -> dict[str, float]:
+        return {
+            "requests": value(scraped, "pricing_requests_total", route=BIKE, **{"class": "2xx"}),
+            "durations": value(scraped, "pricing_request_duration_seconds_count", route=BIKE),
+            "vehicles": value(scraped, "pricing_upstream_calls_total", upstream="vehicles"),
+            "promotions 5xx": value(
+                scraped, "pricing_upstream_failures_total", upstream="promotions", reason="5xx"
+            ),
+            "failures": total(scraped, "pricing_upstream_failures_total"),
+            "handler": value(scraped, "pricing_handler_duration_seconds_count", route=BIKE),
+            "network": value(scraped, "pricing_upstream_network_seconds_count", upstream="routing"),
+        }
+
+    expected = {
+        "requests": offers,
+        "durations": offers,
+        "vehicles": offers,
+        "promotions 5xx": FAILED,
+        "failures": FAILED,
+        "handler": offers,
+        "network": offers,
+    }
+    # Several scrapes: each reaches some worker, every one must see the pool's totals.
+    for _ in range(4):
+        scraped = scrape(stack)
+        assert pool_totals(scraped) == expected
+        assert value(scraped, "pricing_workers") == 2
+        assert not any("pid" in dict(labels) for _, labels in scraped)
+        assert value(scraped, "pricing_loop_lag_seconds_count") > 0
+
+    victim = workers[0]
+    os.kill(victim, signal.SIGKILL)
+
+    def replaced() -> bool:
+        now = children(stack.procs["pool-io"].pid)
+        return victim not in now and len(now) == 2
+
+    assert wait_until(replaced, 30), "gunicorn did not replace the killed worker"
+    (newcomer,) = set(children(stack.procs["pool-io"].pid)) - set(workers)
+    # The new worker has built its app (and set its live gauge) once its file is there.
+    live_file = stack.run_dir / "metrics" / "io" / f"gauge_livesum_{newcomer}.db"
+    assert wait_until(live_file.exists, 30), live_file
+    for _ in range(4):
+        scraped = scrape(stack)
+        # The dead worker's counts are kept; its live gauge went with it.
+        assert pool_totals(scraped) == expected
+        assert value(scraped, "pricing_workers") == 2
+
+
+def test_metrics_are_served_with_tracing_off(
+    routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    run_dir = tmp_path_factory.mktemp("metrics-off")
+    with Stack.on_free_ports(
+        routes, Layout.SPLIT, run_dir, extra_env={"PRICING_TRACING": "off"}
+    ) as off:
+        for _ in range(3):
+            assert http("GET", f"{off.url}{OFFER}").status == 200
+        scraped = scrape(off)
+        assert value(scraped, "pricing_requests_total", route=BIKE, **{"class": "2xx"}) == 3
+        assert value(scraped, "pricing_upstream_calls_total", upstream="routing") == 3
+        # No gevent timing without tracing: those families stay empty.
+        assert value(scraped, "pricing_handler_duration_seconds_count", route=BIKE) == 0
