@@ -117,3 +117,41 @@ def test_an_unreachable_pool_is_exit_2_not_a_proposal(
     url = f"http://127.0.0.1:{free_port()}/metrics"
     assert main(suggest("--from-metrics", url, "--config", str(wrong_config))) == 2
     assert "cannot scrape" in capsys.readouterr().err
+
+
+def test_from_spans_reads_the_span_file_the_pools_write(
+    wrong_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Server spans as the pools export them (the real exporter): quotes running 30 ms
+    on the hub each, offers 2 ms; every request traced."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import SpanKind
+
+    from tracing import attributes
+    from tracing.export import JsonLinesFileExporter
+
+    span_file = tmp_path / "spans.jsonl"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesFileExporter(span_file)))
+    tracer = provider.get_tracer("test")
+    start = time.time_ns()
+    for i in range(40):
+        route, running = (RIDE, 0.030) if i % 2 else (BIKE, 0.002)
+        span = tracer.start_span(route, kind=SpanKind.SERVER, start_time=start + i * 50_000_000)
+        span.set_attributes(
+            {
+                attributes.TRACE_REASON: "sampled",
+                attributes.HANDLER_DURATION: running + 0.1,
+                attributes.HANDLER_RUNNING: running,
+                attributes.INBOUND_DELAY: 0.001,
+            }
+        )
+        span.end(end_time=start + i * 50_000_000 + int((running + 0.1) * 1e9))
+    provider.shutdown()
+    argv = ["routes", "suggest", "--config", str(wrong_config), "--from-spans", str(span_file)]
+    assert main([*argv, "--sample-percent", "100"]) == 1
+    out = capsys.readouterr().out
+    ride = next(line for line in out.splitlines() if line.startswith("offers.rideshare"))
+    assert "30.00" in ride and "cpu (move)" in ride
+    assert "(100 % sampled)" in out
