@@ -233,18 +233,19 @@ def _size(
         cores += rps * per_cpu
         busy += rps * (per_cpu + per_net)
         held_to_timeout += rps * route.timeout_ms / 1000
-    connections = pool.worker_connections
+    current_workers = 0 if new else pool.workers
     if kind == CPU:
-        workers_needed = _ceil(max(busy / (connections * target), cores / target))
-        connections_needed = connections
+        # Its greenlets per worker are a choice (one request at a time), not a size.
+        connections_needed = worker_connections = pool.worker_connections
+        workers_needed = _ceil(max(busy / (worker_connections * target), cores / target))
     else:
         workers_needed = _ceil(cores / target)
-        spread = max(workers_needed, pool.workers if not new else 0, thresholds.min_workers)
+        spread = max(workers_needed, current_workers, thresholds.min_workers)
         connections_needed = max(_ceil(held_to_timeout / (spread * target)), 1)
-    workers = max(workers_needed, thresholds.min_workers, 0 if new else pool.workers)
-    worker_connections = connections_needed if new else max(connections, connections_needed)
-    if kind == CPU:
-        worker_connections = connections
+        worker_connections = (
+            connections_needed if new else max(pool.worker_connections, connections_needed)
+        )
+    workers = max(workers_needed, thresholds.min_workers, current_workers)
     return PoolSizing(
         pool=pool.name,
         kind=kind,
@@ -323,6 +324,7 @@ def suggest(
     all_pools = (*config.pools, *new_pools.values())
     sizing = []
     rate_of = {e.endpoint: e.rate_rps for e in evidence}
+    new_names = {p.name for p in new_pools.values()}
     for pool in all_pools:
         served = [
             (route, sums_of[route.endpoint], rate_of[route.endpoint])
@@ -333,7 +335,7 @@ def suggest(
             _size(
                 pool,
                 pool_kind(pool, thresholds),
-                pool.name in {p.name for p in new_pools.values()},
+                pool.name in new_names,
                 served,
                 thresholds,
             )
