@@ -108,7 +108,11 @@ def post_fork(server: Any, worker: Any) -> None:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    """Flush the spans this worker still holds."""
+    """Flush the spans this worker still holds, then its metrics: the counts since the
+    last periodic flush (tracing.metrics) would otherwise be lost with the process.
+    A SIGKILLed worker runs no hook: it loses at most one flush interval of counts."""
+    from tracing import metrics
     from tracing import server as tracing
 
     tracing.shutdown_worker()
+    metrics.flush()

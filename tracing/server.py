@@ -195,7 +195,8 @@ def setup_worker(
             slow_budget=SlowBudget(sampling.slow_per_s),
             metrics=metrics,
         )
-        _start_sync(_worker)
+        if _sync_current not in metrics.before_flush:
+            metrics.before_flush.append(_sync_current)
         return _worker
     except Exception:
         log.exception("tracing set-up failed; serving without spans")
@@ -248,13 +249,10 @@ def _exporter(settings: TracingSettings) -> Any:
     return JsonLinesFileExporter(settings.span_file)
 
 
-# Seconds between two syncs of the counts kept off the hub into the pool's metrics.
-SYNC_INTERVAL_S = 1.0
-
-
 def sync_metrics(worker: WorkerTracing) -> None:
     """Bring the counts that real OS threads keep (span exporter, hub-block detector)
-    and the slow-export budget's into the pool's metrics. Runs on the hub."""
+    and the slow-export budget's into the pool's metrics. Runs on the hub, before each
+    metrics flush (``PoolMetrics.before_flush``: once a second and before a scrape)."""
     metrics, seen = worker.metrics, worker.synced
     metrics.sync(metrics.spans_exported, (), worker.processor.exported_spans, seen)
     metrics.sync(metrics.spans_dropped, (), worker.processor.dropped_spans, seen)
@@ -264,19 +262,10 @@ def sync_metrics(worker: WorkerTracing) -> None:
         metrics.sync(metrics.hub_blocks, (route,), count, seen)
 
 
-def _start_sync(worker: WorkerTracing) -> None:
-    import gevent
-
-    def run() -> None:
-        while _worker is worker:
-            gevent.sleep(SYNC_INTERVAL_S)
-            try:
-                sync_metrics(worker)
-            except Exception as exc:
-                swallow("metrics sync", exc)
-
-    greenlet = gevent.spawn(run)
-    set_greenlet_label("<metrics sync>", greenlet)
+def _sync_current() -> None:
+    worker = _worker
+    if worker is not None:
+        sync_metrics(worker)
 
 
 def shutdown_worker() -> None:
