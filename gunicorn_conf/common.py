@@ -28,7 +28,11 @@ def settings_for(pool: str) -> dict[str, Any]:
         TracingSettings.from_env()
     except ValueError as exc:
         sys.exit(f"pool {pool}: {exc}")
-    return gunicorn_settings(load_routes(), pool)
+    return {
+        **gunicorn_settings(load_routes(), pool),
+        # JSON lines from gunicorn and the app alike (gunicorn_conf.json_logs).
+        "logger_class": "gunicorn_conf.json_logs.JsonLogger",
+    }
 
 
 # --- metrics: prometheus_client's multiprocess mode, one directory per pool -----------
@@ -104,7 +108,11 @@ def post_fork(server: Any, worker: Any) -> None:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    """Flush the spans this worker still holds."""
+    """Flush the spans this worker still holds, then its metrics: the counts since the
+    last periodic flush (tracing.metrics) would otherwise be lost with the process.
+    A SIGKILLed worker runs no hook: it loses at most one flush interval of counts."""
+    from tracing import metrics
     from tracing import server as tracing
 
     tracing.shutdown_worker()
+    metrics.flush()

@@ -32,7 +32,7 @@ def create_app(
     """
     from pricing import openapi, problems, urls
     from pricing.upstreams import HttpGateway
-    from tracing import metrics
+    from tracing import logs, metrics
     from tracing import server as tracing
 
     pool = pool or os.environ.get(POOL_ENV) or "shared"
@@ -49,6 +49,7 @@ def create_app(
     meta = config.meta
     observer = tracing.init_app(app, untraced_paths=(meta.healthz, meta.readyz, meta.metrics))
     pool_metrics = metrics.init_app(app, metrics_path=meta.metrics)
+    logs.init_app(app)  # after tracing's: the request's span is current
     app.extensions["pricing.gateway"] = gateway or HttpGateway(
         os.environ.get(UPSTREAM_URL_ENV) or config.upstream_base_url,
         observer=observer,

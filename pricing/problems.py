@@ -15,6 +15,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from pricing.errors import FieldError, PricingError
+from tracing.logs import current_ids
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_TYPE_PREFIX = "urn:pricingservice:problem:"
@@ -22,6 +23,9 @@ PROBLEM_TYPE_PREFIX = "urn:pricingservice:problem:"
 REQUEST_ID_HEADER = "x-request-id"
 #: Every response the app makes names the pool that served it in this header.
 POOL_HEADER = "x-pricing-pool"
+#: A 5xx problem's trace id (the request id when the request has none), also its body's
+#: ``trace_id``: what to search the logs and Jaeger for.
+TRACE_ID_HEADER = "x-pricing-trace-id"
 # Seconds a client should wait before retrying a 503.
 RETRY_AFTER_S = 1
 
@@ -49,10 +53,16 @@ def problem_response(
         body["request_id"] = request_id
     if errors:
         body["errors"] = [{"field": e.field, "message": e.message} for e in errors]
+    headers = dict(headers or {})
+    if status >= 500:
+        ids = current_ids()
+        trace_id = (ids.trace_id if ids else None) or request_id
+        if trace_id:
+            body["trace_id"] = headers[TRACE_ID_HEADER] = trace_id
     response = Response(json.dumps(body), status=status, mimetype=PROBLEM_JSON)
     if status == 503:
         response.headers["Retry-After"] = str(RETRY_AFTER_S)
-    for key, value in (headers or {}).items():
+    for key, value in headers.items():
         response.headers[key] = value
     return response
 
@@ -77,7 +87,9 @@ def _http_error(exc: HTTPException) -> Response:
 
 def _unexpected(exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.path)
-    return problem_response(500, "Internal Server Error", "an unexpected error was logged")
+    return problem_response(
+        500, "Internal Server Error", "an unexpected error was logged under this trace_id"
+    )
 
 
 def init_app(app: Flask) -> None:

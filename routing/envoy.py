@@ -43,13 +43,27 @@ RETRY_AFTER_S = 1
 # with its problem+json 431.
 MAX_REQUEST_HEADERS = 80
 
-ACCESS_LOG_FORMAT = (
-    '[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" '
-    "%RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION%ms "
-    "upstream=%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%ms cluster=%UPSTREAM_CLUSTER% "
-    "pool=%RESP(X-PRICING-POOL)% attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% "
-    "id=%RESP(X-REQUEST-ID)%\n"
-)
+#: Envoy's access log: one JSON object per line, with the same trace id as the pool's
+#: log lines and its spans (%TRACE_ID%), the request id, and where the request went.
+ACCESS_LOG_JSON = {
+    "time": "%START_TIME%",
+    "logger": "envoy.access",
+    "trace_id": "%TRACE_ID%",
+    "request_id": "%REQ(X-REQUEST-ID)%",
+    "method": "%REQ(:METHOD)%",
+    "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
+    "protocol": "%PROTOCOL%",
+    "status": "%RESPONSE_CODE%",
+    "flags": "%RESPONSE_FLAGS%",
+    "bytes_received": "%BYTES_RECEIVED%",
+    "bytes_sent": "%BYTES_SENT%",
+    "duration_ms": "%DURATION%",
+    "upstream_service_time_ms": "%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%",
+    "upstream_cluster": "%UPSTREAM_CLUSTER%",
+    "upstream_host": "%UPSTREAM_HOST%",
+    "pool": "%RESP(X-PRICING-POOL)%",
+    "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
+}
 REQUEST_ID_HEADER = "x-request-id"
 # Envoy's own answers are problem+json like the app's (pricing.problems), with
 # the request id the client also gets as the x-request-id response header.
@@ -175,7 +189,7 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
                 "typed_config": {
                     "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3."
                     "StdoutAccessLog",
-                    "log_format": {"text_format_source": {"inline_string": ACCESS_LOG_FORMAT}},
+                    "log_format": {"json_format": ACCESS_LOG_JSON},
                 },
             }
         ],

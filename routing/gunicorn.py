@@ -35,8 +35,9 @@ def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
         "timeout": WORKER_TIMEOUT_S,
         "graceful_timeout": GRACEFUL_TIMEOUT_S,
         "proc_name": f"pricing-{pool.name}",
-        # Envoy writes the access log; gunicorn's would be a second copy.
-        "accesslog": None,
+        # One line per request from the pool too (JSON, with the trace id): the link
+        # from Envoy's access log line to the app's lines and the trace.
+        "accesslog": "-",
         "errorlog": "-",
         "loglevel": "info",
         "raw_env": [f"{POOL_ENV}={pool.name}"],

@@ -195,7 +195,8 @@ def setup_worker(
             slow_budget=SlowBudget(sampling.slow_per_s),
             metrics=metrics,
         )
-        _start_sync(_worker)
+        if _sync_current not in metrics.before_flush:
+            metrics.before_flush.append(_sync_current)
         return _worker
     except Exception:
         log.exception("tracing set-up failed; serving without spans")
@@ -248,13 +249,10 @@ def _exporter(settings: TracingSettings) -> Any:
     return JsonLinesFileExporter(settings.span_file)
 
 
-# Seconds between two syncs of the counts kept off the hub into the pool's metrics.
-SYNC_INTERVAL_S = 1.0
-
-
 def sync_metrics(worker: WorkerTracing) -> None:
     """Bring the counts that real OS threads keep (span exporter, hub-block detector)
-    and the slow-export budget's into the pool's metrics. Runs on the hub."""
+    and the slow-export budget's into the pool's metrics. Runs on the hub, before each
+    metrics flush (``PoolMetrics.before_flush``: once a second and before a scrape)."""
     metrics, seen = worker.metrics, worker.synced
     metrics.sync(metrics.spans_exported, (), worker.processor.exported_spans, seen)
     metrics.sync(metrics.spans_dropped, (), worker.processor.dropped_spans, seen)
@@ -262,30 +260,17 @@ def sync_metrics(worker: WorkerTracing) -> None:
     metrics.sync(metrics.slow_traces, ("skipped",), worker.slow_budget.dropped, seen)
     for route, count in list(worker.hub_blocks.counts.items()):
         metrics.sync(metrics.hub_blocks, (route,), count, seen)
-    # What each route costs the hub (routes suggest), kept as plain totals on the hub.
+    # CPU per route (routes suggest): the switch tracer keeps it, per greenlet label.
     route_cpu = worker.instrumentor.route_cpu if worker.instrumentor is not None else None
     if route_cpu is not None:
         for label, ns in list(route_cpu.by_label_ns.items()):
             metrics.sync(metrics.route_cpu, (label or UNKNOWN_LABEL,), ns / 1e9, seen)
-    for route, seconds in list(metrics.route_network_s.items()):
-        metrics.sync(metrics.route_network, (route,), seconds, seen)
-    for (culprit, victim), seconds in list(metrics.culprit_s.items()):
-        metrics.sync(metrics.route_culprit, (culprit, victim), seconds, seen)
 
 
-def _start_sync(worker: WorkerTracing) -> None:
-    import gevent
-
-    def run() -> None:
-        while _worker is worker:
-            gevent.sleep(SYNC_INTERVAL_S)
-            try:
-                sync_metrics(worker)
-            except Exception as exc:
-                swallow("metrics sync", exc)
-
-    greenlet = gevent.spawn(run)
-    set_greenlet_label("<metrics sync>", greenlet)
+def _sync_current() -> None:
+    worker = _worker
+    if worker is not None:
+        sync_metrics(worker)
 
 
 def shutdown_worker() -> None:

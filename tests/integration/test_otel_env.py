@@ -1,7 +1,8 @@
 """The standard OpenTelemetry variables, as an operator sets them, on the real stack:
 the pools export to the OTLP endpoint named in OTEL_EXPORTER_OTLP_ENDPOINT (a Jaeger
 the stack did not start itself), under OTEL_SERVICE_NAME, with OTEL_RESOURCE_ATTRIBUTES
-on the resource."""
+on the resource. And the JSON logs: one request followed from Envoy's access log line
+to the pool's lines to its trace."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ import pytest
 from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.jaeger import JaegerPorts
-from stack.launch import Stack
-from tests.integration.conftest import http
+from stack.launch import Stack, wait_until
+from tests.integration.conftest import http, reset_upstreams, set_upstream
 
 pytestmark = pytest.mark.integration
 
@@ -72,10 +73,15 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
         traces = jaeger_traces(env_jaeger, SERVICE)
     assert traces, f"no trace of service {SERVICE!r} in Jaeger"
     spans = [s for t in traces for s in t["spans"]]
-    processes = {pid: p for t in traces for pid, p in t["processes"].items()}
-    server = [s for s in spans if s["operationName"] == "GET /v1/offers/bike"]
+    # (process ids are per trace: p1 in one trace is not p1 in another)
+    server = [
+        (s, t["processes"][s["processID"]])
+        for t in traces
+        for s in t["spans"]
+        if s["operationName"] == "GET /v1/offers/bike"
+    ]
     assert server
-    process = processes[server[0]["processID"]]
+    process = server[0][1]
     assert process["serviceName"] == SERVICE
     tags = {tag["key"]: tag["value"] for tag in process["tags"]}
     assert tags["deployment.environment.name"] == "ci"
@@ -88,3 +94,59 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
     assert client_tags["url.full"].startswith(f"{env_stack.simulator_url}/vehicles/v1/nearby?")
     # Nothing went to the span file: the endpoint was taken from the environment.
     assert not Path(env_stack.span_file).exists() or SERVICE not in env_stack.span_file.read_text()
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a log file (Envoy's file also holds its own plain warnings)."""
+    out = []
+    for line in path.read_text().splitlines():
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+
+
+def test_one_request_is_followed_from_envoys_log_to_the_pools_log_to_its_trace(
+    env_stack: Stack, env_jaeger: JaegerPorts
+) -> None:
+    set_upstream(env_stack, "vehicles", error_rate=1.0, error_status=503)
+    try:
+        reply = http("GET", f"{env_stack.url}{OFFER}")
+    finally:
+        reset_upstreams(env_stack)
+    # A 5xx problem names its trace: in the body and in a header.
+    assert reply.status == 503, reply.body
+    problem = reply.json()
+    trace_id, request_id = problem["trace_id"], reply.headers["x-request-id"]
+    assert len(trace_id) == 32 and reply.headers["x-pricing-trace-id"] == trace_id
+    logs = env_stack.run_dir / "logs"
+
+    def envoy_line() -> dict[str, Any] | None:
+        found = [r for r in json_lines(logs / "envoy.log") if r["request_id"] == request_id]
+        return found[0] if found else None
+
+    assert wait_until(lambda: envoy_line() is not None, 10), "no Envoy access log line"
+    envoy = envoy_line()
+    assert envoy is not None
+    assert envoy["trace_id"] == trace_id
+    assert envoy["upstream_cluster"] == "io_pool" and envoy["status"] == 503
+    assert envoy["upstream_host"] == f"127.0.0.1:{env_stack.config.pool('io').bind.port}"
+
+    pool_lines = [r for r in json_lines(logs / "pool-io.log") if r.get("trace_id") == trace_id]
+    keys = {"time", "level", "logger", "message", "pool", "pid", "trace_id", "span_id", "route"}
+    assert pool_lines and all(keys <= set(r) for r in pool_lines), pool_lines
+    access = [r for r in pool_lines if r["logger"] == "gunicorn.access"]
+    assert len(access) == 1, pool_lines
+    assert access[0]["route"] == "GET /v1/offers/bike" and access[0]["pool"] == "io"
+    assert access[0]["request_id"] == request_id
+    assert access[0]["http.response.status_code"] == 503
+
+    def in_jaeger() -> bool:
+        url = f"{env_jaeger.query_url}/api/traces/{trace_id}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                spans = json.load(resp)["data"][0]["spans"]
+        except OSError:
+            return False
+        return any(s["spanID"] == access[0]["span_id"] for s in spans)
+
+    assert wait_until(in_jaeger, 15), f"trace {trace_id} with the pool's span not in Jaeger"

@@ -163,6 +163,22 @@ def test_shutdown_worker_flushes_and_forgets_the_worker(
     assert tracing.server.init_app(Flask(__name__)) is None
 
 
+def test_shutdown_worker_shuts_the_shared_exporter_down_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both tracer providers (sampled, slow) share one processor: stopping a worker
+    must not warn "Exporter already shutdown" on every exit."""
+    settings = TracingSettings(
+        mode=Mode.SPANS, otlp_endpoint="http://127.0.0.1:9/v1/traces", span_file=Path("unused")
+    )
+    worker = tracing.server.setup_worker("io", settings)
+    assert worker is not None and worker.slow_provider is not None
+    with caplog.at_level(logging.WARNING):
+        tracing.server.shutdown_worker()
+    assert worker.processor.exporter._shutdown  # the OTLP exporter was shut down
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
 def test_mode_off_sets_nothing_up(tmp_path: Path) -> None:
     settings = TracingSettings(mode=Mode.OFF, otlp_endpoint=None, span_file=tmp_path / "s")
     assert tracing.server.setup_worker("io", settings) is None

@@ -1,0 +1,108 @@
+"""JSON logs, one object per line, each naming the request it belongs to.
+
+Every line carries ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``,
+``pool``, ``pid`` and, inside a request, ``trace_id``, ``span_id`` and ``route``: the
+same trace id as Envoy's access log (``%TRACE_ID%``) and the trace in Jaeger, so one
+request can be followed from Envoy to the pool to its spans. ``init_app`` records a
+request's ids when it starts; the formatter reads them from the request's context
+(each greenlet has its own), gunicorn's access log from the WSGI environ.
+
+The trace id is there whether or not the request was sampled (Envoy sends it in
+``traceparent`` either way); with tracing off it is read from that header.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Final
+
+from tracing.route import route_of
+
+#: Where the request's ids are kept in the WSGI environ (gunicorn's access log reads it).
+ENVIRON_KEY: Final = "pricing.log_ids"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestIds:
+    trace_id: str | None
+    span_id: str | None
+    route: str | None
+    sampled: bool = False
+
+
+_current: ContextVar[RequestIds | None] = ContextVar("pricing_log_ids", default=None)
+
+
+def current_ids() -> RequestIds | None:
+    """The ids of the request being served in this greenlet, if any."""
+    return _current.get()
+
+
+def _ids_of(request: Any) -> RequestIds:
+    trace_id = span_id = None
+    sampled = False
+    try:
+        from opentelemetry import trace
+
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            trace_id, span_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+            sampled = bool(context.trace_flags.sampled)
+    except ImportError:  # pragma: no cover - OpenTelemetry is a runtime dependency
+        pass
+    if trace_id is None:  # tracing off: the ids Envoy sent
+        parts = (request.headers.get("traceparent") or "").split("-")
+        if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
+            trace_id, span_id, sampled = parts[1], parts[2], parts[3] == "01"
+    return RequestIds(trace_id, span_id, route_of(request), sampled)
+
+
+def init_app(app: Any) -> None:
+    """Record each request's ids for its log lines. Register after tracing's own
+    instrumentation, so that the request's server span is current."""
+    from flask import request
+
+    @app.before_request
+    def _remember() -> None:
+        ids = _ids_of(request)
+        _current.set(ids)
+        request.environ[ENVIRON_KEY] = ids
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record; a traceback becomes the ``exception`` field (its
+    newlines escaped: the record stays on one line)."""
+
+    def __init__(self, pool: str | None = None) -> None:
+        super().__init__()
+        self.pool = pool if pool is not None else os.environ.get("PRICING_POOL")
+
+    def format(self, record: logging.LogRecord) -> str:
+        ids = getattr(record, "request_ids", None) or _current.get()
+        out: dict[str, Any] = {
+            "time": _iso(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "pool": self.pool,
+            "pid": record.process,
+            "trace_id": ids.trace_id if ids else None,
+            "span_id": ids.span_id if ids else None,
+            "route": ids.route if ids else None,
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, separators=(",", ":"), default=str)
+
+
+def _iso(created: float) -> str:
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    return f"{seconds}.{int(created % 1 * 1000):03d}Z"
