@@ -369,7 +369,7 @@ def _fmt(value: float | None, spec: str) -> str:
     if value is None:
         return "-"
     # A histogram's +Inf bucket: beyond its largest bound.
-    return "off scale" if math.isinf(value) else format(value, spec)
+    return "+Inf" if math.isinf(value) else format(value, spec)
 
 
 def render_evidence(s: Suggestion) -> str:

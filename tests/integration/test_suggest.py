@@ -11,6 +11,7 @@ command itself as a subprocess scraping the pools while the load runs.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cpu import OTHER
 from bench.run import LoadSettings, RunResult, measure, running_stack
 from bench.traffic import BATCH_KINDS, CPU_KINDS, OFFER_KINDS, kind_rates, targets_for
 from routing.load import load_routes
@@ -38,10 +40,21 @@ DURATION_S = 22.0
 # and the warm-up), and scrapes again WINDOW_S later, inside the measured window.
 SUGGEST_AFTER_S = 8.0
 WINDOW_S = 12.0
-# The split-vs-shared factor is 4.1 x in BENCHMARKS.md (3 processes, 100 offers/s + 30
-# quotes/s, quiet machine). Loose, for a noisy machine, but far above noise: the wrong
-# layout must cost the offers at least twice the p99 of the suggested one.
+# The split-vs-shared factor is 4.1 x on the offers' p99 in BENCHMARKS.md (3 processes,
+# 100 offers/s + 30 quotes/s, quiet machine). The client-side p99 of the wrong layout is
+# capped by the offers' 500 ms timeout (Envoy's 504), and the suggested layout's grows
+# with the neighbours' load on this shared 2-core machine (measured 3.8, 2.8, 3.6, 3.4 x;
+# 1.6 and 1.0 x with a full test suite next door: see below): loose, but the split. The
+# delay itself, the offers' hub-wait p99 the pools measure, must drop 5 x at least
+# (measured: from the 0.5-5 s buckets to the 25-100 ms ones; bucket bounds are coarse).
 MIN_P99_RATIO = 2.0
+MIN_HUB_WAIT_P99_RATIO = 5.0
+# The suggested (split) layout's own offers p99 above which the comparison says more
+# about the machine than about the layout (the moves are checked anyway): BENCHMARKS.md
+# measures 122 ms split at this floor; with a full test suite running next door it was
+# 333 and 509 ms (the offers missing their deadline in the split layout itself), while
+# with the neighbours at 98-123 % of a core it stayed at 146 ms and the factor at 3.4 x.
+SPLIT_STARVED_MS = 300.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,11 @@ class Observed:
     @property
     def offers_p99_ms(self) -> float:
         return self.offers.offers(deadline_s=0.5).p99_ms
+
+    @property
+    def neighbours_pct(self) -> float:
+        """Other processes' CPU during the measured window, % of one core."""
+        return self.offers.cpu[OTHER].cpu_pct
 
 
 def wrong_config(routes: RouteConfig, run_dir: Path) -> RouteConfig:
@@ -117,6 +135,12 @@ def observe(config: RouteConfig, run_dir: Path, *extra: str) -> Observed:
     return Observed(result, done["suggest"])
 
 
+def hub_wait_p99_ms(out: str, endpoint: str) -> float:
+    """A route's hub-wait p99 from the evidence table (an upper bucket bound)."""
+    row = next(line for line in out.splitlines() if line.startswith(f"{endpoint} "))
+    return float(row.split()[6])
+
+
 def moves(out: str) -> Mapping[str, str]:
     """endpoint -> proposed pool, for the rows of the evidence table that say (move)."""
     found = {}
@@ -140,13 +164,27 @@ def test_suggest_moves_the_quotes_out_and_the_offers_stop_waiting(
     assert placed["offers.bike"] == placed["offers.scooter"] == "io"
 
     after = observe(written, tmp_path / "suggested")
+    assert moves(after.suggest.stdout) == {}
     ratio = before.offers_p99_ms / after.offers_p99_ms
     print(
         f"offers p99: wrong {before.offers_p99_ms:.0f} ms, suggested {after.offers_p99_ms:.0f} "
-        f"ms: {ratio:.2f} x"
+        f"ms: {ratio:.2f} x; other processes {before.neighbours_pct:.0f} % / "
+        f"{after.neighbours_pct:.0f} % of a core"
     )
+    waits = {
+        offer: tuple(hub_wait_p99_ms(o.suggest.stdout, offer) for o in (before, after))
+        for offer in ("offers.bike", "offers.scooter")
+    }
+    print(f"offers' hub-wait p99 (ms, bucket bounds), wrong -> suggested: {waits}")
+    if after.offers_p99_ms > SPLIT_STARVED_MS:
+        pytest.skip(
+            f"moves checked; the latency comparison needs the machine: the split layout's "
+            f"own offers p99 was {after.offers_p99_ms:.0f} ms, other processes used "
+            f"{after.neighbours_pct:.0f} % of a core"
+        )
+    for waited, waits_after in waits.values():
+        assert math.isfinite(waits_after) and waited >= MIN_HUB_WAIT_P99_RATIO * waits_after
     assert ratio >= MIN_P99_RATIO
-    assert moves(after.suggest.stdout) == {}
     assert after.suggest.returncode in (0, 1), after.suggest.stderr  # 1: a size only
 
 
