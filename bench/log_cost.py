@@ -56,7 +56,10 @@ def _measure(directory: Path, n: int) -> dict[str, float]:
         for handler in list(log.handlers):
             handler.close()
             log.removeHandler(handler)
-    logging.getLogger().handlers.clear()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "_pricing_json", False):  # the JsonLogger's, nobody else's
+            root.removeHandler(handler)
     return out
 
 
