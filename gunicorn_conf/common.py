@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from routing.env import METRICS_DIR_ENV, POOL_ENV
+from routing.env import ACCESS_LOG_ENV, METRICS_DIR_ENV, POOL_ENV
 from routing.envoy import ENVOY_START_HEADER
 from routing.gunicorn import gunicorn_settings, layout_of
 from routing.load import load_routes
@@ -28,11 +28,17 @@ def settings_for(pool: str) -> dict[str, Any]:
         TracingSettings.from_env()
     except ValueError as exc:
         sys.exit(f"pool {pool}: {exc}")
-    return {
+    settings = {
         **gunicorn_settings(load_routes(), pool),
         # JSON lines from gunicorn and the app alike (gunicorn_conf.json_logs).
         "logger_class": "gunicorn_conf.json_logs.JsonLogger",
     }
+    access_log = os.environ.get(ACCESS_LOG_ENV, "on")
+    if access_log not in ("on", "off"):
+        sys.exit(f"pool {pool}: {ACCESS_LOG_ENV} must be on or off, not {access_log!r}")
+    if access_log == "off":
+        settings["accesslog"] = None
+    return settings
 
 
 # --- metrics: prometheus_client's multiprocess mode, one directory per pool -----------

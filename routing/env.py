@@ -15,3 +15,6 @@ UPSTREAM_URL_ENV: Final = "PRICING_UPSTREAM_URL"
 #: Directory under which each pool keeps its metrics files (one sub-directory per pool,
 #: emptied when the pool starts; default: under the system's temporary directory).
 METRICS_DIR_ENV: Final = "PRICING_METRICS_DIR"
+#: ``off``: the pools write no access line per request (default ``on``; Envoy's access
+#: log has one per request either way).
+ACCESS_LOG_ENV: Final = "PRICING_ACCESS_LOG"

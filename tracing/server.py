@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import propagate, trace
-from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.semconv.attributes.deployment_attributes import DEPLOYMENT_ENVIRONMENT_NAME
@@ -47,7 +47,7 @@ from tracing.client import (
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
 from tracing.metrics import PoolMetrics, pool_metrics
 from tracing.route import route_of
-from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings
+from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings, resource_from_env
 from tracing.timing import server_timing
 from tracing.timing.hook_errors import swallow
 from tracing.timing.hub_block import HubBlockLog
@@ -207,7 +207,7 @@ def worker_resource(pool: str) -> Resource:
     """The resource of a worker's spans: the project's defaults, overridden by the
     standard variables (OTEL_SERVICE_NAME, then OTEL_RESOURCE_ATTRIBUTES), which the
     SDK's own detector reads."""
-    defaults = Resource.create(
+    return resource_from_env(
         {
             SERVICE_NAME: DEFAULT_SERVICE_NAME,
             SERVICE_VERSION: _version(),
@@ -216,9 +216,6 @@ def worker_resource(pool: str) -> Resource:
             attributes.POOL: pool,
         }
     )
-    # Resource.create lets the attributes given win over the environment; the
-    # environment must win over the defaults, so it is merged once more on top.
-    return defaults.merge(OTELResourceDetector().detect())
 
 
 def _version() -> str:
