@@ -1,12 +1,14 @@
-"""What one metrics observation costs on the request path, in prometheus_client's
-multiprocess mode (each value an mmap'ed file write) and in-process, against the
-project's former plain-Python histogram.
+"""What the metrics cost a worker, in prometheus_client's multiprocess mode (each
+value an mmap'ed file write, what the pools run) and in-process.
 
     python -m bench.metrics_cost [--n 200000]
 
-Prints microseconds per observation (best of 5 runs): a histogram observe, a counter
-inc, and what one offer adds in all (RED + three upstream calls + the timing
-histograms).
+Prints microseconds (best of 5 runs) for: an observation on the request path
+(``PoolMetrics``: an in-process counter or histogram), the same observation made
+directly on prometheus_client (what the request path paid before the flush), what one
+offer adds in all (RED + three upstream calls + the timing histograms: 22
+observations), and the flush that folds one second of a busy worker's counts (100
+offers) into prometheus_client, per flush and spread over its offers.
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import timeit
 
 
 def _measure(n: int) -> dict[str, float]:
     from tracing.metrics import PoolMetrics
-    from tracing.timing.histogram import HistogramFamily
 
     metrics = PoolMetrics(registry=None)
-    plain = HistogramFamily("x", "x", "route")
     route, upstream = "GET /v1/offers/bike", "vehicles"
+    direct_histogram = metrics.upstream_duration.metric.labels(upstream)
+    direct_counter = metrics.upstream_calls.metric.labels(upstream)
 
     def offer() -> None:
         metrics.observe_request(route, 200, 0.12)
@@ -38,16 +41,34 @@ def _measure(n: int) -> dict[str, float]:
         metrics.inbound_delay(route).observe(0.0004)
         metrics.inbound_cpu_wait(route).observe(0.0)
 
-    cases = {
-        "histogram observe": lambda: metrics.upstream_duration(upstream).observe(0.06),
-        "counter inc": lambda: metrics.upstream_calls(upstream).inc(),
-        "former plain histogram observe": lambda: plain.observe(route, 0.06),
+    def best_us(fn: object, number: int) -> float:
+        return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6  # type: ignore[arg-type]
+
+    out = {
+        "histogram observe": best_us(lambda: metrics.upstream_duration(upstream).observe(0.06), n),
+        "counter inc": best_us(lambda: metrics.upstream_calls(upstream).inc(), n),
+        "one offer (22 observations)": best_us(offer, n // 20),
+        "direct prometheus histogram": best_us(lambda: direct_histogram.observe(0.06), n // 4),
+        "direct prometheus counter": best_us(lambda: direct_counter.inc(), n // 4),
     }
-    out = {name: min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6 for name, fn in cases.items()}
-    out["one offer (22 observations)"] = (
-        min(timeit.repeat(offer, number=n // 20, repeat=5)) / (n // 20) * 1e6
-    )
+
+    def second_of_offers() -> None:
+        for _ in range(OFFERS_PER_FLUSH):
+            offer()
+
+    flushes = []
+    for _ in range(max(n // 5000, 20)):
+        second_of_offers()
+        started = time.perf_counter()
+        metrics.flush()
+        flushes.append(time.perf_counter() - started)
+    out["flush after 100 offers"] = min(flushes) * 1e6
+    out["flush, per offer"] = out["flush after 100 offers"] / OFFERS_PER_FLUSH
     return out
+
+
+#: Offers a busy io worker serves between two flushes (1 s at 100 offers/s).
+OFFERS_PER_FLUSH = 100
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         for name, us in _measure(args.n).items():
-            print(f"{args.child:<7} {name:<32} {us:6.2f} us")
+            print(f"{args.child:<7} {name:<32} {us:7.2f} us")
         return 0
     # prometheus_client picks its mode at import: one child process per mode.
     with tempfile.TemporaryDirectory() as directory:

@@ -9,7 +9,9 @@ Kinds are the Flask endpoint names from the route config, so paths come from
   surge model, pure CPU. A quote's cost grows with the trip's length (Dijkstra
   settles every node closer than the destination); trips are drawn so that one
   quote costs ~20-40 ms of CPU on the benchmark machine (measured in-process:
-  0.45 of the way across town ~18 ms, 0.5 ~21 ms, 0.6 ~26 ms, 0.7 ~37 ms).
+  0.45 of the way across town ~18 ms, 0.5 ~21 ms, 0.6 ~26 ms, 0.7 ~37 ms);
+- batch: POST `quotes.batch` with `BATCH_SIZE` such quotes (not in the benchmark's
+  comparison; `routes suggest`'s validation drives it).
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ from simulator.responses import vehicles_in_cell
 
 OFFER_KINDS: tuple[str, ...] = ("offers.bike", "offers.scooter")
 CPU_KINDS: tuple[str, ...] = ("offers.rideshare",)
+BATCH_KINDS: tuple[str, ...] = ("quotes.batch",)
 # Groups the user sets rates for (`--rates cpu=30,offers=100`), and their kinds.
-GROUPS: Mapping[str, tuple[str, ...]] = {"offers": OFFER_KINDS, "cpu": CPU_KINDS}
+GROUPS: Mapping[str, tuple[str, ...]] = {
+    "offers": OFFER_KINDS,
+    "cpu": CPU_KINDS,
+    "batch": BATCH_KINDS,
+}
+# Quotes per batch request.
+BATCH_SIZE = 4
 
 # San Francisco's service area (pricing.regions "sf"): trips stay inside it.
 _SF_SOUTH, _SF_WEST, _SF_NORTH, _SF_EAST = 37.70, -122.52, 37.82, -122.35
@@ -129,33 +138,60 @@ def offer_requests(
     return tuple(out)
 
 
-def rideshare_requests(
-    config: RouteConfig, host: str, seed: int = 1
-) -> tuple[PreparedRequest, ...]:
-    """Cross-town rideshare quotes costing ~20-40 ms of CPU each."""
-    route = config.route_for_endpoint("offers.rideshare")
-    if route is None:
-        raise ValueError("the route config has no endpoint 'offers.rideshare'")
+def _rideshare_quotes(seed: int) -> list[dict[str, object]]:
     rng = random.Random(f"{seed}:rideshare")
     span_lat, span_lng = 0.10, 0.14  # corner-to-corner, inside the service area
-    out = []
+    out: list[dict[str, object]] = []
     for i in range(_VARIANTS):
         frac = rng.uniform(*_TRIP_FRACTION)
         a = (_SF_SOUTH + 0.005 + rng.random() * 0.02, _SF_WEST + 0.005 + rng.random() * 0.03)
         # South-west to north-east only: the reverse direction costs about twice as
         # much CPU for the same distance (the graph's one-way streets).
         origin, destination = a, (a[0] + frac * span_lat, a[1] + frac * span_lng)
-        body = json.dumps(
+        out.append(
             {
                 "origin": {"lat": round(origin[0], 5), "lng": round(origin[1], 5)},
                 "destination": {"lat": round(destination[0], 5), "lng": round(destination[1], 5)},
                 "user_id": f"u-{i}",
-            },
-            separators=(",", ":"),
-        ).encode()
-        raw = build_request("POST", route.path, host, body=body, content_type="application/json")
+            }
+        )
+    return out
+
+
+def _json_posts(
+    config: RouteConfig, endpoint: str, host: str, bodies: list[object]
+) -> tuple[PreparedRequest, ...]:
+    route = config.route_for_endpoint(endpoint)
+    if route is None:
+        raise ValueError(f"the route config has no endpoint {endpoint!r}")
+    out = []
+    for body in bodies:
+        raw = build_request(
+            "POST",
+            route.path,
+            host,
+            body=json.dumps(body, separators=(",", ":")).encode(),
+            content_type="application/json",
+        )
         out.append(_prepared(raw))
     return tuple(out)
+
+
+def rideshare_requests(
+    config: RouteConfig, host: str, seed: int = 1
+) -> tuple[PreparedRequest, ...]:
+    """Cross-town rideshare quotes costing ~20-40 ms of CPU each."""
+    return _json_posts(config, "offers.rideshare", host, list(_rideshare_quotes(seed)))
+
+
+def batch_requests(config: RouteConfig, host: str, seed: int = 1) -> tuple[PreparedRequest, ...]:
+    """Batches of `BATCH_SIZE` rideshare quotes (~100-150 ms of CPU each)."""
+    quotes = _rideshare_quotes(seed)
+    batches: list[object] = [
+        {"quotes": [quotes[(i + k) % len(quotes)] for k in range(BATCH_SIZE)]}
+        for i in range(0, len(quotes), BATCH_SIZE)
+    ]
+    return _json_posts(config, "quotes.batch", host, batches)
 
 
 def kind_rates(group_rates_rps: Mapping[str, float]) -> dict[str, float]:
@@ -182,6 +218,8 @@ def targets_for(
             requests = offer_requests(config, kind, hostport, seed)
         elif kind in CPU_KINDS:
             requests = rideshare_requests(config, hostport, seed)
+        elif kind in BATCH_KINDS:
+            requests = batch_requests(config, hostport, seed)
         else:
             raise ValueError(f"unknown request kind {kind!r}")
         targets.append(Target(kind, host, port, requests))

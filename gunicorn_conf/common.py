@@ -9,7 +9,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from routing.env import DEFAULT_HTTP_CLIENT, HTTP_CLIENT_ENV, METRICS_DIR_ENV, POOL_ENV
+from routing.env import (
+    ACCESS_LOG_ENV,
+    DEFAULT_HTTP_CLIENT,
+    HTTP_CLIENT_ENV,
+    METRICS_DIR_ENV,
+    POOL_ENV,
+)
 from routing.envoy import ENVOY_START_HEADER
 from routing.gunicorn import gunicorn_settings, layout_of
 from routing.load import load_routes
@@ -28,11 +34,17 @@ def settings_for(pool: str) -> dict[str, Any]:
         TracingSettings.from_env()
     except ValueError as exc:
         sys.exit(f"pool {pool}: {exc}")
-    return {
+    settings = {
         **gunicorn_settings(load_routes(), pool),
         # JSON lines from gunicorn and the app alike (gunicorn_conf.json_logs).
         "logger_class": "gunicorn_conf.json_logs.JsonLogger",
     }
+    access_log = os.environ.get(ACCESS_LOG_ENV, "on")
+    if access_log not in ("on", "off"):
+        sys.exit(f"pool {pool}: {ACCESS_LOG_ENV} must be on or off, not {access_log!r}")
+    if access_log == "off":
+        settings["accesslog"] = None
+    return settings
 
 
 # --- metrics: prometheus_client's multiprocess mode, one directory per pool -----------
@@ -109,7 +121,11 @@ def post_fork(server: Any, worker: Any) -> None:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    """Flush the spans this worker still holds."""
+    """Flush the spans this worker still holds, then its metrics: the counts since the
+    last periodic flush (tracing.metrics) would otherwise be lost with the process.
+    A SIGKILLed worker runs no hook: it loses at most one flush interval of counts."""
+    from tracing import metrics
     from tracing import server as tracing
 
     tracing.shutdown_worker()
+    metrics.flush()

@@ -1,4 +1,5 @@
-"""`pricingctl routes ...`: render envoy.yaml and check the config against the app."""
+"""`pricingctl routes ...`: render envoy.yaml, check the config against the app, and
+suggest where each endpoint should run from what the pools measured."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from routing.envoy import CDS_FILE, DEFAULT_XDS_DIR, LDS_FILE, render_envoy, render_xds
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Layout, RouteConfig
+from routing.suggest import Thresholds
 from stack.launch import DEFAULT_RUN_DIR
 
 DEFAULT_ENVOY_PATH = DEFAULT_ROUTES_PATH.parent / "envoy.yaml"
@@ -54,6 +56,71 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="the running stack's run dir"
     )
     apply.set_defaults(handler=_apply)
+
+    _add_suggest(sub)
+
+
+def _add_suggest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    defaults = Thresholds()
+    suggest = sub.add_parser(
+        "suggest",
+        help="propose each endpoint's pool and each pool's size from measurements; "
+        "exit 0: no change, 1: a change is proposed",
+    )
+    _config_flag(suggest, argparse.SUPPRESS)
+    source = suggest.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--from-metrics",
+        nargs="+",
+        metavar="URL",
+        help="the pools' /metrics URLs (e.g. http://127.0.0.1:8102/metrics), scraped "
+        "twice, --window apart",
+    )
+    source.add_argument("--from-jaeger", metavar="URL", help="Jaeger's query API")
+    source.add_argument("--from-spans", type=Path, metavar="FILE", help="OTLP JSON-lines spans")
+    suggest.add_argument(
+        "--window", type=float, default=15.0, help="seconds between two scrapes (default 15)"
+    )
+    suggest.add_argument(
+        "--lookback", default="15m", help="how far back Jaeger looks (default 15m)"
+    )
+    suggest.add_argument(
+        "--limit", type=int, default=2000, help="traces to read from Jaeger (default 2000)"
+    )
+    suggest.add_argument(
+        "--sample-percent",
+        type=float,
+        default=None,
+        help="share of requests the spans cover (default: the config's [tracing])",
+    )
+    suggest.add_argument(
+        "--rates",
+        default="",
+        metavar="ENDPOINT=RPS,...",
+        help="size for these rates instead of the measured ones (offers.rideshare=40,...)",
+    )
+    suggest.add_argument(
+        "--cpu-heavy-ms",
+        type=float,
+        default=defaults.cpu_heavy_ms,
+        help=f"CPU per request that makes a route CPU-heavy (default {defaults.cpu_heavy_ms:g})",
+    )
+    suggest.add_argument(
+        "--target-utilisation",
+        type=float,
+        default=defaults.target_utilisation,
+        help=f"share of capacity to keep busy (default {defaults.target_utilisation:g})",
+    )
+    suggest.add_argument(
+        "--min-requests",
+        type=int,
+        default=defaults.min_requests,
+        help=f"fewer requests measured: the route stays (default {defaults.min_requests})",
+    )
+    suggest.add_argument(
+        "--write", action="store_true", help="write the suggested config to --config"
+    )
+    suggest.set_defaults(handler=_suggest)
 
 
 def _load(args: argparse.Namespace) -> RouteConfig:
@@ -123,7 +190,7 @@ def _apply(args: argparse.Namespace) -> int:
     problems = _endpoint_problems(config)
     if problems:
         print(f"pricingctl: routes apply: {problems[0]}; nothing changed", file=sys.stderr)
-        return 2
+        return 1
     running = running_stack(args.run_dir)
     if running is None:
         return 1
@@ -135,3 +202,91 @@ def _apply(args: argparse.Namespace) -> int:
     moved = ", ".join(f"{e} {a} -> {b}" for e, (a, b) in plan.moved.items()) or "no endpoint moved"
     print(f"routes applied ({moved})")
     return 0
+
+
+# Exit codes of `suggest`: CI fails a build on 1 (a change is proposed), and must not
+# mistake "could not measure" for it.
+NO_CHANGE, CHANGE, CANNOT_MEASURE = 0, 1, 2
+
+
+def _rates(raw: str) -> dict[str, float]:
+    rates = {}
+    for item in filter(None, (x.strip() for x in raw.split(","))):
+        endpoint, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            rates[endpoint.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--rates wants ENDPOINT=RPS, got {item!r}") from None
+    return rates
+
+
+def _suggest(args: argparse.Namespace) -> int:
+    from routing.suggest import WRITTEN_HEADER, render_diff, render_evidence, render_sizing
+    from routing.suggest import suggest as place
+    from routing.write import write_routes
+    from tracing.spans import SpanSourceError, from_file, from_jaeger
+    from tracing.usage import UsageSourceError, usage_from_scrapes, usage_from_spans
+
+    config = _load(args)
+    try:
+        thresholds = Thresholds(
+            cpu_heavy_ms=args.cpu_heavy_ms,
+            target_utilisation=args.target_utilisation,
+            min_requests=args.min_requests,
+        )
+        rates = _rates(args.rates)
+    except ValueError as exc:
+        print(f"pricingctl: {exc}", file=sys.stderr)
+        return CANNOT_MEASURE
+    sample = (
+        args.sample_percent if args.sample_percent is not None else config.tracing.sample_percent
+    ) / 100
+    try:
+        if args.from_metrics:
+            print(
+                f"scraping {len(args.from_metrics)} pool(s) twice, {args.window:g} s apart ...",
+                file=sys.stderr,
+            )
+            measured = usage_from_scrapes(args.from_metrics, args.window)
+            source = f"/metrics of {', '.join(args.from_metrics)} over {args.window:g} s"
+        elif args.from_jaeger:
+            spans = from_jaeger(args.from_jaeger, limit=args.limit, lookback=args.lookback)
+            measured = usage_from_spans(spans, sample)
+            source = f"spans from Jaeger at {args.from_jaeger} ({100 * sample:g} % sampled)"
+        else:
+            measured = usage_from_spans(from_file(args.from_spans), sample)
+            source = f"spans in {args.from_spans} ({100 * sample:g} % sampled)"
+    except (UsageSourceError, SpanSourceError) as exc:
+        print(f"pricingctl: {exc}", file=sys.stderr)
+        return CANNOT_MEASURE
+    if not measured:
+        print(f"pricingctl: no requests measured in {source}", file=sys.stderr)
+        return CANNOT_MEASURE
+    try:
+        suggestion = place(config, measured, thresholds, rates)
+    except ValueError as exc:
+        print(f"pricingctl: {exc}", file=sys.stderr)
+        return CANNOT_MEASURE
+    print(f"measured: {source}")
+    print(render_evidence(suggestion))
+    print()
+    print(render_sizing(suggestion))
+    print()
+    if not suggestion.changed:
+        print(f"no change proposed to {config.source}")
+        return NO_CHANGE
+    print(render_diff(suggestion, Path(config.source).name), end="")
+    moves = ", ".join(f"{e.endpoint} {e.pool} -> {e.proposed_pool}" for e in suggestion.moves)
+    summary = f"moves: {moves}" if moves else "no moves, pool sizes only"
+    if args.write:
+        target = Path(config.source)
+        write_routes(suggestion.proposed, target, WRITTEN_HEADER)
+        print(
+            f"wrote {target} ({summary}); next: `pricingctl routes render` for envoy.yaml, "
+            "then restart the stack (or `routes apply`)"
+        )
+    else:
+        print(f"change proposed ({summary}); --write writes it to {config.source}")
+    return CHANGE

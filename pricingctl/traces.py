@@ -51,6 +51,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     traces.add_argument(
         "--trace-id", help="print one trace as a waterfall, and where its offer's time went"
     )
+    traces.add_argument(
+        "--service",
+        help="service.name to read from Jaeger (default: the pools' own, from "
+        "OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES, else pricingservice)",
+    )
     traces.add_argument("--limit", type=int, default=200, help="traces to read from Jaeger")
     traces.add_argument("--lookback", default="1h", help="how far back Jaeger looks (e.g. 15m, 2h)")
     traces.add_argument("--json", action="store_true", help="machine-readable output")
@@ -66,7 +71,11 @@ def run(args: argparse.Namespace) -> int:
             spans = from_file(args.file, trace_id=args.trace_id)
         else:
             spans = from_jaeger(
-                args.jaeger, limit=args.limit, lookback=args.lookback, trace_id=args.trace_id
+                args.jaeger,
+                service=args.service,
+                limit=args.limit,
+                lookback=args.lookback,
+                trace_id=args.trace_id,
             )
     except SpanSourceError as exc:
         hint = "" if args.file is not None else " (start it with `pricingctl up`, or use --file)"

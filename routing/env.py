@@ -22,3 +22,6 @@ UPSTREAM_CA_FILE_ENV: Final = "PRICING_UPSTREAM_CA_FILE"
 HTTP_CLIENT_ENV: Final = "PRICING_HTTP_CLIENT"
 #: Its default: the project's own client (pricing.httpclient), kept by measurement.
 DEFAULT_HTTP_CLIENT: Final = "ours"
+#: ``off``: the pools write no access line per request (default ``on``; Envoy's access
+#: log has one per request either way).
+ACCESS_LOG_ENV: Final = "PRICING_ACCESS_LOG"

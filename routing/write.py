@@ -62,12 +62,16 @@ def _route_lines(route: Route) -> list[str]:
     return lines
 
 
-def render_routes_toml(config: RouteConfig) -> str:
-    """routes.toml text for `config`. The shared pool's worker count is not written:
-    the loader always derives it as the sum of the split pools' workers."""
+DERIVED_HEADER = "# A derived route config, written by routing.write; do not edit."
+
+
+def render_routes_toml(config: RouteConfig, header: str = DERIVED_HEADER) -> str:
+    """routes.toml text for `config`, below the comment line(s) `header`. The shared
+    pool's worker count is not written: the loader always derives it as the sum of the
+    split pools' workers."""
     listener = config.listener
     out = [
-        "# A derived route config, written by routing.write; do not edit.",
+        header,
         "[listener]",
         f"address = {_value(listener.address.host)}",
         f"port = {listener.address.port}",
@@ -104,10 +108,10 @@ def render_routes_toml(config: RouteConfig) -> str:
     return "\n".join(out)
 
 
-def write_routes(config: RouteConfig, path: Path) -> RouteConfig:
+def write_routes(config: RouteConfig, path: Path, header: str = DERIVED_HEADER) -> RouteConfig:
     """Write `config` to `path` and load it back: the result's `source` is the file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_routes_toml(config), encoding="utf-8")
+    path.write_text(render_routes_toml(config, header), encoding="utf-8")
     written = load_routes(path)
     if written != config:
         raise ValueError(f"{path}: the written route config does not read back the same")

@@ -124,6 +124,11 @@ class ThreadedSpanProcessor(SpanProcessor):
         return not self._queue
 
     def shutdown(self) -> None:
+        # Idempotent: the worker's two tracer providers (sampled and slow requests)
+        # share this processor and each shuts it down; the exporter once is enough
+        # (the OTLP one warns "already shutdown" on a second call).
+        if self._stopping:
+            return
         self._stopping = True
         self._signal()
         if os.getpid() == self._pid and self._done.acquire(timeout=5):

@@ -83,23 +83,46 @@ class JsonFormatter(logging.Formatter):
         self.pool = pool if pool is not None else os.environ.get("PRICING_POOL")
 
     def format(self, record: logging.LogRecord) -> str:
-        ids = getattr(record, "request_ids", None) or _current.get()
+        fields = getattr(record, "fields", None)
+        return self.line(
+            record.created,
+            record.levelname,
+            record.name,
+            record.getMessage(),
+            record.process,
+            getattr(record, "request_ids", None) or _current.get(),
+            fields if isinstance(fields, dict) else None,
+            self.formatException(record.exc_info) if record.exc_info else None,
+        )
+
+    def line(
+        self,
+        created: float,
+        level: str,
+        logger: str,
+        message: str,
+        pid: int | None,
+        ids: RequestIds | None,
+        fields: dict[str, Any] | None = None,
+        exception: str | None = None,
+    ) -> str:
+        """One line, without a LogRecord: gunicorn's access log writes one per request
+        and skips the logging machinery (``gunicorn_conf.json_logs``)."""
         out: dict[str, Any] = {
-            "time": _iso(record.created),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
+            "time": _iso(created),
+            "level": level,
+            "logger": logger,
+            "message": message,
             "pool": self.pool,
-            "pid": record.process,
+            "pid": pid,
             "trace_id": ids.trace_id if ids else None,
             "span_id": ids.span_id if ids else None,
             "route": ids.route if ids else None,
         }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
+        if fields:
             out.update(fields)
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+        if exception is not None:
+            out["exception"] = exception
         return json.dumps(out, separators=(",", ":"), default=str)
 
 

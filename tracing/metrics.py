@@ -10,25 +10,38 @@ process and dropped when gunicorn reaps a worker (``mark_process_dead``). Withou
 variable (unit tests, a bare ``flask run``) the same metrics live in this process.
 
 Every family is declared in ``PoolMetrics``; a later family goes there too.
-Observing is on the request path of 100 % of requests: children are looked up once
-per label value and cached (``_Children``), so an observation is the value's own
-mmap write (a few microseconds, measured in docs/metrics.md).
+Observing is on the request path of 100 % of requests, so it never touches
+prometheus_client: an observation goes into a plain in-process counter or histogram
+(``tracing.timing.histogram``, well under a microsecond), and ``PoolMetrics.flush``
+folds what they gained into the prometheus_client values (an mmap write each, several
+microseconds) once a second on the hub, before every scrape this worker answers, and at
+worker exit (gunicorn's ``worker_exit``). A scrape therefore sees the other workers'
+counts up to one flush interval late, and a SIGKILLed worker loses at most its last
+interval's counts; a graceful stop loses nothing. ``bench/metrics_cost.py`` measures
+both paths.
 
 Not routed through Envoy: like /healthz it is for whoever runs the pools.
+
+With the gevent timing on, also what each route costs the hub and suffers from it
+(CPU, network, hub wait, culprit seconds): what ``pricingctl routes suggest`` reads
+(``tracing.usage``).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import Histogram as PromHistogram
 
+from tracing import prometheus_adapter
 from tracing.timing.call_state import CallTiming
-from tracing.timing.histogram import DEFAULT_BUCKETS_S
+from tracing.timing.histogram import DEFAULT_BUCKETS_S, Histogram
+from tracing.timing.hook_errors import swallow
 from tracing.timing.loop_lag import LAG_BUCKETS_S
 from tracing.timing.server_timing import RequestTiming
 
@@ -36,6 +49,10 @@ from tracing.timing.server_timing import RequestTiming
 ENDPOINT: Final = "meta.metrics"
 #: prometheus_client's own variable: the directory its multiprocess mode writes to.
 MULTIPROC_DIR_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
+
+#: Seconds between two flushes of a worker's in-process counts into prometheus_client:
+#: how late a scrape may see another worker's counts, and what a SIGKILLed worker loses.
+FLUSH_INTERVAL_S: Final = 1.0
 
 #: Why an upstream call failed (``pricing_upstream_failures_total{reason}``).
 #: ``circuit_open`` is reserved for a circuit breaker: nothing emits it yet.
@@ -52,26 +69,88 @@ FAILURE_REASONS: Final = (
     "error",
 )
 
-__all__ = ["CONTENT_TYPE", "ENDPOINT", "PoolMetrics", "pool_metrics", "render"]
+#: Names `pricingctl routes suggest` reads back (``tracing.usage``), as exposed.
+HANDLER: Final = "pricing_handler_duration_seconds"
+INBOUND_DELAY: Final = "pricing_inbound_delay_seconds"
+ROUTE_HUB_WAIT: Final = "pricing_route_hub_wait_seconds"
+ROUTE_CPU: Final = "pricing_route_cpu_seconds_total"
+ROUTE_NETWORK: Final = "pricing_route_network_seconds_total"
+ROUTE_CULPRIT: Final = "pricing_route_culprit_seconds_total"
+
+__all__ = ["CONTENT_TYPE", "ENDPOINT", "PoolMetrics", "flush", "pool_metrics", "render"]
 
 
-class _Children:
-    """One metric's children by label values, looked up once: ``labels()`` validates and
-    takes a lock on every call, a dict lookup does not."""
+class LocalCounter:
+    """A counter the request path increments: a float addition, no lock (the hub runs
+    one greenlet at a time; threads' counts come in through ``PoolMetrics.sync``)."""
 
-    __slots__ = ("_by", "_metric")
+    __slots__ = ("value",)
 
-    def __init__(self, metric: Any) -> None:
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class _Family:
+    """One metric family as the request path sees it: an in-process child per label
+    values (``LocalCounter`` or ``Histogram``), created on first use and looked up by
+    a dict lookup (``labels()`` validates and takes a lock on every call). ``flush``
+    adds what each child gained since the last flush to the prometheus_client metric."""
+
+    __slots__ = ("_bounds", "_by", "_flushed", "_metric", "_targets")
+
+    def __init__(self, metric: Any, bounds: Sequence[float] | None = None) -> None:
         self._metric = metric
+        #: A histogram's bounds (without ``+Inf``); None: a counter.
+        self._bounds = tuple(bounds) if bounds is not None else None
         self._by: dict[tuple[str, ...], Any] = {}
-        if not metric._labelnames:
-            self._by[()] = metric  # an unlabelled metric is its own only child
+        # Per label values: what the prometheus_client child has already been given.
+        self._flushed: dict[tuple[str, ...], Any] = {}
+        self._targets: dict[tuple[str, ...], Any] = {}
+
+    @property
+    def metric(self) -> Any:
+        """The prometheus_client metric behind the family."""
+        return self._metric
 
     def __call__(self, *values: str) -> Any:
         child = self._by.get(values)
         if child is None:
-            child = self._by[values] = self._metric.labels(*values)
+            child = LocalCounter() if self._bounds is None else Histogram(self._bounds)
+            self._by[values] = child
         return child
+
+    def _target(self, values: tuple[str, ...]) -> Any:
+        target = self._targets.get(values)
+        if target is None:
+            target = self._metric.labels(*values) if values else self._metric
+            self._targets[values] = target
+        return target
+
+    def flush(self) -> None:
+        """Fold what every child gained since the last flush into prometheus_client.
+        What is taken is recorded before it is written: a flush that ran again
+        meanwhile would add only what is new."""
+        for values, child in list(self._by.items()):
+            if self._bounds is not None:
+                counts, total = list(child.counts), child.sum
+                before = self._flushed.get(values)
+                if before is None:
+                    before = ([0] * len(counts), 0.0)
+                gained = [now - then for now, then in zip(counts, before[0], strict=True)]
+                if not any(gained):
+                    continue
+                self._flushed[values] = (counts, total)
+                prometheus_adapter.add_to_histogram(self._target(values), gained, total - before[1])
+            else:
+                now = child.value
+                gained = now - self._flushed.get(values, 0.0)
+                if not gained:
+                    continue
+                self._flushed[values] = now
+                self._target(values).inc(gained)
 
 
 def status_class(status: int) -> str:
@@ -82,13 +161,23 @@ class PoolMetrics:
     """Every metric family of a pool worker, and how each is observed."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.families: list[_Family] = []
+        #: Called on the hub before every flush: bring in counts kept elsewhere
+        #: (``sync``), e.g. by the span exporter's thread.
+        self.before_flush: list[Callable[[], None]] = []
+
         def histogram(
             name: str, text: str, labels: Sequence[str], buckets: Sequence[float]
-        ) -> _Children:
-            return _Children(Histogram(name, text, labels, registry=registry, buckets=buckets))
+        ) -> _Family:
+            metric = PromHistogram(name, text, labels, registry=registry, buckets=buckets)
+            # The in-process histogram's buckets must be prometheus_client's, +Inf aside.
+            bounds = prometheus_adapter.histogram_bounds(metric)[:-1]
+            self.families.append(_Family(metric, bounds))
+            return self.families[-1]
 
-        def counter(name: str, text: str, labels: Sequence[str]) -> _Children:
-            return _Children(Counter(name, text, labels, registry=registry))
+        def counter(name: str, text: str, labels: Sequence[str]) -> _Family:
+            self.families.append(_Family(Counter(name, text, labels, registry=registry)))
+            return self.families[-1]
 
         buckets = DEFAULT_BUCKETS_S
         # RED per route: route is the template ("GET /v1/offers/bike"), never a raw URL.
@@ -121,7 +210,7 @@ class PoolMetrics:
         # The gevent timing (PRICING_TRACING=full): every request and call, whatever
         # the span sampling.
         self.inbound_delay = histogram(
-            "pricing_inbound_delay_seconds",
+            INBOUND_DELAY,
             "From a request's first bytes in the pool's kernel until its handler started.",
             ("route",),
             buckets,
@@ -133,7 +222,7 @@ class PoolMetrics:
             buckets,
         )
         self.handler = histogram(
-            "pricing_handler_duration_seconds",
+            HANDLER,
             "From the handler's start until its end (the server span's time).",
             ("route",),
             buckets,
@@ -155,6 +244,32 @@ class PoolMetrics:
             "Of the scheduling delay, time the process waited for a CPU.",
             ("upstream",),
             buckets,
+        )
+        # What each route costs the hub and suffers from it (routes suggest).
+        self.hub_wait = histogram(
+            ROUTE_HUB_WAIT,
+            "Time a request was ready but waited for the hub along its critical path "
+            "(inbound delay, the critical call's pre-send wait, scheduling delay, wake).",
+            ("route",),
+            buckets,
+        )
+        self.route_cpu = counter(
+            ROUTE_CPU.removesuffix("_total"),
+            "Time greenlets working for the route ran on the hub: its CPU time (runs "
+            "over 1 ms less the thread's run-queue wait).",
+            ("route",),
+        )
+        self.route_network = counter(
+            ROUTE_NETWORK.removesuffix("_total"),
+            "Time the route's requests waited on the network (their critical upstream "
+            "call's network time).",
+            ("route",),
+        )
+        self.route_culprit = counter(
+            ROUTE_CULPRIT.removesuffix("_total"),
+            "Of the victim route's hub wait, seconds during which greenlets of the route "
+            "ran (delay pieces over 1 ms).",
+            ("route", "victim"),
         )
         self.loop_lag = histogram(
             "pricing_loop_lag_seconds",
@@ -184,6 +299,7 @@ class PoolMetrics:
             registry=registry,
             multiprocess_mode="livesum",
         )
+        self._flushing_pid: int | None = None
 
     # --- the request path (the hub; keep it cheap) ---------------------------------
 
@@ -207,6 +323,22 @@ class PoolMetrics:
         if timing.inbound_delay_s is not None:
             self.inbound_delay(route).observe(timing.inbound_delay_s)
             self.inbound_cpu_wait(route).observe(timing.inbound_cpu_wait_s)
+        critical = timing.critical
+        wait = timing.inbound_delay_s or 0.0
+        if critical is not None:
+            wait += timing.presend_delay_s + critical.scheduling_delay_s + timing.wake_delay_s
+            if critical.network_s:
+                self.route_network(route).inc(critical.network_s)
+            if critical.culprits:
+                self._blame(route, critical.culprits)
+        # = timing.hub_wait_s, inlined: this runs for every request.
+        self.hub_wait(route).observe(wait)
+        if timing.inbound_culprits:
+            self._blame(route, timing.inbound_culprits)
+
+    def _blame(self, victim: str, culprits: Mapping[str, float]) -> None:
+        for culprit, seconds in culprits.items():
+            self.route_culprit(culprit, victim).inc(seconds)
 
     def observe_loop_lag(self, lag_s: float) -> None:
         self.loop_lag().observe(lag_s)
@@ -214,7 +346,9 @@ class PoolMetrics:
     # --- counts kept elsewhere, brought in by ``sync`` on the hub --------------------
 
     @staticmethod
-    def sync(counter: _Children, labels: tuple[str, ...], total: int, seen: dict[Any, int]) -> None:
+    def sync(
+        counter: _Family, labels: tuple[str, ...], total: float, seen: dict[Any, float]
+    ) -> None:
         """Add to a counter what a plain running total (kept by a real OS thread: the
         span exporter, the hub-block detector) gained since the last sync; *seen* holds,
         per source, the totals already added. Those threads never touch
@@ -224,6 +358,40 @@ class PoolMetrics:
         if gained > 0:
             counter(*labels).inc(gained)
             seen[key] = total
+
+    # --- into prometheus_client ------------------------------------------------------
+
+    def flush(self) -> None:
+        """Bring the counts kept elsewhere in (``before_flush``), then add what every
+        family gained since the last flush to the prometheus_client values, where a
+        scrape of any worker reads them. On the hub (or at worker exit)."""
+        for hook in list(self.before_flush):
+            try:
+                hook()
+            except Exception as exc:
+                swallow("metrics flush hook", exc)
+        for family in self.families:
+            family.flush()
+
+    def start_flushing(self, interval_s: float = FLUSH_INTERVAL_S) -> None:
+        """Flush every *interval_s* on a greenlet of this process's hub (idempotent).
+        Only needed in multiprocess mode: other workers answer scrapes too."""
+        if self._flushing_pid == os.getpid():
+            return
+        self._flushing_pid = os.getpid()
+        import gevent
+
+        from tracing.timing.labels import set_greenlet_label
+
+        def run() -> None:
+            while True:
+                gevent.sleep(interval_s)
+                try:
+                    self.flush()
+                except Exception as exc:
+                    swallow("metrics flush", exc)
+
+        set_greenlet_label("<metrics flush>", gevent.spawn(run))
 
 
 _metrics: PoolMetrics | None = None
@@ -240,9 +408,18 @@ def pool_metrics() -> PoolMetrics:
     return _metrics
 
 
+def flush() -> None:
+    """Fold this process's counts into prometheus_client now (gunicorn's
+    ``worker_exit``: a graceful stop loses nothing)."""
+    if _metrics is not None:
+        _metrics.flush()
+
+
 def render() -> bytes:
-    """The exposition text: the whole pool's in multiprocess mode, else this process's."""
-    pool_metrics()
+    """The exposition text: the whole pool's in multiprocess mode, else this process's.
+    This worker's own counts are flushed first; the others' are at most one flush
+    interval old."""
+    pool_metrics().flush()
     if os.environ.get(MULTIPROC_DIR_ENV):
         from prometheus_client import multiprocess
 
@@ -261,6 +438,8 @@ def init_app(app: Any, *, metrics_path: str) -> PoolMetrics:
     from tracing.route import route_of
 
     metrics = pool_metrics()
+    if os.environ.get(MULTIPROC_DIR_ENV):
+        metrics.start_flushing()  # the app is built in the worker, after gevent's fork
 
     @app.before_request
     def _start() -> None:

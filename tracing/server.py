@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import propagate, trace
-from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.semconv.attributes.deployment_attributes import DEPLOYMENT_ENVIRONMENT_NAME
@@ -47,12 +47,12 @@ from tracing.client import (
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
 from tracing.metrics import PoolMetrics, pool_metrics
 from tracing.route import route_of
-from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings
+from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings, resource_from_env
 from tracing.timing import server_timing
 from tracing.timing.hook_errors import swallow
 from tracing.timing.hub_block import HubBlockLog
 from tracing.timing.instrumentor import GeventTimingInstrumentor
-from tracing.timing.labels import set_greenlet_label
+from tracing.timing.labels import UNKNOWN_LABEL, set_greenlet_label
 from tracing.timing.server_timing import RequestMeasurement, RequestTiming
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class WorkerTracing:
     envoy_start_header: str | None = None
     metrics: PoolMetrics = field(default_factory=pool_metrics)
     # The running totals above already added to the metrics (sync_metrics).
-    synced: dict[Any, int] = field(default_factory=dict)
+    synced: dict[Any, float] = field(default_factory=dict)
     # Exports the spans of slow requests that were not sampled: same processor, a
     # sampler that keeps everything.
     slow_provider: TracerProvider | None = None
@@ -195,7 +195,8 @@ def setup_worker(
             slow_budget=SlowBudget(sampling.slow_per_s),
             metrics=metrics,
         )
-        _start_sync(_worker)
+        if _sync_current not in metrics.before_flush:
+            metrics.before_flush.append(_sync_current)
         return _worker
     except Exception:
         log.exception("tracing set-up failed; serving without spans")
@@ -206,7 +207,7 @@ def worker_resource(pool: str) -> Resource:
     """The resource of a worker's spans: the project's defaults, overridden by the
     standard variables (OTEL_SERVICE_NAME, then OTEL_RESOURCE_ATTRIBUTES), which the
     SDK's own detector reads."""
-    defaults = Resource.create(
+    return resource_from_env(
         {
             SERVICE_NAME: DEFAULT_SERVICE_NAME,
             SERVICE_VERSION: _version(),
@@ -215,9 +216,6 @@ def worker_resource(pool: str) -> Resource:
             attributes.POOL: pool,
         }
     )
-    # Resource.create lets the attributes given win over the environment; the
-    # environment must win over the defaults, so it is merged once more on top.
-    return defaults.merge(OTELResourceDetector().detect())
 
 
 def _version() -> str:
@@ -248,13 +246,10 @@ def _exporter(settings: TracingSettings) -> Any:
     return JsonLinesFileExporter(settings.span_file)
 
 
-# Seconds between two syncs of the counts kept off the hub into the pool's metrics.
-SYNC_INTERVAL_S = 1.0
-
-
 def sync_metrics(worker: WorkerTracing) -> None:
     """Bring the counts that real OS threads keep (span exporter, hub-block detector)
-    and the slow-export budget's into the pool's metrics. Runs on the hub."""
+    and the slow-export budget's into the pool's metrics. Runs on the hub, before each
+    metrics flush (``PoolMetrics.before_flush``: once a second and before a scrape)."""
     metrics, seen = worker.metrics, worker.synced
     metrics.sync(metrics.spans_exported, (), worker.processor.exported_spans, seen)
     metrics.sync(metrics.spans_dropped, (), worker.processor.dropped_spans, seen)
@@ -262,21 +257,17 @@ def sync_metrics(worker: WorkerTracing) -> None:
     metrics.sync(metrics.slow_traces, ("skipped",), worker.slow_budget.dropped, seen)
     for route, count in list(worker.hub_blocks.counts.items()):
         metrics.sync(metrics.hub_blocks, (route,), count, seen)
+    # CPU per route (routes suggest): the switch tracer keeps it, per greenlet label.
+    route_cpu = worker.instrumentor.route_cpu if worker.instrumentor is not None else None
+    if route_cpu is not None:
+        for label, ns in list(route_cpu.by_label_ns.items()):
+            metrics.sync(metrics.route_cpu, (label or UNKNOWN_LABEL,), ns / 1e9, seen)
 
 
-def _start_sync(worker: WorkerTracing) -> None:
-    import gevent
-
-    def run() -> None:
-        while _worker is worker:
-            gevent.sleep(SYNC_INTERVAL_S)
-            try:
-                sync_metrics(worker)
-            except Exception as exc:
-                swallow("metrics sync", exc)
-
-    greenlet = gevent.spawn(run)
-    set_greenlet_label("<metrics sync>", greenlet)
+def _sync_current() -> None:
+    worker = _worker
+    if worker is not None:
+        sync_metrics(worker)
 
 
 def shutdown_worker() -> None:

@@ -12,13 +12,37 @@ that ignores Envoy's decision). ``PRICING_*`` only where no standard name exists
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
 
 #: service.name unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES says otherwise.
 DEFAULT_SERVICE_NAME: Final = "pricingservice"
+
+
+def resource_from_env(defaults: Mapping[str, Any]) -> Resource:
+    """A resource of *defaults* overridden by the standard variables (OTEL_SERVICE_NAME,
+    then OTEL_RESOURCE_ATTRIBUTES), which the SDK's own detector reads. The pools' spans
+    and whoever reads them back (``pricingctl traces``) resolve names alike."""
+    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+
+    # Resource.create lets the attributes given win over the environment; the
+    # environment must win over the defaults, so it is merged once more on top.
+    return Resource.create(dict(defaults)).merge(OTELResourceDetector().detect())
+
+
+def service_name() -> str:
+    """The ``service.name`` the pools' spans carry in this environment."""
+    from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME
+
+    resource = resource_from_env({SERVICE_NAME: DEFAULT_SERVICE_NAME})
+    return str(resource.attributes[SERVICE_NAME])
+
 
 TRACING_ENV: Final = "PRICING_TRACING"
 SPAN_FILE_ENV: Final = "PRICING_SPAN_FILE"

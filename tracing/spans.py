@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracing.settings import DEFAULT_SERVICE_NAME
-
-SERVICE_NAME = DEFAULT_SERVICE_NAME
+from tracing.settings import service_name
 
 
 class SpanSourceError(RuntimeError):
@@ -40,7 +38,7 @@ class Span:
 def from_jaeger(
     base_url: str,
     *,
-    service: str = SERVICE_NAME,
+    service: str | None = None,
     limit: int = 200,
     lookback: str = "1h",
     trace_id: str | None = None,
@@ -49,6 +47,8 @@ def from_jaeger(
     if trace_id is not None:
         url = f"{base_url.rstrip('/')}/api/traces/{urllib.parse.quote(trace_id)}"
     else:
+        # By default the name the pools' spans carry here (OTEL_SERVICE_NAME, ...).
+        service = service or service_name()
         query = urllib.parse.urlencode({"service": service, "limit": limit, "lookback": lookback})
         url = f"{base_url.rstrip('/')}/api/traces?{query}"
     try:

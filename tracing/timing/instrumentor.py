@@ -10,7 +10,7 @@ What it installs:
 - socket hooks (``socket_hooks``): per-wait network/delay split;
 - the thread-pool hook (``threadpool_hook``): when DNS work finished;
 - the switch tracer and its log (``switch_tracer``, ``switchlog``): delay
-  of non-socket yields and the culprits' labels;
+  of non-socket yields and the culprits' labels; CPU time per label (``route_cpu``);
 - optionally the loop-lag gauge (``loop_lag``) and the hub-block detector
   (``hub_block``), whose heartbeat is the newer of the last switch and the last tick.
 """
@@ -34,6 +34,7 @@ from tracing.timing import (
 from tracing.timing.hub_block import HubBlockDetector
 from tracing.timing.labels import tag_of
 from tracing.timing.loop_lag import LoopLagGauge
+from tracing.timing.route_cpu import RouteCpu
 from tracing.timing.runqueue import SCHEDSTAT_PATH, RunQueueClock
 from tracing.timing.switch_tracer import SwitchTracer
 
@@ -89,6 +90,8 @@ class GeventTimingInstrumentor:
         #: The hub thread's run-queue clock while instrumented (None where the kernel
         #: does not count run-queue wait).
         self.cpu_wait: RunQueueClock | None = None
+        #: CPU time per greenlet label (route) while instrumented.
+        self.route_cpu: RouteCpu | None = None
         self._thread_ident: int | None = None
 
     @property
@@ -119,7 +122,8 @@ class GeventTimingInstrumentor:
         self.cpu_wait = RunQueueClock.open()
         if self.cpu_wait is None:
             logger.info("no %s: scheduling delay is not split by CPU wait", SCHEDSTAT_PATH)
-        self._tracer.install(self.cpu_wait)
+        self.route_cpu = RouteCpu(self.cpu_wait)
+        self._tracer.install(self.cpu_wait, self.route_cpu)
         call_state.configure(self.switch_log, self.culprit_threshold_s, self.cpu_wait)
         if self._loop_lag_interval_s is not None:
             detector = None

@@ -123,6 +123,17 @@ class RequestTiming:
             return 0.0
         return self.presend_delay_s + self.critical.duration_s + self.wake_delay_s - self.overlap_s
 
+    @property
+    def hub_wait_s(self) -> float:
+        """Time the request was ready but waited for the hub, along its critical path:
+        inbound delay, then (if it made calls) the critical call's pre-send wait, its
+        scheduling delay and the wake after it. Parallel calls are not added up, so
+        this never exceeds the request's time in the pool."""
+        wait = self.inbound_delay_s or 0.0
+        if self.critical is not None:
+            wait += self.presend_delay_s + self.critical.scheduling_delay_s + self.wake_delay_s
+        return wait
+
 
 class RequestMeasurement:
     """Handle of one request begun by :func:`begin_request`."""

@@ -1,9 +1,10 @@
-"""The greenlet switch tracer: feeds the switch log and the measured greenlets.
+"""The greenlet switch tracer: feeds the switch log, the CPU time per label and the
+measured greenlets.
 
 Installed with ``greenlet.settrace`` (per OS thread: install it from the hub's thread), and
 chained to whatever tracer was there before, e.g. gevent's monitor. It runs on every switch,
-so it does the minimum: one clock read, one tag lookup per side, one deque append; more only
-for greenlets with an active call measurement.
+so it does the minimum: one clock read, one tag lookup per side, one deque append, one dict
+update (``route_cpu``); more only for greenlets with an active call measurement.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tracing.timing import labels
 from tracing.timing.call_state import measuring
 from tracing.timing.hook_errors import swallow
 from tracing.timing.labels import TAG_ATTR, tag_of
+from tracing.timing.route_cpu import RouteCpu
 from tracing.timing.switchlog import SwitchLog
 
 TraceFunction = Callable[[str, Any], Any]
@@ -36,6 +38,7 @@ def _make_trace(
     previous: TraceFunction | None,
     enabled: list[bool],
     sampler: PeriodicSampler | None = None,
+    route_cpu: RouteCpu | None = None,
 ) -> Any:
     # Everything the hot path touches is bound to a local name here, once.
     append = log.append
@@ -45,6 +48,12 @@ def _make_trace(
     active = measuring
     sample = None if sampler is None else sampler.sample
     due = [1 << 62] if sampler is None else sampler.due_ns
+    cpu = route_cpu if route_cpu is not None else RouteCpu()
+    since = cpu.since
+    by_label = cpu.by_label_ns
+    charged = by_label.get
+    long_ns = cpu.long_ns
+    charge_long = cpu.charge_long
 
     def trace(event: str, args: Any) -> None:
         if (event == "switch" or event == "throw") and enabled[0]:
@@ -54,7 +63,16 @@ def _make_trace(
                 target_tag = find(target, attr, None)
                 if target_tag is None:
                     target_tag = tag_of(target)
-                append((now, target_tag.label))
+                label = target_tag.label
+                append((now, label))
+                ran = now - since[0]
+                ran_label = since[1]
+                if ran < long_ns:
+                    by_label[ran_label] = charged(ran_label, 0) + ran
+                else:
+                    charge_long(ran_label, since[0], now)
+                since[0] = now
+                since[1] = label
                 if now >= due[0]:
                     sample(now)  # type: ignore[misc]
                 if active[0]:
@@ -92,6 +110,8 @@ class SwitchTracer:
     def __init__(self, log: SwitchLog) -> None:
         self.log = log
         self._sampler: PeriodicSampler | None = None
+        #: CPU time per label while installed (``route_cpu``).
+        self.route_cpu: RouteCpu | None = None
         self._trace: TraceFunction | None = None
         self._previous: TraceFunction | None = None
         self._enabled = [False]
@@ -100,23 +120,32 @@ class SwitchTracer:
     def installed(self) -> bool:
         return self._trace is not None
 
-    def install(self, sampler: PeriodicSampler | None = None) -> None:
-        """Install on the current thread, chaining to the previous tracer (idempotent)."""
+    def install(
+        self, sampler: PeriodicSampler | None = None, route_cpu: RouteCpu | None = None
+    ) -> None:
+        """Install on the current thread, chaining to the previous tracer (idempotent).
+        *route_cpu* is fed with every run's time (a fresh one when omitted)."""
         if self._trace is not None:
             return
+        self.route_cpu = route_cpu if route_cpu is not None else RouteCpu()
         # Checked on every switch with one compare; sampled only when due (the run-queue
         # clock: at most one pread per interval).
         self._sampler = sampler
         self._previous = greenlet.gettrace()
         # A fresh flag per install: a disabled tracer left in someone's chain stays off.
         self._enabled = [True]
-        self._trace = _make_trace(self.log, self._previous, self._enabled, self._sampler)
+        self._trace = _make_trace(
+            self.log, self._previous, self._enabled, self._sampler, self.route_cpu
+        )
         greenlet.settrace(self._trace)
         labels.current_label_listener = self._on_relabel
 
     def _on_relabel(self, label: str | None) -> None:
         if self._enabled[0]:
-            self.log.append((time.monotonic_ns(), label))
+            now = time.monotonic_ns()
+            self.log.append((now, label))
+            if self.route_cpu is not None:
+                self.route_cpu.switch(now, label)
 
     def uninstall(self) -> bool:
         """Restore the previous tracer. Returns False when another tracer was installed

@@ -137,3 +137,27 @@ def test_post_fork_lowers_priority_and_sets_tracing_up(monkeypatch: pytest.Monke
     assert sampling.ratio == pytest.approx(0.01)
     assert sampling.slow_threshold_s("GET /v1/offers/bike") == pytest.approx(0.25)
     assert sampling.slow_threshold_s("POST /v1/offers/rideshare") == pytest.approx(1.5)
+
+
+def test_worker_exit_flushes_the_metrics_the_request_path_kept_in_process() -> None:
+    """A graceful stop loses no counts: worker_exit folds in what the last periodic
+    flush did not."""
+    from gunicorn_conf import common
+    from tracing.metrics import pool_metrics
+
+    metrics = pool_metrics()
+
+    def exported() -> float:
+        (family,) = metrics.requests.metric.collect()
+        return sum(
+            s.value
+            for s in family.samples
+            if s.name.endswith("_total") and s.labels["route"] == "GET /exit"
+        )
+
+    metrics.flush()
+    before = exported()
+    metrics.observe_request("GET /exit", 200, 0.01)
+    assert exported() == before  # kept in process until a flush
+    common.worker_exit(server=None, worker=SimpleNamespace(pid=123))
+    assert exported() == before + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -268,12 +269,19 @@ def _jaeger_trace(trace_id: str = "abc123") -> dict[str, Any]:
 
 
 @pytest.fixture
-def fake_jaeger() -> Iterator[str]:
+def jaeger_queries() -> list[str]:
+    """The paths (with query strings) fake_jaeger was asked for."""
+    return []
+
+
+@pytest.fixture
+def fake_jaeger(jaeger_queries: list[str]) -> Iterator[str]:
     """Jaeger's query API on a loopback port, answering every query with one trace."""
     body = json.dumps({"data": [_jaeger_trace()]}).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            jaeger_queries.append(self.path)
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(body)))
@@ -306,6 +314,27 @@ def test_rows_from_jaeger_link_to_its_ui_slowest_first(
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     (slowest,) = rows["GET /vehicles/v1/nearby"]["slowest"]
     assert slowest["url"] == f"{fake_jaeger}/trace/abc123?uiFind=c1"
+
+
+def test_jaeger_is_asked_for_the_service_name_the_pools_use(
+    fake_jaeger: str, jaeger_queries: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def service_asked() -> list[str]:
+        query = urllib.parse.urlsplit(jaeger_queries.pop()).query
+        return urllib.parse.parse_qs(query)["service"]
+
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    assert main(["traces", "--jaeger", fake_jaeger]) == 0
+    assert service_asked() == ["pricingservice"]
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=pricing-attr,team=fares")
+    assert main(["traces", "--jaeger", fake_jaeger]) == 0
+    assert service_asked() == ["pricing-attr"]
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "pricing-eu")  # wins, as on the resource
+    assert main(["traces", "--jaeger", fake_jaeger]) == 0
+    assert service_asked() == ["pricing-eu"]
+    assert main(["traces", "--jaeger", fake_jaeger, "--service", "envoy"]) == 0
+    assert service_asked() == ["envoy"]
 
 
 def test_trace_id_from_jaeger_ends_with_its_ui_link(

@@ -193,6 +193,8 @@ def test_shutdown_delivers_the_queue_stops_the_thread_and_shuts_the_exporter_dow
     assert time.monotonic() - started < 2, "shutdown waited for the export interval"
     assert exporter.names == [s.name for s in spans[:2]]
     assert exporter.shutdown_calls == 1
+    processor.shutdown()  # a second provider sharing the processor: nothing more
+    assert exporter.shutdown_calls == 1
     # After shutdown nothing is queued any more.
     processor.on_end(spans[2])
     assert len(processor._queue) == 0

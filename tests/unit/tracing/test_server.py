@@ -163,6 +163,22 @@ def test_shutdown_worker_flushes_and_forgets_the_worker(
     assert tracing.server.init_app(Flask(__name__)) is None
 
 
+def test_shutdown_worker_shuts_the_shared_exporter_down_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both tracer providers (sampled, slow) share one processor: stopping a worker
+    must not warn "Exporter already shutdown" on every exit."""
+    settings = TracingSettings(
+        mode=Mode.SPANS, otlp_endpoint="http://127.0.0.1:9/v1/traces", span_file=Path("unused")
+    )
+    worker = tracing.server.setup_worker("io", settings)
+    assert worker is not None and worker.slow_provider is not None
+    with caplog.at_level(logging.WARNING):
+        tracing.server.shutdown_worker()
+    assert worker.processor.exporter._shutdown  # the OTLP exporter was shut down
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
 def test_mode_off_sets_nothing_up(tmp_path: Path) -> None:
     settings = TracingSettings(mode=Mode.OFF, otlp_endpoint=None, span_file=tmp_path / "s")
     assert tracing.server.setup_worker("io", settings) is None
@@ -259,6 +275,27 @@ def test_metrics_count_every_request_whatever_the_sampling(
         ("pricing_request_duration_seconds_count", {"route": route}),
     ]:
         assert value(after, name, **labels) - value(before, name, **labels) == 3, name
+
+
+def test_metrics_say_what_each_route_costs_the_hub(span_file: Path, config: RouteConfig) -> None:
+    """The families `routes suggest` reads: CPU per route from the switch tracer, the
+    hub wait of every request, read back as `suggest` reads them (two scrapes)."""
+    from tracing import metrics, usage
+
+    worker = full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
+    client = io_app(config).test_client()
+    before = usage.parse_text(client.get("/metrics").get_data(as_text=True))
+    for _ in range(4):
+        assert client.get(BIKE).status_code == 200
+    tracing.server.sync_metrics(worker)
+    after = usage.parse_text(client.get("/metrics").get_data(as_text=True))
+    assert set(after) == {""}  # the pool's totals: no pid label
+    counts = usage.delta(before, after)
+    route = (("route", "GET /v1/offers/bike"),)
+    assert counts[(metrics.ROUTE_CPU, route)] > 0
+    assert counts[(f"{metrics.ROUTE_HUB_WAIT}_count", route)] == 4
+    (bike,) = [u for u in usage.usage_from_metrics(counts, 1.0) if u.route.endswith("bike")]
+    assert bike.requests == 4 and 0 < bike.cpu_s < bike.wall_s
 
 
 def test_slow_exports_are_capped_per_worker(span_file: Path, config: RouteConfig) -> None:

@@ -1,0 +1,162 @@
+"""The pool's metrics: the request path counts in process, ``flush`` folds the counts
+into prometheus_client, which is what a scrape reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from tests.prometheus import samples, value
+from tracing.metrics import PoolMetrics
+from tracing.timing.call_state import CallTiming
+from tracing.timing.server_timing import RequestTiming
+
+ROUTE = "GET /v1/offers/bike"
+
+
+def scraped(registry: CollectorRegistry) -> dict:
+    return samples(generate_latest(registry).decode())
+
+
+def test_observations_reach_prometheus_on_flush_and_only_once() -> None:
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry)
+    metrics.observe_request(ROUTE, 200, 0.2)
+    metrics.observe_request(ROUTE, 503, 0.004)
+    metrics.observe_upstream("promotions", 0.05, "5xx")
+    assert value(scraped(registry), "pricing_requests_total", route=ROUTE, **{"class": "2xx"}) == 0
+
+    metrics.flush()
+    metrics.flush()  # nothing new: adds nothing
+    first = scraped(registry)
+    assert value(first, "pricing_requests_total", route=ROUTE, **{"class": "2xx"}) == 1
+    assert value(first, "pricing_requests_total", route=ROUTE, **{"class": "5xx"}) == 1
+    assert value(first, "pricing_request_duration_seconds_count", route=ROUTE) == 2
+    assert value(first, "pricing_request_duration_seconds_sum", route=ROUTE) == pytest.approx(0.204)
+    duration = "pricing_request_duration_seconds_bucket"
+    assert value(first, duration, route=ROUTE, le="0.005") == 1
+    assert value(first, duration, route=ROUTE, le="0.25") == 2
+    failures = "pricing_upstream_failures_total"
+    assert value(first, failures, upstream="promotions", reason="5xx") == 1
+
+    metrics.observe_request(ROUTE, 200, 0.3)
+    metrics.flush()
+    second = scraped(registry)
+    assert value(second, "pricing_requests_total", route=ROUTE, **{"class": "2xx"}) == 2
+    assert value(second, "pricing_request_duration_seconds_count", route=ROUTE) == 3
+    assert value(second, duration, route=ROUTE, le="0.25") == 2
+    assert value(second, failures, upstream="promotions", reason="5xx") == 1
+
+
+def test_counts_kept_elsewhere_come_in_before_each_flush_and_a_failing_hook_does_not_stop_it() -> (
+    None
+):
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry)
+    exported = {"total": 0}
+    seen: dict = {}
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    def sync() -> None:
+        metrics.sync(metrics.spans_exported, (), exported["total"], seen)
+
+    metrics.before_flush += [broken, sync]
+    exported["total"] = 5
+    metrics.observe_loop_lag(0.001)
+    metrics.flush()
+    got = scraped(registry)
+    assert value(got, "pricing_spans_exported_total") == 5
+    assert value(got, "pricing_loop_lag_seconds_count") == 1
+
+
+def test_in_multiprocess_mode_only_flushed_counts_are_in_the_pool_totals(tmp_path: Path) -> None:
+    """Two worker processes: one flushes (as every second and at worker exit), one is
+    killed before it does; the pool's totals hold the first one's counts only."""
+    script = """
+import os, sys
+from tracing.metrics import PoolMetrics
+metrics = PoolMetrics(None)
+for _ in range(int(sys.argv[1])):
+    metrics.observe_request("GET /v1/offers/bike", 200, 0.1)
+if sys.argv[2] == "flush":
+    metrics.flush()
+os._exit(0)
+"""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    root = Path(__file__).resolve().parents[3]
+    for count, how in (("3", "flush"), ("4", "flush"), ("5", "lost")):
+        done = subprocess.run(
+            [sys.executable, "-c", script, count, how], env=env, cwd=root, capture_output=True
+        )
+        assert done.returncode == 0, done.stderr
+    read = """
+import json
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+print(json.dumps(generate_latest(registry).decode()))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", read], env=env, cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    totals = samples(json.loads(done.stdout))
+    assert value(totals, "pricing_requests_total", route=ROUTE, **{"class": "2xx"}) == 7
+    assert value(totals, "pricing_request_duration_seconds_count", route=ROUTE) == 7
+
+
+# --- what routes suggest reads ---------------------------------------------------------
+
+RIDE = "POST /v1/offers/rideshare"
+
+
+def offer_delayed_by_quotes() -> RequestTiming:
+    call = CallTiming(
+        duration_s=0.140,
+        network_s=0.100,
+        scheduling_delay_s=0.030,
+        blocked_s=0.0,
+        culprits=MappingProxyType({RIDE: 0.025, "<hub>": 0.005}),
+    )
+    return RequestTiming(
+        arrival_unix_ns=1,
+        start_unix_ns=2,
+        end_unix_ns=3,
+        inbound_delay_s=0.020,
+        inbound_cpu_wait_s=0.0,
+        inbound_culprits=MappingProxyType({RIDE: 0.020}),
+        duration_s=0.150,
+        running_s=0.002,
+        waiting_s=0.148,
+        critical=call,
+        critical_upstream="vehicles",
+        presend_delay_s=0.001,
+        wake_delay_s=0.002,
+    )
+
+
+def test_an_offer_delayed_by_quotes_says_who_and_how_long() -> None:
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry)
+    timing = offer_delayed_by_quotes()
+    metrics.observe_timing(ROUTE, timing)
+    metrics.flush()
+    seen = scraped(registry)
+    assert value(seen, "pricing_route_hub_wait_seconds_count", route=ROUTE) == 1
+    # inbound 20 + presend 1 + the critical call's 30 + wake 2 ms
+    wait = value(seen, "pricing_route_hub_wait_seconds_sum", route=ROUTE)
+    assert wait == pytest.approx(0.053) and timing.hub_wait_s == pytest.approx(0.053)
+    assert value(seen, "pricing_route_network_seconds_total", route=ROUTE) == pytest.approx(0.1)
+    culprit = "pricing_route_culprit_seconds_total"
+    assert value(seen, culprit, route=RIDE, victim=ROUTE) == pytest.approx(0.045)
+    assert value(seen, culprit, route="<hub>", victim=ROUTE) == pytest.approx(0.005)

@@ -1,0 +1,85 @@
+"""The prometheus_client internals tracing.prometheus_adapter relies on: if a new
+prometheus-client changes them, these fail (and the pin in pyproject.toml says why)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
+
+from tracing.prometheus_adapter import add_to_histogram, histogram_bounds
+
+BOUNDS = (0.001, 0.01, 0.1, 1.0)
+VALUES = (0.0005, 0.001, 0.002, 0.05, 0.05, 0.3, 7.0, 0.0)
+
+
+def per_bucket(values: tuple[float, ...]) -> list[int]:
+    """Observations per bucket, +Inf last: `value <= bound` like prometheus_client."""
+    counts = [0] * (len(BOUNDS) + 1)
+    for v in values:
+        counts[next((i for i, b in enumerate(BOUNDS) if v <= b), len(BOUNDS))] += 1
+    return counts
+
+
+def exposition(histogram: Histogram) -> list[tuple[str, dict[str, str], float]]:
+    (family,) = histogram.collect()
+    return [
+        (s.name.split("_", 1)[1], s.labels, s.value)
+        for s in family.samples
+        if not s.name.endswith("_created")
+    ]
+
+
+def test_folded_counts_read_as_the_same_observations_made_one_by_one() -> None:
+    registry = CollectorRegistry()
+    observed = Histogram("a_seconds", "a", ["route"], registry=registry, buckets=BOUNDS)
+    folded = Histogram("b_seconds", "b", ["route"], registry=registry, buckets=BOUNDS)
+    for v in VALUES:
+        observed.labels("r").observe(v)
+    assert histogram_bounds(folded.labels("r")) == (*BOUNDS, float("inf"))
+    half = len(VALUES) // 2  # two folds add up
+    for part in (VALUES[:half], VALUES[half:]):
+        add_to_histogram(folded.labels("r"), per_bucket(part), sum(part))
+    got, want = exposition(folded), exposition(observed)
+    assert [(n, ls) for n, ls, _ in got] == [(n, ls) for n, ls, _ in want]
+    assert [v for *_, v in got] == pytest.approx([v for *_, v in want])  # sums: float order
+    counts = {s[1]["le"]: s[2] for s in exposition(folded) if "le" in s[1]}
+    assert counts == {"0.001": 3, "0.01": 4, "0.1": 6, "1.0": 7, "+Inf": 8}
+
+
+def test_folding_writes_the_multiprocess_files_a_scrape_reads(tmp_path: Path) -> None:
+    """In multiprocess mode (what the pools run) the folded values reach the mmap'ed
+    files and MultiProcessCollector sums them like observed ones."""
+    script = """
+import json
+from prometheus_client import CollectorRegistry, Histogram, multiprocess
+from tracing.prometheus_adapter import add_to_histogram
+from tests.unit.tracing.test_prometheus_adapter import BOUNDS, VALUES, per_bucket
+observed = Histogram("a_seconds", "a", registry=None, buckets=BOUNDS)
+folded = Histogram("b_seconds", "b", registry=None, buckets=BOUNDS)
+for v in VALUES:
+    observed.observe(v)
+add_to_histogram(folded, per_bucket(VALUES), sum(VALUES))
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+out = {}
+for family in registry.collect():
+    out[family.name] = sorted(
+        (s.name.split("_", 1)[1], s.labels.get("le", ""), s.value) for s in family.samples
+    )
+print(json.dumps(out))
+"""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["b_seconds"] == out["a_seconds"]
+    assert ["seconds_count", "", 8] in out["b_seconds"]
