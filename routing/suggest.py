@@ -28,7 +28,9 @@ The rules, each with its threshold in :class:`Thresholds`:
   ceil(sum(rate x timeout) / (workers x target)). Existing pools only grow (spare
   capacity costs memory, missing capacity costs requests), and keep two workers at
   least. Envoy's circuit breakers follow (``routing.envoy``): max_connections =
-  max_requests = workers x worker_connections, max_pending as configured.
+  max_requests = workers x worker_connections, max_pending as configured. Workers and
+  worker_connections are per replica: a pool on several hosts (``binds``) shares the
+  load evenly over them.
 """
 
 from __future__ import annotations
@@ -204,12 +206,12 @@ def _new_pool(kind: str, config: RouteConfig) -> Pool:
     names = {p.name for p in config.pools}
     name = kind if kind not in names else f"{kind}2"
     host = config.pools[0].bind.host if config.pools else "127.0.0.1"
-    port = max(p.bind.port for p in (*config.pools, config.shared)) + 1
+    port = max(b.port for p in (*config.pools, config.shared) for b in p.binds) + 1
     if kind == CPU:
         # As the committed cpu pool: one request per process, closed after each (health
         # checks never stuck behind an idle connection), below the io pool's priority.
-        return Pool(name, Address(host, port), 2, 1, keepalive_s=0, max_pending=64, nice=5)
-    return Pool(name, Address(host, port), 2, 1000, keepalive_s=30, max_pending=256)
+        return Pool(name, (Address(host, port),), 2, 1, keepalive_s=0, max_pending=64, nice=5)
+    return Pool(name, (Address(host, port),), 2, 1000, keepalive_s=30, max_pending=256)
 
 
 def _ceil(value: float) -> int:
@@ -234,6 +236,9 @@ def _size(
         busy += rps * (per_cpu + per_net)
         held_to_timeout += rps * route.timeout_ms / 1000
     current_workers = 0 if new else pool.workers
+    # Each replica (one gunicorn master per bind) takes an even share.
+    replicas = 1 if new else pool.replicas
+    cores, busy, held_to_timeout = cores / replicas, busy / replicas, held_to_timeout / replicas
     if kind == CPU:
         # Its greenlets per worker are a choice (one request at a time), not a size.
         connections_needed = worker_connections = pool.worker_connections

@@ -128,6 +128,20 @@ def test_cpu_pool_size_is_littles_law_at_the_target_utilisation(committed: Route
     assert "target utilisation 60 %" in render_sizing(s)
 
 
+def test_a_pool_on_several_hosts_is_sized_per_replica(committed: RouteConfig) -> None:
+    # 4x the quotes of the Little's-law test: 3.6 busy workers over two replicas is 1.8
+    # each -> 3 workers per replica at 60 %, not the 6 one host would need.
+    cpu = committed.pool("cpu")
+    two_hosts = replace(cpu, binds=(cpu.bind, replace(cpu.bind, host="127.0.0.3")))
+    config = replace(
+        committed, pools=tuple(two_hosts if p.name == "cpu" else p for p in committed.pools)
+    )
+    rates = {"offers.rideshare": 80, "quotes.batch": 10}
+    sized = next(p for p in suggest(config, mixed_load(), rates_rps=rates).pools if p.pool == "cpu")
+    assert sized.busy_slots == pytest.approx(1.8)
+    assert sized.workers == 3
+
+
 def test_io_connections_cover_every_request_held_to_its_timeout(committed: RouteConfig) -> None:
     # 50 offers/s held 0.5 s each = 25 greenlets over 2 workers at 60 %: 21 each.
     small = replace(
