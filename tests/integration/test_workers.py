@@ -163,7 +163,7 @@ RELOAD_CASES = pytest.mark.parametrize(
     reason="gunicorn 27's HUP (Arbiter.reload) stops the old workers as soon as the new "
     "ones are forked, so the pool accepts nothing while they load the app (io: 1-5 s, cpu: "
     "its road graphs): Envoy answers 504. preload_app=True closes the gap for the cpu pool; "
-    "test_rolling_reload_under_load_fails_no_request shows a reload that loses nothing",
+    "`pricingctl reload` (tests/integration/test_ops.py) is the reload that loses nothing",
 )
 def test_graceful_reload_under_load_fails_no_request(
     stack: Stack, pool: str, make: Callable[[int], bytes], rate: float, count: int
