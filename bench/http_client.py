@@ -4,8 +4,8 @@ stack (Envoy, the split pools, the simulator with every upstream fixed at 100 ms
 
 Runs alternate the clients (`bench.run.run_interleaved`: a fresh stack per run, the
 same arrivals), each twice: with tracing off (what the decision reads: the client's
-own CPU) and traced (PRICING_TRACING=full, every request sampled: the load generator
-sends a sampled traceparent), which is also the check that the network / scheduling
+own CPU) and traced (PRICING_TRACING=full, every request sampled: Envoy samples
+100 %), which is also the check that the network / scheduling
 split works with that client: its client spans must carry a network time near the
 upstream's fixed latency and a small scheduling delay (no CPU load shares the io
 worker). Per client and mode: the io pool's CPU per offer and per upstream call (three
@@ -54,6 +54,8 @@ def arms(clients: Sequence[str] = CLIENTS) -> tuple[Arm, ...]:
             "full" if traced else "off",
             f"client {client}{TRACED if traced else ''}, repeat {{repeat}}/{{repeats}}",
             f"client-{client}{'-traced' if traced else ''}-r{{repeat}}",
+            # Traced: Envoy samples every request (the route config's default is 1 %).
+            sample_percent=100.0 if traced else None,
             env={HTTP_CLIENT_ENV: client},
         )
         for client in clients
