@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
 from stack import jaeger
 from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
-from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
+from stack.procs import Proc, StartError, free_port, http_ok, port_in_use, wait_until
 from stack.state import Running, clear_state, replica_name, write_state
 from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, SPAN_FILE_ENV, TRACES_PATH
 
@@ -317,12 +315,3 @@ class Stack:
 
     def envoy_stat(self, name: str) -> int:
         return self.admin.stat(name)
-
-
-def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return False

@@ -22,6 +22,7 @@ from routing.model import Layout, RouteConfig
 from routing.write import render_routes_toml, write_routes
 from stack.envoy import Admin, validate, write_xds
 from stack.processes import children, serving_workers
+from stack.procs import wait_until
 from stack.state import Running, pid_alive, replica_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -42,15 +43,6 @@ Say = Callable[[str], None]
 
 class OpsError(RuntimeError):
     """An operation stopped; the message is one line saying what and what still runs."""
-
-
-def _wait(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return False
 
 
 # --- rolling reload -------------------------------------------------------------------
@@ -114,7 +106,7 @@ def _reload_replica(
         def new_serving(before: set[int] = before) -> set[int]:
             return set(serving_workers(master, port)) - before
 
-        if not _wait(new_serving, BOOT_TIMEOUT_S, 0.1):
+        if not wait_until(new_serving, BOOT_TIMEOUT_S, 0.1):
             raise OpsError(
                 f"reload {name}: the new worker did not serve within {BOOT_TIMEOUT_S:.0f} s "
                 f"(see the pool's log in {running.run_dir / 'logs'}); "
@@ -122,9 +114,9 @@ def _reload_replica(
             )
         (new,) = sorted(new_serving())[:1]
         os.kill(master, signal.SIGTTOU)
-        if not _wait(lambda: len(children(master)) == len(old), RETIRE_TIMEOUT_S, 0.1):
+        if not wait_until(lambda: len(children(master)) == len(old), RETIRE_TIMEOUT_S, 0.1):
             raise OpsError(f"reload {name}: an old worker did not stop within {RETIRE_TIMEOUT_S} s")
-        _wait(lambda: admin.clusters_healthy([cluster_name(pool)]), RETIRE_TIMEOUT_S, 0.1)
+        wait_until(lambda: admin.clusters_healthy([cluster_name(pool)]), RETIRE_TIMEOUT_S, 0.1)
         say(
             f"reload {name}: worker {i}/{len(old)}: {retiring} -> {new} serving "
             f"({time.monotonic() - started:.1f} s)"
@@ -232,7 +224,7 @@ def apply_routes(running: Running, wanted: RouteConfig, say: Say) -> Plan:
     admin = Admin(running.admin_url)
     if admin.listener_version() != version:
         write_xds(running.xds_dir, files)
-        if not _wait(lambda: admin.listener_version() == version, SWITCH_TIMEOUT_S, 0.05):
+        if not wait_until(lambda: admin.listener_version() == version, SWITCH_TIMEOUT_S, 0.05):
             raise OpsError(
                 f"routes apply: Envoy did not report listener version {version} within "
                 f"{SWITCH_TIMEOUT_S:.0f} s (see {running.run_dir / 'logs' / 'envoy.log'}); "
@@ -241,7 +233,7 @@ def apply_routes(running: Running, wanted: RouteConfig, say: Say) -> Plan:
         say(f"routes apply: Envoy runs listener version {version}")
         # Connections accepted before the switch still route by the old config until
         # they close (Envoy closes them within its drain time).
-        _wait(lambda: admin.draining() == 0, running.drain_time_s + 5.0, 0.1)
+        wait_until(lambda: admin.draining() == 0, running.drain_time_s + 5.0, 0.1)
     write_routes(plan.new, running.config_path)
     # (3) what each pool serves from now on.
     for pool in pools:

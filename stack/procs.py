@@ -155,3 +155,13 @@ class Proc:
             os.killpg(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=5)
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll `predicate` until it is true (True) or `timeout_s` has passed (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return False

@@ -106,7 +106,7 @@ def test_compose_file_passes_docker_compose_config() -> None:
     ids=["compose", "kubernetes"],
 )
 def test_container_envoy_configs_pass_envoys_validation(path: Path, tmp_path: Path) -> None:
-    from stack.launch import envoy_binary
+    from stack.envoy import validate
 
     docs = list(yaml.safe_load_all(path.read_text()))
     text = (
@@ -115,12 +115,4 @@ def test_container_envoy_configs_pass_envoys_validation(path: Path, tmp_path: Pa
         else path.read_text()
     )
     assert text is not None
-    config = tmp_path / "envoy.yaml"
-    config.write_text(text)
-    result = subprocess.run(
-        [envoy_binary(), "--mode", "validate", "-c", str(config), "--disable-hot-restart"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert validate(text) is None

@@ -169,18 +169,10 @@ def test_bootstrap_takes_listeners_and_clusters_from_watched_files() -> None:
 
 
 def test_envoy_validates_both_layouts(tmp_path: Path) -> None:
-    from stack.envoy import envoy_binary, write_xds
+    from stack.envoy import validate, write_xds
 
     for layout in Layout:
         xds_dir = tmp_path / layout.value
         write_xds(xds_dir, render_xds(load_routes(), layout, tracing_collector=("127.0.0.1", 4317)))
-        path = tmp_path / f"envoy.{layout.value}.yaml"
-        path.write_text(render_envoy(load_routes(), layout, xds_dir=str(xds_dir)))
-        result = subprocess.run(
-            [envoy_binary(), "--mode", "validate", "-c", str(path), "--disable-hot-restart"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert "OK" in result.stdout
+        # The bootstrap names the LDS/CDS files by absolute path: Envoy reads them too.
+        assert validate(render_envoy(load_routes(), layout, xds_dir=str(xds_dir))) is None
