@@ -56,6 +56,12 @@ class Names:
         return f"http://{self.jaeger}:{JAEGER_OTLP_HTTP_PORT}"
 
 
+#: How compose services and Kubernetes Services are named: the same in both targets.
+SERVICE_NAMES = Names(pool=lambda name: f"pool-{name}", simulator="simulator", jaeger="jaeger")
+#: Where Jaeger's config is mounted in its container.
+JAEGER_CONFIG_PATH = "/etc/jaeger/config.yaml"
+
+
 def pool_env(
     pool: Pool, names: Names, config: RouteConfig, upstream_url: str | None
 ) -> dict[str, str]:

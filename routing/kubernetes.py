@@ -20,14 +20,15 @@ from routing.container import (
     ENVOY_CONFIG_PATH,
     ENVOY_IMAGE,
     IMAGE,
+    JAEGER_CONFIG_PATH,
     JAEGER_IMAGE,
     JAEGER_OTLP_GRPC_PORT,
     JAEGER_OTLP_HTTP_PORT,
     JAEGER_UI_PORT,
     POOL_PORT,
     PORT_ENV,
+    SERVICE_NAMES,
     SIMULATOR_PORT,
-    Names,
     pool_env,
     render_container_envoy,
 )
@@ -41,11 +42,10 @@ APP_LABEL = "app.kubernetes.io/name"
 PART_LABEL = "app.kubernetes.io/component"
 APP = "pricingservice"
 
-NAMES = Names(pool=lambda name: f"pool-{name}", simulator="simulator", jaeger="jaeger")
+NAMES = SERVICE_NAMES
 ENVOY = "envoy"
 ENVOY_CONFIGMAP = "envoy-config"
 JAEGER_CONFIGMAP = "jaeger-config"
-JAEGER_CONFIG_PATH = "/etc/jaeger/config.yaml"
 
 # Rolling updates lose nothing: a terminating pod first stays in service PRESTOP_S
 # (Envoy's DNS refresh and health checks take it out), then gunicorn gets SIGTERM
