@@ -55,9 +55,19 @@ _POOL_KEYS = {
     "max_pending",
     "nice",
     "worker_rps",
+    "latency_ms",
 }
-_SHARED_KEYS = _POOL_KEYS - {"workers", "nice", "worker_rps"}
-_ROUTE_KEYS = {"endpoint", "path", "methods", "pool", "timeout_ms", "retry", "slow_ms"}
+_SHARED_KEYS = _POOL_KEYS - {"workers", "nice", "worker_rps", "latency_ms"}
+_ROUTE_KEYS = {
+    "endpoint",
+    "path",
+    "methods",
+    "pool",
+    "timeout_ms",
+    "retry",
+    "slow_ms",
+    "min_budget_ms",
+}
 _RETRY_KEYS = {"attempts", "on"}
 
 
@@ -211,6 +221,7 @@ def _pool(name: str, body: Any, where: str | None = None) -> Pool:
         max_pending=_int(body, "max_pending", where, 1, 100_000, default=64),
         nice=_int(body, "nice", where, 0, 19, default=0),
         worker_rps=_int(body, "worker_rps", where, 1, 1_000_000) if "worker_rps" in body else None,
+        latency_ms=_int(body, "latency_ms", where, 1, 300_000) if "latency_ms" in body else None,
     )
 
 
@@ -307,7 +318,14 @@ def _route(index: int, body: Any, pool_names: set[str], meta: MetaRoutes) -> Rou
         timeout_ms=timeout_ms,
         retry=retry,
         slow_ms=_int(body, "slow_ms", where, 1, 300_000) if "slow_ms" in body else None,
+        min_budget_ms=_min_budget(body, where, timeout_ms),
     )
+
+
+def _min_budget(body: Mapping[str, Any], where: str, timeout_ms: int) -> int | None:
+    if "min_budget_ms" not in body:
+        return None
+    return _int(body, "min_budget_ms", where, 1, timeout_ms)
 
 
 def _unique(

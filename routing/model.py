@@ -11,6 +11,9 @@ SHARED_POOL = "shared"
 # request never reached the app, or the connection died under it.
 SAFE_RETRY_CONDITIONS = frozenset({"connect-failure", "reset", "refused-stream"})
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# A route's default minimum budget, as a fraction of its timeout: a request that has
+# already spent 80 % of its time in queues is unlikely to make the rest.
+MIN_BUDGET_FRACTION = 0.2
 
 
 class Layout(StrEnum):
@@ -44,6 +47,9 @@ class Pool:
     # Requests per second one worker process serves within its routes' deadlines,
     # measured (BENCHMARKS.md); None: not measured. Sizes replicas for a target rate.
     worker_rps: int | None = None
+    # The time a request may spend in the pool when it serves worker_rps (Little's law's
+    # W): with worker_rps it bounds what Envoy lets in at once (routing.sizing).
+    latency_ms: int | None = None
 
     @property
     def bind(self) -> Address:
@@ -82,6 +88,17 @@ class Route:
     # A request slower than this is traced whatever the sampling (None: the route's
     # timeout x [tracing].slow_fraction).
     slow_ms: int | None = None
+    # Less budget than this left when the handler starts (the request waited in queues
+    # since Envoy received it): answered 503 at once, no upstream called. None: the
+    # route's timeout x MIN_BUDGET_FRACTION.
+    min_budget_ms: int | None = None
+
+    @property
+    def min_budget(self) -> int:
+        """Milliseconds of budget the route needs to be worth starting."""
+        if self.min_budget_ms is not None:
+            return self.min_budget_ms
+        return max(1, round(self.timeout_ms * MIN_BUDGET_FRACTION))
 
     @property
     def answered_methods(self) -> tuple[str, ...]:

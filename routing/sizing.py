@@ -55,3 +55,37 @@ def size(config: RouteConfig, traffic: Traffic | None) -> dict[str, int]:
         return {p.name: max(MIN_REPLICAS, p.replicas) for p in config.pools}
     rates = pool_rates(config, traffic)
     return {p.name: replicas_for(p, rates[p.name]) for p in config.pools}
+
+
+@dataclass(frozen=True)
+class EnvoyLimits:
+    """What Envoy lets through to one pool at once; the rest it answers 503 at once."""
+
+    # Requests in flight to the pool (and connections: HTTP/1.1 carries one at a time).
+    in_flight: int
+    # Requests waiting in Envoy for one of those to finish.
+    pending: int
+
+
+def in_flight_per_replica(pool: Pool) -> int:
+    """Requests one replica is let have at once. Little's law: a replica serving
+    `workers x worker_rps` requests a second, each taking `latency_ms`, holds
+    `workers x worker_rps x latency_ms` of them; more in flight only wait longer (in
+    the workers' sockets, where nobody sheds them). Without both measurements: every
+    greenlet (`workers x worker_connections`). Never more than that, never fewer than
+    one request per worker."""
+    ceiling = pool.replica_capacity
+    if pool.worker_rps is None or pool.latency_ms is None:
+        return ceiling
+    littles = math.ceil(pool.workers * pool.worker_rps * pool.latency_ms / 1000)
+    return max(pool.workers, min(ceiling, littles))
+
+
+def envoy_limits(pool: Pool, hosts: int | None = None) -> EnvoyLimits:
+    """Envoy's limits for `pool` over `hosts` replicas (default: the hosts routes.toml
+    lists). Both grow with the replicas: each adds its own share of work in flight and
+    drains the queue as fast, so the queue's wait stays the same."""
+    hosts = pool.replicas if hosts is None else hosts
+    if hosts < 1:
+        raise ValueError(f"[pools.{pool.name}]: at least one host, not {hosts}")
+    return EnvoyLimits(hosts * in_flight_per_replica(pool), hosts * pool.max_pending)

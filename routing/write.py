@@ -40,6 +40,8 @@ def _pool_lines(pool: Pool, *, shared: bool) -> list[str]:
         lines.append(f"nice = {pool.nice}")
         if pool.worker_rps is not None:
             lines.append(f"worker_rps = {pool.worker_rps}")
+        if pool.latency_ms is not None:
+            lines.append(f"latency_ms = {pool.latency_ms}")
     return lines
 
 
@@ -59,6 +61,8 @@ def _route_lines(route: Route) -> list[str]:
         )
     if route.slow_ms is not None:
         lines.append(f"slow_ms = {route.slow_ms}")
+    if route.min_budget_ms is not None:
+        lines.append(f"min_budget_ms = {route.min_budget_ms}")
     return lines
 
 

@@ -113,14 +113,17 @@ def test_query_without_content_type_becomes_405_and_every_local_reply_has_a_requ
     assert no_id["body_format_override"]["json_format"]["request_id"] == "%RESP(X-REQUEST-ID)%"
 
 
-def test_circuit_breakers_match_each_pools_capacity() -> None:
+def test_circuit_breakers_admit_what_each_pool_serves_within_its_latency() -> None:
     config = load_routes()
     clusters = _clusters(envoy_config(config))
+    # Little's law for the io pool: 2 workers x 550 offers/s x 200 ms, far below its
+    # 2,000 greenlets; the cpu pool (no latency_ms) one request per worker.
+    expected = {"io": (220, 64), "cpu": (2, 64)}
     for pool in config.pools:
         breaker = clusters[f"{pool.name}_pool"]["circuit_breakers"]["thresholds"][0]
-        assert breaker["max_connections"] == pool.workers * pool.worker_connections
-        assert breaker["max_requests"] == pool.workers * pool.worker_connections
-        assert breaker["max_pending_requests"] == pool.max_pending
+        in_flight, pending = expected[pool.name]
+        assert breaker["max_connections"] == breaker["max_requests"] == in_flight
+        assert breaker["max_pending_requests"] == pending
         assert (
             clusters[f"{pool.name}_pool"]["health_checks"][0]["http_health_check"]["path"]
             == config.meta.readyz

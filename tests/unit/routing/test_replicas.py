@@ -3,6 +3,7 @@ checks and ejects each on its own, and sizes its breakers to the whole pool."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from routing.errors import RouteConfigError
 from routing.gunicorn import gunicorn_settings
 from routing.load import DEFAULT_ROUTES_PATH, parse_routes
 from routing.model import Layout, RouteConfig
+from routing.sizing import envoy_limits
 from routing.write import write_routes
 
 SHIPPED = DEFAULT_ROUTES_PATH.read_text()
@@ -60,7 +62,10 @@ def test_envoy_lists_every_replica_with_least_request_and_pool_sized_breakers() 
     assert io["lb_policy"] == "LEAST_REQUEST"
     assert io["type"] == "STATIC"
     breaker = io["circuit_breakers"]["thresholds"][0]
-    assert breaker["max_requests"] == breaker["max_connections"] == config.pool("io").capacity
+    # Three replicas: three times one replica's share, and three times the queue.
+    one = envoy_limits(replace(config.pool("io"), binds=config.pool("io").binds[:1]))
+    assert breaker["max_requests"] == breaker["max_connections"] == 3 * one.in_flight
+    assert breaker["max_pending_requests"] == 3 * one.pending
     # Several replicas: a failing one is ejected; never more than half of them.
     outlier = io["outlier_detection"]
     assert outlier["enforcing_consecutive_local_origin_failure"] == 100

@@ -5,7 +5,18 @@ from __future__ import annotations
 import pytest
 
 from routing.load import load_routes
-from routing.sizing import MIN_REPLICAS, TARGET_UTILISATION, Traffic, pool_rates, size
+from dataclasses import replace
+
+from routing.model import Address
+from routing.sizing import (
+    MIN_REPLICAS,
+    TARGET_UTILISATION,
+    Traffic,
+    envoy_limits,
+    in_flight_per_replica,
+    pool_rates,
+    size,
+)
 
 
 def test_rates_go_to_the_pools_that_serve_them() -> None:
@@ -30,3 +41,31 @@ def test_replicas_carry_the_traffic_at_the_target_utilisation(offers: int) -> No
 
 def test_without_a_target_the_config_hosts_count_at_least_the_floor() -> None:
     assert set(size(load_routes(), None).values()) == {MIN_REPLICAS}
+
+
+def test_envoy_admits_littles_law_per_replica_bounded_by_the_greenlets() -> None:
+    io = load_routes().pool("io")
+    assert io.worker_rps is not None and io.latency_ms is not None
+    per_replica = in_flight_per_replica(io)
+    assert per_replica == -(-io.workers * io.worker_rps * io.latency_ms // 1000)
+    assert per_replica < io.replica_capacity
+    # Never more than the greenlets, never fewer than one request per worker.
+    assert in_flight_per_replica(replace(io, latency_ms=10**6)) == io.replica_capacity
+    assert in_flight_per_replica(replace(io, latency_ms=1, worker_rps=1)) == io.workers
+    # Unmeasured: every greenlet, as before there was a measurement.
+    assert in_flight_per_replica(replace(io, latency_ms=None)) == io.replica_capacity
+
+
+@pytest.mark.parametrize("hosts", [1, 3, 40])
+def test_envoy_limits_grow_with_the_hosts(hosts: int) -> None:
+    io = load_routes().pool("io")
+    limits = envoy_limits(io, hosts)
+    assert limits.in_flight == hosts * in_flight_per_replica(io)
+    assert limits.pending == hosts * io.max_pending
+    binds = tuple(Address(f"127.0.0.{i + 2}", 8102) for i in range(hosts))
+    assert envoy_limits(replace(io, binds=binds)) == limits
+
+
+def test_envoy_limits_need_a_host() -> None:
+    with pytest.raises(ValueError, match="at least one host"):
+        envoy_limits(load_routes().pool("io"), 0)
