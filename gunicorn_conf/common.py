@@ -16,7 +16,7 @@ from routing.env import (
     METRICS_DIR_ENV,
     POOL_ENV,
 )
-from routing.envoy import ENVOY_START_HEADER
+from routing.edge import ENVOY_START_HEADER
 from routing.gunicorn import gunicorn_settings, layout_of
 from routing.load import load_routes
 from routing.model import SHARED_POOL

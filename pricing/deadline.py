@@ -1,15 +1,13 @@
-"""The time budget of one request."""
+"""The time budget of one request, counted from when Envoy received it."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-ENVOY_TIMEOUT_HEADER = "x-envoy-expected-rq-timeout-ms"
 # Kept back from the budget to combine the answers and write the response,
 # so the app answers before Envoy gives up on it.
 RESPONSE_RESERVE_MS = 25
-MIN_BUDGET_MS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,21 +15,35 @@ class Deadline:
     """An absolute monotonic deadline (time.monotonic() seconds)."""
 
     at: float
+    # What was left for the handler when it started (<= 0: nothing).
     budget_ms: int
+    # Spent before the handler started: in Envoy's queue, on the wire, in the pool's
+    # socket waiting for the loop. 0 when the request did not come through Envoy.
+    waited_ms: int = 0
 
     @classmethod
-    def for_request(cls, route_timeout_ms: int, envoy_header: str | None) -> Deadline:
-        """Budget = the smaller of the route's timeout and Envoy's, minus a reserve."""
+    def for_request(
+        cls,
+        route_timeout_ms: int,
+        envoy_timeout_ms: int | None = None,
+        envoy_start_ns: int | None = None,
+        *,
+        now_ns: int | None = None,
+    ) -> Deadline:
+        """Budget = the smaller of the route's timeout and Envoy's, less the time since
+        Envoy received the request, less a reserve to answer.
+
+        Envoy's start time is its host's wall clock; the pool's must agree (NTP, as for
+        the spans). A start in the future counts as no wait."""
         timeout_ms = route_timeout_ms
-        if envoy_header:
-            try:
-                envoy_ms = int(envoy_header)
-            except ValueError:
-                envoy_ms = 0
-            if envoy_ms > 0:
-                timeout_ms = min(timeout_ms, envoy_ms)
-        budget_ms = max(MIN_BUDGET_MS, timeout_ms - RESPONSE_RESERVE_MS)
-        return cls(at=time.monotonic() + budget_ms / 1000, budget_ms=budget_ms)
+        if envoy_timeout_ms is not None and envoy_timeout_ms > 0:
+            timeout_ms = min(timeout_ms, envoy_timeout_ms)
+        waited_ms = 0
+        if envoy_start_ns is not None:
+            now_ns = time.time_ns() if now_ns is None else now_ns
+            waited_ms = max(0, (now_ns - envoy_start_ns) // 1_000_000)
+        budget_ms = timeout_ms - waited_ms - RESPONSE_RESERVE_MS
+        return cls(time.monotonic() + max(0, budget_ms) / 1000, budget_ms, waited_ms)
 
     def remaining_s(self) -> float:
         return max(0.0, self.at - time.monotonic())

@@ -84,6 +84,15 @@ class NotReady(PricingError):
     title = "Not ready"
 
 
+class Overloaded(PricingError):
+    """The request reached its handler with too little of its deadline left to be worth
+    starting (it waited in Envoy's queue or the pool's): shed, not worked on."""
+
+    status = 503
+    slug = "overloaded"
+    title = "Service overloaded"
+
+
 @dataclass(frozen=True)
 class UpstreamFailure:
     """Why one upstream call produced no usable answer."""

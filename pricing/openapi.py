@@ -23,7 +23,7 @@ from pricing.problems import POOL_HEADER, PROBLEM_JSON, PROBLEM_TYPE_PREFIX, REQ
 from pricing.regions import REGIONS
 from routing.model import Route, RouteConfig
 
-API_VERSION = "1.1.0"
+API_VERSION = "1.2.0"
 ABOUT_BLANK = "about:blank"
 
 # Each problem type and when it is answered. The slugs are the domain errors'
@@ -47,6 +47,9 @@ PROBLEM_TYPES: dict[str, str] = {
     "upstream-unavailable": "a required upstream (vehicles, routing) failed; retry after "
     "Retry-After seconds",
     "upstream-timeout": "a required upstream did not answer within the deadline",
+    errors.Overloaded.slug: "the pool is past its capacity: the request waited in queues "
+    "until too little of its timeout was left to answer it, and was not worked on; retry "
+    "after Retry-After seconds",
     ABOUT_BLANK: "plain HTTP semantics: the status says it all",
 }
 
@@ -75,13 +78,16 @@ _STATUSES: dict[int, tuple[str, tuple[str, ...]]] = {
     431: ("Request headers too large or too many (Envoy)", (ABOUT_BLANK,)),
     503: (
         "A required upstream failed, or the pool is overloaded or down (Envoy); see Retry-After",
-        ("upstream-unavailable", ABOUT_BLANK),
+        ("upstream-unavailable", errors.Overloaded.slug, ABOUT_BLANK),
     ),
     504: (
         "A required upstream did not answer in time, or the pool did not (Envoy)",
         ("upstream-timeout", ABOUT_BLANK),
     ),
 }
+# A 503 from an app route without upstreams: shed by the pool (too little budget left
+# when its handler started) or by Envoy (over the pool's limit, or the pool down).
+_SHED = (errors.Overloaded.slug, ABOUT_BLANK)
 # Every operation: what Envoy may answer itself, before or instead of the app.
 _ENVOY_STATUSES = (400, 413, 431, 503, 504)
 
@@ -225,7 +231,7 @@ def _operation(route: Route) -> dict[str, Any]:
                     421,
                     422,
                     s422=(*area_rule, errors.NoRoute.slug),
-                    s503=(ABOUT_BLANK,),
+                    s503=_SHED,
                     s504=(ABOUT_BLANK,),
                 ),
             },
@@ -242,7 +248,7 @@ def _operation(route: Route) -> dict[str, Any]:
             },
             "responses": {
                 "200": _ok("The quotes", schemas.BatchResponse),
-                **_problems(400, 415, 421, 422, s503=(ABOUT_BLANK,), s504=(ABOUT_BLANK,)),
+                **_problems(400, 415, 421, 422, s503=_SHED, s504=(ABOUT_BLANK,)),
             },
         }
     if ep == "regions.list":
@@ -252,7 +258,7 @@ def _operation(route: Route) -> dict[str, Any]:
             "latitude/longitude box, edges included.",
             "responses": {
                 "200": _ok("The regions", schemas.Regions),
-                **_problems(421, s400=(ABOUT_BLANK,), s503=(ABOUT_BLANK,), s504=(ABOUT_BLANK,)),
+                **_problems(421, s400=(ABOUT_BLANK,), s503=_SHED, s504=(ABOUT_BLANK,)),
             },
         }
     raise KeyError(ep)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from flask import Flask, Response
 
+from pricing.admission import admitted
 from pricing.errors import Misdirected
 from pricing.views import ENDPOINTS, META_VIEWS
 from routing.errors import RouteConfigError
@@ -32,7 +33,7 @@ def register_routes(app: Flask, config: RouteConfig, pool: str, layout: Layout) 
             app.add_url_rule(
                 route.path,
                 endpoint=route.endpoint,
-                view_func=factory(route),
+                view_func=admitted(route, factory(route)),
                 methods=list(route.methods),
             )
         else:

@@ -11,7 +11,7 @@ from typing import Any
 
 from flask import Response, current_app, request
 
-from pricing.deadline import ENVOY_TIMEOUT_HEADER, Deadline
+from pricing.admission import current_deadline
 from pricing.errors import FieldError, InvalidRequest, NoRoute, NotReady, PricingError
 from pricing.offers import Mode, build_offer, offer_calls
 from pricing.regions import REGIONS
@@ -39,10 +39,7 @@ def micromobility_offer(mode: Mode) -> ViewFactory:
     def factory(route: Route) -> View:
         def view() -> Response:
             query = parse_offer_query(request.args.to_dict(flat=False))
-            deadline = Deadline.for_request(
-                route.timeout_ms, request.headers.get(ENVOY_TIMEOUT_HEADER)
-            )
-            answers = _gateway().fetch_all(offer_calls(mode, query), deadline)
+            answers = _gateway().fetch_all(offer_calls(mode, query), current_deadline())
             return json_response(build_offer(mode, query, answers))
 
         return view

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from routing.model import IDEMPOTENT_METHODS, Layout, Pool, Route, RouteConfig
+from routing.edge import ENVOY_START_HEADER
 from routing.sizing import envoy_limits
 
 HEADER = """\
@@ -90,11 +91,6 @@ PROBLEM_JSON = "application/problem+json"
 def cluster_name(pool: Pool | str) -> str:
     name = pool if isinstance(pool, str) else pool.name
     return f"{name}_pool"
-
-
-#: Request header carrying Envoy's start time of the request (Unix seconds, 6 decimals);
-#: ``tracing.server`` reads it under the same name.
-ENVOY_START_HEADER = "x-pricing-envoy-start"
 
 
 #: Where the bootstrap finds its listeners and clusters (LDS/CDS files), relative to the

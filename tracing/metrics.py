@@ -54,6 +54,9 @@ MULTIPROC_DIR_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 #: how late a scrape may see another worker's counts, and what a SIGKILLed worker loses.
 FLUSH_INTERVAL_S: Final = 1.0
 
+#: Why a pool refused a request at once (``pricing_shed_total{reason}``): it reached its
+#: handler with less of its deadline left than its route needs (``min_budget_ms``).
+SHED_REASONS = ("budget",)
 #: Why an upstream call failed (``pricing_upstream_failures_total{reason}``).
 #: ``circuit_open`` is reserved for a circuit breaker: nothing emits it yet.
 FAILURE_REASONS: Final = (
@@ -190,6 +193,13 @@ class PoolMetrics:
             ("route",),
             buckets,
         )
+        # Answered 503 without being worked on, by reason (SHED_REASONS).
+        self.shed = counter(
+            "pricing_shed",
+            "Requests the pool refused at once instead of working on them, by route and "
+            "reason.",
+            ("route", "reason"),
+        )
         # Per upstream: every call, its failures by reason, its duration.
         self.upstream_calls = counter(
             "pricing_upstream_calls",
@@ -306,6 +316,9 @@ class PoolMetrics:
     def observe_request(self, route: str, status: int, duration_s: float) -> None:
         self.requests(route, status_class(status)).inc()
         self.request_duration(route).observe(duration_s)
+
+    def observe_shed(self, route: str, reason: str) -> None:
+        self.shed(route, reason).inc()
 
     def observe_upstream(self, upstream: str, duration_s: float, failure: str | None) -> None:
         self.upstream_calls(upstream).inc()

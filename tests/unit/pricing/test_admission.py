@@ -1,0 +1,108 @@
+"""Admission at the handler: the budget counts from Envoy's start time, and a request
+with less left than its route needs is shed at once, without an upstream call."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from flask.testing import FlaskClient
+
+from pricing.deadline import RESPONSE_RESERVE_MS, Deadline
+from routing.edge import parse_envoy_start_ns, parse_timeout_ms
+from tests.unit.pricing.conftest import FakeGateway, problem
+
+SF = "origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
+RIDE = {
+    "origin": {"lat": 37.7749, "lng": -122.4194},
+    "destination": {"lat": 37.8049, "lng": -122.4094},
+    "user_id": "u-1",
+}
+
+
+def envoy_start(ago_ms: float) -> str:
+    """x-pricing-envoy-start as Envoy writes it, `ago_ms` before now."""
+    return f"{time.time() - ago_ms / 1000:.6f}"
+
+
+def test_the_budget_counts_from_when_envoy_received_the_request() -> None:
+    now = 1_700_000_000_000_000_000
+    deadline = Deadline.for_request(500, 500, now - 120_000_000, now_ns=now)
+    assert deadline.waited_ms == 120
+    assert deadline.budget_ms == 500 - 120 - RESPONSE_RESERVE_MS
+    # Envoy's timeout, when smaller, wins; a start in the future is no wait.
+    assert Deadline.for_request(500, 200, now + 5_000_000, now_ns=now).budget_ms == 175
+    # Without Envoy's headers: the route's timeout from the handler's start.
+    assert Deadline.for_request(500).budget_ms == 475
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("1700000000.123456", 1_700_000_000_123_456_000),
+        ("1700000000", 1_700_000_000_000_000_000),
+        ("", None),
+        (None, None),
+        ("-1.5", None),
+        ("17e8", None),
+        ("1700000000.12x", None),
+    ],
+)
+def test_envoy_start_parses_only_a_time(raw: str | None, expected: int | None) -> None:
+    assert parse_envoy_start_ns(raw) == expected
+
+
+def test_envoy_timeout_parses_only_a_positive_number() -> None:
+    assert parse_timeout_ms("250") == 250
+    assert [parse_timeout_ms(v) for v in ("0", "-3", "junk", "", None)] == [None] * 5
+
+
+def test_an_offer_that_waited_its_budget_away_is_shed_without_an_upstream_call(
+    io_client: FlaskClient, gateway: FakeGateway
+) -> None:
+    # offers.bike: 500 ms timeout, min_budget_ms 150 in routes.toml.
+    response = io_client.get(
+        f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(400)}
+    )
+    assert response.status_code == 503
+    body = problem(response)
+    assert body["type"] == "urn:pricingservice:problem:overloaded"
+    assert response.headers["Retry-After"] == "1"
+    assert "needs 150 ms" in body["detail"]
+    assert gateway.calls == []
+
+
+def test_an_offer_with_enough_left_gets_only_what_is_left(
+    io_client: FlaskClient, gateway: FakeGateway
+) -> None:
+    response = io_client.get(
+        f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(100)}
+    )
+    assert response.status_code == 200, response.data
+    (deadline,) = gateway.deadlines
+    assert deadline.waited_ms >= 100
+    assert deadline.budget_ms <= 500 - 100 - RESPONSE_RESERVE_MS
+
+
+def test_a_rideshare_quote_past_its_time_is_shed_too(cpu_client: FlaskClient) -> None:
+    # offers.rideshare: 3 s timeout, default minimum 20 % of it.
+    late = cpu_client.post(
+        "/v1/offers/rideshare", json=RIDE, headers={"x-pricing-envoy-start": envoy_start(2500)}
+    )
+    assert late.status_code == 503
+    assert problem(late)["type"].endswith(":overloaded")
+    early = cpu_client.post(
+        "/v1/offers/rideshare", json=RIDE, headers={"x-pricing-envoy-start": envoy_start(2000)}
+    )
+    assert early.status_code == 200, early.data
+
+
+def test_shed_requests_are_counted_with_their_reason(
+    io_client: FlaskClient, gateway: FakeGateway
+) -> None:
+    from tracing.metrics import pool_metrics
+
+    counter = pool_metrics().shed("GET /v1/offers/bike", "budget")
+    before = counter.value
+    io_client.get(f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(490)})
+    assert counter.value == before + 1
