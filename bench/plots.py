@@ -332,3 +332,34 @@ def soak_timeline(
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
     return path
+
+
+@_needs_matplotlib
+def goodput(steps: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """Overload: goodput (fraction of capacity) against offered load (multiple of
+    capacity), one panel per pool, one line per tracing mode."""
+    pools = list(dict.fromkeys(s["pool"] for s in steps))
+    fig, axes = plt.subplots(1, len(pools), figsize=(5.5 * len(pools), 4.2), squeeze=False)
+    for ax, pool in zip(axes[0], pools, strict=True):
+        mine = [s for s in steps if s["pool"] == pool]
+        for mode, color in zip(dict.fromkeys(s["mode"] for s in mine), _MODE_COLORS, strict=False):
+            pts = sorted((s for s in mine if s["mode"] == mode), key=lambda s: s["multiple"])
+            xs = [s["multiple"] for s in pts]
+            ax.plot(xs, [s["goodput_fraction"] for s in pts], "o-", color=color, label=mode)
+        top = max(s["multiple"] for s in mine)
+        ax.plot([0, 1, top], [0, 1, 1], ls=":", color="grey", label="ideal")
+        ax.axhline(0.9, color="black", ls="--", lw=0.8, label="target 90 %")
+        ax.set_xlabel(f"offered load, x capacity ({mine[0]['capacity_rps']:g}/s)")
+        ax.set_ylabel("goodput (200 in time), x capacity")
+        ax.set_ylim(0, 1.15)
+        ax.set_title(f"{pool} pool", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, title="tracing")
+    fig.suptitle("Goodput past capacity: shed the excess, serve the rest", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path
+
+
+_MODE_COLORS = ("#30638e", "#d1495b", "#00798c", "#edae49")

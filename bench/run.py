@@ -72,6 +72,7 @@ ENVOY_COUNTERS = (
     # The pool taken out of rotation (5 local-origin failures in a row, route
     # timeouts included): Envoy answers 503 "no healthy upstream" meanwhile.
     "outlier_detection.ejections_enforced_total",
+    "health_check.failure",  # a health check of the pool failed (timed out, or not 200)
 )
 
 

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from routing.edge import ENVOY_START_HEADER
 from routing.env import (
     ACCESS_LOG_ENV,
     DEFAULT_HTTP_CLIENT,
@@ -16,7 +17,6 @@ from routing.env import (
     METRICS_DIR_ENV,
     POOL_ENV,
 )
-from routing.edge import ENVOY_START_HEADER
 from routing.gunicorn import gunicorn_settings, layout_of
 from routing.load import load_routes
 from routing.model import SHARED_POOL

@@ -6,8 +6,8 @@ so a pool past its capacity never spends its time on answers nobody waits for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from flask import Response, g, request
 
@@ -26,7 +26,11 @@ from tracing.route import route_of
 _DEADLINE = "pricing_deadline"
 
 
-def deadline_for(route: Route, headers: Mapping[str, str]) -> Deadline:
+class Headers(Protocol):
+    def get(self, key: str) -> str | None: ...
+
+
+def deadline_for(route: Route, headers: Headers) -> Deadline:
     """The request's deadline from what Envoy says: when it received the request and
     the route's timeout as Envoy enforces it."""
     return Deadline.for_request(

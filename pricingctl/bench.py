@@ -8,6 +8,7 @@
     pricingctl bench timing-accuracy [--quick] [--calls N] [--hogs N] ...
     pricingctl bench timing-cost [--quick] [--rounds N] [--repeat N]
     pricingctl bench soak [--minutes M] [--kill-every-s S] ...
+    pricingctl bench overload [--quick] [--multiples X,X] [--pools io,cpu] ...
 
 Every part runs through one skeleton (`_measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail.
@@ -203,6 +204,23 @@ def _modes(text: str) -> tuple[str, ...]:
     return modes
 
 
+def _multiples(text: str) -> tuple[float, ...]:
+    values = tuple(_number(t.strip(), low=0.01, what="a multiple") for t in text.split(","))
+    if not values or list(values) != sorted(set(values)):
+        raise argparse.ArgumentTypeError("expected increasing multiples, e.g. 0.5,1,2")
+    return values
+
+
+def _overload_pools(text: str) -> tuple[str, ...]:
+    from bench.overload import POOLS
+
+    pools = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [p for p in pools if p not in POOLS]
+    if unknown or not pools or len(set(pools)) != len(pools):
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(POOLS)}, each once")
+    return pools
+
+
 def _clients(text: str) -> tuple[str, ...]:
     from pricing.client_choice import CLIENTS, OURS
 
@@ -305,6 +323,28 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "default off,default,100",
     )
     tr.set_defaults(handler=_handler(TRACING_OVERHEAD))
+
+    over = sub.add_parser(
+        "overload",
+        help="goodput, shedding and health past each pool's capacity, traced and not",
+    )
+    _common(over, OVERLOAD_FULL)
+    over.add_argument(
+        "--multiples",
+        type=_multiples,
+        default=None,
+        metavar="X,X",
+        help="offered load, as multiples of each pool's capacity "
+        "(default 0.5,1,1.5,2,3; --quick 1,3)",
+    )
+    over.add_argument(
+        "--pools",
+        type=_overload_pools,
+        default=None,
+        metavar="P,P",
+        help="which pools to overload (default io,cpu)",
+    )
+    over.set_defaults(handler=_handler(OVERLOAD))
 
     hc = sub.add_parser(
         "http-client",
@@ -717,6 +757,42 @@ def _measure_overhead(run: Run) -> str:
 
 
 TRACING_OVERHEAD = Part(FULL, QUICK, _planned_overhead, _measure_overhead)
+
+
+OVERLOAD_FULL, OVERLOAD_QUICK = Defaults(10.0, 3.0, 1), Defaults(4.0, 2.0, 1)
+
+
+def _overload_steps(args: argparse.Namespace) -> tuple[tuple[float, ...], tuple[str, ...]]:
+    from bench.overload import DEFAULT_MULTIPLES, POOLS
+
+    multiples = args.multiples or ((1.0, 3.0) if args.quick else DEFAULT_MULTIPLES)
+    return multiples, args.pools or POOLS
+
+
+def _planned_overload(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    from bench.overload import DEFAULT_MODES
+
+    multiples, pools = _overload_steps(args)
+    runs = len(DEFAULT_MODES) * len(pools) * len(multiples)
+    return planned_seconds(settings, runs) - (runs - len(DEFAULT_MODES)) * STACK_START_EST_S
+
+
+def _measure_overload(run: Run) -> str:
+    from bench.overload import run_overload, write_overload
+
+    multiples, pools = _overload_steps(run.args)
+    doc = run_overload(
+        run.config,
+        run.settings,
+        multiples=multiples,
+        pools=pools,
+        run_dir=run.args.run_dir,
+        progress=run.progress,
+    )
+    return write_overload({**run.header, **doc}, run.args.out)
+
+
+OVERLOAD = Part(OVERLOAD_FULL, OVERLOAD_QUICK, _planned_overload, _measure_overload)
 
 
 SOAK_MINUTES = 20.0

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from routing.model import IDEMPOTENT_METHODS, Layout, Pool, Route, RouteConfig
 from routing.edge import ENVOY_START_HEADER
+from routing.model import IDEMPOTENT_METHODS, Layout, Pool, Route, RouteConfig
 from routing.sizing import envoy_limits
 
 HEADER = """\

@@ -196,8 +196,7 @@ class PoolMetrics:
         # Answered 503 without being worked on, by reason (SHED_REASONS).
         self.shed = counter(
             "pricing_shed",
-            "Requests the pool refused at once instead of working on them, by route and "
-            "reason.",
+            "Requests the pool refused at once instead of working on them, by route and reason.",
             ("route", "reason"),
         )
         # Per upstream: every call, its failures by reason, its duration.

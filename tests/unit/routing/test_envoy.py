@@ -118,7 +118,7 @@ def test_circuit_breakers_admit_what_each_pool_serves_within_its_latency() -> No
     clusters = _clusters(envoy_config(config))
     # Little's law for the io pool: 2 workers x 550 offers/s x 200 ms, far below its
     # 2,000 greenlets; the cpu pool (no latency_ms) one request per worker.
-    expected = {"io": (220, 64), "cpu": (2, 64)}
+    expected = {"io": (220, 32), "cpu": (2, 8)}
     for pool in config.pools:
         breaker = clusters[f"{pool.name}_pool"]["circuit_breakers"]["thresholds"][0]
         in_flight, pending = expected[pool.name]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from routing.load import load_routes
-from dataclasses import replace
-
 from routing.model import Address
 from routing.sizing import (
     MIN_REPLICAS,
