@@ -153,6 +153,43 @@ def test_a_connection_interrupted_by_a_timeout_is_not_reused(serve: Callable[...
     assert client.get("/fast").status == 200
 
 
+def test_reconnects_after_timeouts_resolve_the_address_once(
+    serve: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call killed at its deadline closes its connection; the next one reconnects
+    without a getaddrinfo (resolving costs the hub, most when it is busiest)."""
+    from gevent import socket
+
+    resolved: list[object] = []
+    real = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: resolved.append(a) or real(*a, **k))
+    server = serve(lambda req, n: (gevent.sleep(0.5), ok())[1] if n % 2 else ok())
+    client = HostClient("t", local(server.port), max_idle=4)
+    for _ in range(3):
+        with pytest.raises(gevent.Timeout), gevent.Timeout(0.1):
+            client.get("/slow")
+        assert client.get("/fast").status == 200
+    assert server.connections >= 3
+    assert len(resolved) == 1
+
+
+def test_a_failed_connect_resolves_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gevent import socket
+
+    resolved: list[object] = []
+    real = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: resolved.append(a) or real(*a, **k))
+    server = StreamServer(("127.0.0.1", 0), lambda s, a: None)
+    server.start()
+    port = server.server_port
+    server.stop()
+    client = HostClient("t", local(port), max_idle=1)
+    for _ in range(2):
+        with pytest.raises(HttpClientError):
+            client.get("/")
+    assert len(resolved) == 2
+
+
 @pytest.mark.parametrize(
     "head",
     [
