@@ -18,12 +18,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bench.progress import Progress
 from bench.run import LoadSettings, measure, prepared_config, running_stack
 from bench.traffic import BATCH_KINDS, CPU_KINDS, OFFER_KINDS, targets_for
-from routing.envoy import cluster_name
+from routing.envoy import CDS_FILE, LDS_FILE, cluster_name, xds_version
 from routing.model import Layout, RouteConfig
-from stack.launch import Stack
+from stack.envoy import write_xds
+from stack.launch import Stack, wait_until
 from stack.processes import serving_workers
 from tracing.report import percentile
 
@@ -34,6 +37,11 @@ DEFAULT_MULTIPLES = (0.5, 1.0, 1.5, 2.0, 3.0)
 MODES: Mapping[str, str] = {"off": "off", "default": "full"}
 DEFAULT_MODES = ("off", "default")
 POOLS = ("io", "cpu")
+# How Envoy limits what reaches a pool. littles-law: the shipped circuit breakers
+# (routing.sizing). adaptive: Envoy's adaptive_concurrency filter instead, with the
+# breakers opened up to every greenlet; measured here only, to choose between them.
+ADMISSIONS = ("littles-law", "adaptive")
+DEFAULT_ADMISSIONS = ("littles-law",)
 # The cpu pool's traffic in quote-equivalents: 80 % rideshare quotes, 20 % in batches.
 BATCH_SIZE = 4
 BATCH_SHARE = 0.2
@@ -89,6 +97,7 @@ def run_overload(
     multiples: Sequence[float] = DEFAULT_MULTIPLES,
     modes: Sequence[str] = DEFAULT_MODES,
     pools: Sequence[str] = POOLS,
+    admissions: Sequence[str] = DEFAULT_ADMISSIONS,
     run_dir: Path,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
@@ -97,9 +106,11 @@ def run_overload(
     loads = pool_loads(config)
     timeouts = {r.endpoint: r.timeout_ms / 1000 for r in config.routes}
     steps: list[dict[str, Any]] = []
-    for mode in modes:
-        stack_dir = run_dir / f"overload-{mode}"
+    for admission, mode in ((a, m) for a in admissions for m in modes):
+        stack_dir = run_dir / f"overload-{admission}-{mode}"
         with running_stack(config, Layout.SPLIT, stack_dir, tracing=MODES[mode]) as stack:
+            if admission == "adaptive":
+                use_adaptive_concurrency(stack)
             listener = stack.config.listener.address
             for pool in pools:
                 load = loads[pool]
@@ -112,15 +123,16 @@ def run_overload(
                         load.rates(multiple),
                         replace(settings, seed=settings.seed + n),
                         stack_dir / f"{pool}-{multiple:g}x",
-                        label=f"overload {pool} {multiple:g}x, tracing {mode}",
+                        label=f"overload {pool} {multiple:g}x, tracing {mode}, {admission}",
                         progress=progress,
                     )
                     step = _step(run, load, multiple, timeouts, stack, pool)
-                    step.update(mode=mode, workers_replaced=workers_before != _workers(stack, pool))
+                    replaced = workers_before != _workers(stack, pool)
+                    step.update(mode=mode, admission=admission, workers_replaced=replaced)
                     steps.append(step)
                     if progress is not None:
                         progress.note(
-                            f"overload {pool} {multiple:g}x ({mode}): goodput "
+                            f"overload {pool} {multiple:g}x ({mode}, {admission}): goodput "
                             f"{step['goodput_rps']:.0f}/s of {load.capacity_rps:g}, shed "
                             f"{step['shed']} (p99 {step['shed_p99_ms']} ms), 504 {step['timeouts']}"
                         )
@@ -135,6 +147,7 @@ def run_overload(
             "step_warmup_s": settings.warmup_s,
             "multiples": list(multiples),
             "modes": {m: MODES[m] for m in modes},
+            "admissions": list(admissions),
             "cpu_mix": f"{1 - BATCH_SHARE:.0%} rideshare quotes, {BATCH_SHARE:.0%} of quotes "
             f"in batches of {BATCH_SIZE}",
         },
@@ -223,9 +236,12 @@ def _healthy(stack: Stack, pool: str) -> bool | None:
 def target_results(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The issue's targets, per mode and pool, from the steps."""
     out = []
-    for mode in dict.fromkeys(s["mode"] for s in steps):
-        for pool in dict.fromkeys(s["pool"] for s in steps):
-            mine = [s for s in steps if s["mode"] == mode and s["pool"] == pool]
+    arms = dict.fromkeys((s["admission"], s["mode"], s["pool"]) for s in steps)
+    for admission, mode, pool in arms:
+        mine = [
+            s for s in steps if (s["admission"], s["mode"], s["pool"]) == (admission, mode, pool)
+        ]
+        if mine:
             over = [s for s in mine if s["multiple"] >= GOODPUT_FROM_MULTIPLE]
             worst = min((s["goodput_fraction"] for s in over), default=None)
             shed_p99 = [s["shed_p99_ms"] for s in mine if s["shed_p99_ms"] is not None]
@@ -233,6 +249,7 @@ def target_results(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             replaced = sum(1 for s in mine if s["workers_replaced"])
             out += [
                 {
+                    "admission": admission,
                     "mode": mode,
                     "pool": pool,
                     "name": f"goodput at >= {GOODPUT_FROM_MULTIPLE:g}x capacity",
@@ -241,6 +258,7 @@ def target_results(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "met": worst is not None and worst >= GOODPUT_MIN_FRACTION,
                 },
                 {
+                    "admission": admission,
                     "mode": mode,
                     "pool": pool,
                     "name": "shed answers, p99",
@@ -249,6 +267,7 @@ def target_results(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "met": all(x <= SHED_P99_MAX_MS for x in shed_p99),
                 },
                 {
+                    "admission": admission,
                     "mode": mode,
                     "pool": pool,
                     "name": "health-check failures, ejections, workers replaced",
@@ -270,21 +289,69 @@ def write_overload(doc: dict[str, Any], out: Path) -> str:
     if doc["steps"]:
         plots.goodput(doc["steps"], out / "overload.png")
     lines = [
-        f"{'pool':4} {'mode':8} {'offered':>8} {'goodput':>8} {'shed':>6} {'shed p99':>9} "
-        f"{'504':>5} {'CPU/req':>8} {'HC fail':>7} {'eject':>5}"
+        f"{'pool':4} {'mode':8} {'admission':11} {'offered':>8} {'goodput':>8} {'shed':>6} "
+        f"{'shed p99':>9} {'504':>5} {'CPU/req':>8} {'HC fail':>7} {'eject':>5}"
     ]
     for s in doc["steps"]:
         shed_p99 = "-" if s["shed_p99_ms"] is None else f"{s['shed_p99_ms']:.1f} ms"
         cpu = "-" if s["cpu_ms_per_request"] is None else f"{s['cpu_ms_per_request']:.2f} ms"
         lines.append(
-            f"{s['pool']:4} {s['mode']:8} {s['multiple']:>7g}x {s['goodput_fraction']:>7.0%} "
-            f"{s['shed']:>6} {shed_p99:>9} {s['timeouts']:>5} {cpu:>8} "
-            f"{s['health_check_failures']:>7} {s['ejections']:>5}"
+            f"{s['pool']:4} {s['mode']:8} {s['admission']:11} {s['multiple']:>7g}x "
+            f"{s['goodput_fraction']:>7.0%} {s['shed']:>6} {shed_p99:>9} {s['timeouts']:>5} "
+            f"{cpu:>8} {s['health_check_failures']:>7} {s['ejections']:>5}"
         )
     for t in doc["targets"]:
         lines.append(
-            f"{t['pool']} ({t['mode']}): {t['name']}: {t['measured']} "
+            f"{t['pool']} ({t['mode']}, {t['admission']}): {t['name']}: {t['measured']} "
             f"(target {t['target']}: {'met' if t['met'] else 'NOT met'})"
         )
     lines.append(f"wrote {out / 'overload.json'}")
     return "\n".join(lines)
+
+
+# Envoy's adaptive concurrency (gradient controller): the limit follows the measured
+# latency against a periodically re-measured minimum (minRTT, at min_concurrency).
+ADAPTIVE_FILTER = {
+    "name": "envoy.filters.http.adaptive_concurrency",
+    "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.adaptive_concurrency.v3."
+        "AdaptiveConcurrency",
+        "gradient_controller_config": {
+            "sample_aggregate_percentile": {"value": 90},
+            "concurrency_limit_params": {"concurrency_update_interval": "0.1s"},
+            "min_rtt_calc_params": {
+                "interval": "30s",
+                "request_count": 50,
+                "jitter": {"value": 10},
+                "buffer": {"value": 25},
+            },
+        },
+    },
+}
+
+
+def use_adaptive_concurrency(stack: Stack) -> None:
+    """Swap the running stack's Envoy to adaptive concurrency: the filter before the
+    router, every pool's breakers opened to its greenlets. Through the watched LDS/CDS
+    files, as `routes apply` does; returns once Envoy runs the new listener."""
+    directory = stack.xds_dir()
+    lds = yaml.safe_load((directory / LDS_FILE).read_text())
+    for listener in lds["resources"]:
+        for chain in listener["filter_chains"]:
+            for network_filter in chain["filters"]:
+                filters = network_filter["typed_config"]["http_filters"]
+                filters.insert(len(filters) - 1, ADAPTIVE_FILTER)
+    cds = yaml.safe_load((directory / CDS_FILE).read_text())
+    for cluster in cds["resources"]:
+        name = cluster["name"].removesuffix("_pool")
+        if cluster["name"] == cluster_name(name) and name in {p.name for p in stack.config.pools}:
+            greenlets = stack.config.pool(name).capacity
+            thresholds = cluster["circuit_breakers"]["thresholds"][0]
+            thresholds["max_connections"] = thresholds["max_requests"] = greenlets
+    lds["version_info"] += "-adaptive"
+    cds["version_info"] += "-adaptive"
+    dump = lambda doc: yaml.safe_dump(doc, sort_keys=False)  # noqa: E731
+    write_xds(directory, {CDS_FILE: dump(cds), LDS_FILE: dump(lds)})
+    version = xds_version(dump(lds))
+    if not wait_until(lambda: stack.admin.listener_version() == version, 30, 0.1):
+        raise RuntimeError("Envoy did not take the adaptive-concurrency listener")

@@ -2,10 +2,18 @@
 answer it in time. Envoy sheds what is over a pool's limit; this sheds what got
 through but waited too long on the way (Envoy's queue, the pool's socket, the loop),
 so a pool past its capacity never spends its time on answers nobody waits for.
+
+What a route needs is the larger of its configured minimum (`min_budget_ms`) and what
+its requests have been taking in this worker lately. Envoy's limit is a fixed figure
+(Little's law on the measured capacity); when the worker is slower than measured (a
+busy host, a neighbour's CPU), its requests take longer, fewer of the waiting ones are
+started, and the worker sheds its way back to answers in time instead of starting
+work that would finish after Envoy's timeout.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -24,6 +32,12 @@ from tracing.metrics import pool_metrics
 from tracing.route import route_of
 
 _DEADLINE = "pricing_deadline"
+# Weight of the newest request in a route's recent service time (an exponentially
+# weighted mean over about the last 1/WEIGHT requests).
+SERVICE_TIME_WEIGHT = 0.05
+# Each shed request lets the recent service time decay this much toward the route's
+# minimum: when every request is shed, nothing finishes to say the worker is fast again.
+SHED_DECAY = 0.98
 
 
 class Headers(Protocol):
@@ -40,21 +54,49 @@ def deadline_for(route: Route, headers: Headers) -> Deadline:
     )
 
 
+class ServiceTime:
+    """A route's recent time from handler start to answer in this worker, in ms. The hub
+    runs one greenlet at a time: no lock."""
+
+    __slots__ = ("floor_ms", "recent_ms")
+
+    def __init__(self, floor_ms: float) -> None:
+        self.floor_ms = floor_ms
+        self.recent_ms = 0.0
+
+    def need_ms(self) -> float:
+        return max(self.floor_ms, self.recent_ms)
+
+    def finished(self, took_ms: float) -> None:
+        self.recent_ms += SERVICE_TIME_WEIGHT * (took_ms - self.recent_ms)
+
+    def shed(self) -> None:
+        self.recent_ms = self.floor_ms + SHED_DECAY * (self.recent_ms - self.floor_ms)
+
+
 def admitted(route: Route, view: Callable[..., Response]) -> Callable[..., Response]:
-    """`view`, started only with at least the route's minimum budget left; otherwise
-    503 at once (problem+json, Retry-After), counted as shed, no upstream called."""
+    """`view`, started only with the budget its route needs left (the larger of
+    `min_budget_ms` and its recent service time); otherwise 503 at once (problem+json,
+    Retry-After), counted as shed, no upstream called."""
+    service = ServiceTime(route.min_budget)
 
     def admit(**kwargs: Any) -> Response:
         deadline = deadline_for(route, request.headers)
-        if deadline.budget_ms < route.min_budget:
+        need_ms = service.need_ms()
+        if deadline.budget_ms < need_ms:
+            service.shed()
             pool_metrics().observe_shed(route_of(request), "budget")
             raise Overloaded(
                 f"the request waited {deadline.waited_ms} ms before the pool could start "
                 f"it; {max(0, deadline.budget_ms)} ms of its {route.timeout_ms} ms were "
-                f"left, and it needs {route.min_budget} ms"
+                f"left, and it needs {need_ms:.0f} ms"
             )
         setattr(g, _DEADLINE, deadline)
-        return view(**kwargs)
+        started = time.monotonic()
+        try:
+            return view(**kwargs)
+        finally:
+            service.finished((time.monotonic() - started) * 1000)
 
     return admit
 

@@ -221,6 +221,15 @@ def _overload_pools(text: str) -> tuple[str, ...]:
     return pools
 
 
+def _admissions(text: str) -> tuple[str, ...]:
+    from bench.overload import ADMISSIONS
+
+    chosen = tuple(a.strip() for a in text.split(",") if a.strip())
+    if not chosen or set(chosen) - set(ADMISSIONS) or len(set(chosen)) != len(chosen):
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(ADMISSIONS)}, each once")
+    return chosen
+
+
 def _clients(text: str) -> tuple[str, ...]:
     from pricing.client_choice import CLIENTS, OURS
 
@@ -343,6 +352,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         metavar="P,P",
         help="which pools to overload (default io,cpu)",
+    )
+    over.add_argument(
+        "--admission",
+        type=_admissions,
+        default=None,
+        metavar="A,A",
+        help="how Envoy limits each pool: littles-law (the shipped circuit breakers), "
+        "adaptive (Envoy's adaptive_concurrency filter, to compare); default littles-law",
     )
     over.set_defaults(handler=_handler(OVERLOAD))
 
@@ -770,15 +787,16 @@ def _overload_steps(args: argparse.Namespace) -> tuple[tuple[float, ...], tuple[
 
 
 def _planned_overload(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
-    from bench.overload import DEFAULT_MODES
+    from bench.overload import DEFAULT_ADMISSIONS, DEFAULT_MODES
 
     multiples, pools = _overload_steps(args)
-    runs = len(DEFAULT_MODES) * len(pools) * len(multiples)
-    return planned_seconds(settings, runs) - (runs - len(DEFAULT_MODES)) * STACK_START_EST_S
+    stacks = len(DEFAULT_MODES) * len(args.admission or DEFAULT_ADMISSIONS)
+    runs = stacks * len(pools) * len(multiples)
+    return planned_seconds(settings, runs) - (runs - stacks) * STACK_START_EST_S
 
 
 def _measure_overload(run: Run) -> str:
-    from bench.overload import run_overload, write_overload
+    from bench.overload import DEFAULT_ADMISSIONS, run_overload, write_overload
 
     multiples, pools = _overload_steps(run.args)
     doc = run_overload(
@@ -786,6 +804,7 @@ def _measure_overload(run: Run) -> str:
         run.settings,
         multiples=multiples,
         pools=pools,
+        admissions=run.args.admission or DEFAULT_ADMISSIONS,
         run_dir=run.args.run_dir,
         progress=run.progress,
     )

@@ -106,3 +106,48 @@ def test_shed_requests_are_counted_with_their_reason(
     before = counter.value
     io_client.get(f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(490)})
     assert counter.value == before + 1
+
+
+def test_what_a_route_needs_follows_its_recent_service_time() -> None:
+    from pricing.admission import ServiceTime
+
+    service = ServiceTime(floor_ms=150)
+    assert service.need_ms() == 150
+    for _ in range(200):  # the worker got slow: its requests take 400 ms
+        service.finished(400)
+    assert 390 < service.need_ms() <= 400
+    # Every request shed: the need decays back toward the floor, so a worker that
+    # sheds everything starts some work again and learns it is fast.
+    for _ in range(300):
+        service.shed()
+    assert service.need_ms() < 160
+    for _ in range(200):  # fast again: the floor rules
+        service.finished(20)
+    assert service.need_ms() == 150
+
+
+def test_a_route_that_got_slow_sheds_what_its_floor_alone_would_start(
+    io_client: FlaskClient, gateway: FakeGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    import pricing.admission
+
+    clock = [0.0]
+    monkeypatch.setattr(
+        pricing.admission, "time", types.SimpleNamespace(monotonic=lambda: clock[0])
+    )
+    original = gateway.fetch_all
+
+    def slow(calls, deadline):  # type: ignore[no-untyped-def]
+        clock[0] += 0.4  # the offers have been taking 400 ms in this worker
+        return original(calls, deadline)
+
+    monkeypatch.setattr(gateway, "fetch_all", slow)
+    waited_300 = {"x-pricing-envoy-start": envoy_start(300)}  # leaves 175 ms
+    assert io_client.get(f"/v1/offers/bike?{SF}", headers=waited_300).status_code == 200
+    for _ in range(30):
+        assert io_client.get(f"/v1/offers/bike?{SF}").status_code == 200
+    late = io_client.get(f"/v1/offers/bike?{SF}", headers=waited_300)
+    assert late.status_code == 503
+    assert "needs 3" in problem(late)["detail"]  # ~300+ ms, not the 150 ms floor
