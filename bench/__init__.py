@@ -14,7 +14,7 @@ Module per idea:
 - `run`: the route config for `--workers N`; one stack + one load run; the interleaved
   shared/split comparison;
 - `envoy_hop`, `io_capacity`, `cpu_capacity`, `tracing_overhead`, `http_client`,
-  `soak`: the separately measurable parts;
+  `suggest`, `soak`: the separately measurable parts;
 - `timing_accuracy`, `timing_cost`, `log_cost`, `metrics_cost`: the gevent timing core
   against ground truth, and what the instrumentation costs a worker (no stack);
 - `report`, `replot`, `plots`, `progress`: results.json and writing each part's files,

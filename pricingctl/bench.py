@@ -8,6 +8,7 @@
     pricingctl bench timing-accuracy [--quick] [--calls N] [--hogs N] ...
     pricingctl bench timing-cost [--quick] [--rounds N] [--repeat N]
     pricingctl bench soak [--minutes M] [--kill-every-s S] ...
+    pricingctl bench suggest [--quick] [--rates offers=R,cpu=R,batch=R] ...
 
 Every part runs through one skeleton (`_measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail.
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bench import suggest as suggest_part
 from bench.progress import Progress
 from bench.run import STACK_START_EST_S, BenchError, LoadSettings, planned_seconds
 from bench.traffic import GROUPS
@@ -369,6 +371,26 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "at most every 5 minutes)",
     )
     soak.set_defaults(handler=_handler(SOAK))
+
+    sug = sub.add_parser(
+        "suggest",
+        help="what following `routes suggest` buys: offers' p99 and hub wait before/after",
+        description="Start the split stack on a wrong route config (rideshare and batch "
+        "next to the offers), run `routes suggest --from-metrics --write` under the mixed "
+        "load, restart on the config it wrote under the same load; writes suggest.json: "
+        "the moves, the offers' client p99 and hub-wait p99 before and after, their ratios.",
+    )
+    _common(sug, SUGGEST_FULL)
+    sug.add_argument(
+        "--rates",
+        type=parse_rates,
+        default={},
+        metavar="offers=R,cpu=R,batch=R",
+        help="requests/s per group (default "
+        + ",".join(f"{k}={v:g}" for k, v in suggest_part.RATES.items())
+        + ")",
+    )
+    sug.set_defaults(handler=_handler(SUGGEST))
 
     cost = sub.add_parser("timing-cost", help="CPU cost of the gevent timing instrumentation")
     _timing_flags(cost)
@@ -810,6 +832,32 @@ def _check_http_client(args: argparse.Namespace) -> str | None:
 HTTP_CLIENT = Part(
     CLIENT_FULL, CLIENT_QUICK, _planned_http_client, _measure_http_client, _check_http_client
 )
+
+
+SUGGEST_FULL = Defaults(suggest_part.DURATION_S, suggest_part.WARMUP_S, repeats=1)
+SUGGEST_QUICK = Defaults(suggest_part.QUICK_DURATION_S, suggest_part.QUICK_WARMUP_S, repeats=1)
+
+
+def _suggest_settings(args: argparse.Namespace, settings: LoadSettings) -> LoadSettings:
+    return replace(settings, group_rates_rps={**suggest_part.RATES, **args.rates})
+
+
+def _measure_suggest(run: Run) -> str:
+    doc = suggest_part.run_suggest_bench(
+        run.config,
+        _suggest_settings(run.args, run.settings),
+        deadline_s=run.deadline_s,
+        run_dir=run.args.run_dir,
+        progress=run.progress,
+    )
+    return suggest_part.write_suggest({**run.header, **doc}, run.args.out)
+
+
+def _planned_suggest(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    return suggest_part.planned_s(_suggest_settings(args, settings))
+
+
+SUGGEST = Part(SUGGEST_FULL, SUGGEST_QUICK, _planned_suggest, _measure_suggest)
 
 
 # --- the parts that start no stack: the gevent timing core's accuracy and cost -------------
