@@ -29,6 +29,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeAlias
 
 from bench import suggest as suggest_part
 from bench.progress import Progress
@@ -219,7 +220,11 @@ def _clients(text: str) -> tuple[str, ...]:
     return clients
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+# The `bench` command's sub-parsers, one function per part adds its own.
+_Parts: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def add_parser(subparsers: _Parts) -> None:
     bench = subparsers.add_parser(
         "bench",
         help="measure shared vs split pools side by side (results.json + plots)",
@@ -252,7 +257,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     bench.set_defaults(handler=_compare_or_replot)
     # The sub-parsers are of the root's one-line-error class, like this one.
     sub = bench.add_subparsers(dest="bench_command", metavar="PART")
+    _envoy_hop_parser(sub)
+    _io_capacity_parser(sub)
+    _cpu_capacity_parser(sub)
+    _tracing_overhead_parser(sub)
+    _http_client_parser(sub)
+    _timing_accuracy_parser(sub)
+    _soak_parser(sub)
+    _suggest_parser(sub)
+    _timing_cost_parser(sub)
 
+
+def _envoy_hop_parser(sub: _Parts) -> None:
     hop = sub.add_parser("envoy-hop", help="offers via Envoy vs straight to the io pool")
     _common(hop, HOP_FULL)
     hop.add_argument(
@@ -260,6 +276,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     hop.set_defaults(handler=_handler(ENVOY_HOP))
 
+
+def _io_capacity_parser(sub: _Parts) -> None:
     cap = sub.add_parser("io-capacity", help="highest offer rate one io worker sustains")
     _common(cap, CAPACITY_FULL)
     cap.add_argument("--start-rps", type=_positive, default=None, help="first step (default 100)")
@@ -279,6 +297,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     cap.set_defaults(handler=_handler(IO_CAPACITY))
 
+
+def _cpu_capacity_parser(sub: _Parts) -> None:
     cpu_cap = sub.add_parser(
         "cpu-capacity", help="rideshare quotes per second one cpu worker serves"
     )
@@ -292,6 +312,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     cpu_cap.set_defaults(handler=_cpu_capacity)
 
+
+def _tracing_overhead_parser(sub: _Parts) -> None:
     tr = sub.add_parser(
         "tracing-overhead", help="the same load with tracing off, at its default, at 100 %%"
     )
@@ -308,6 +330,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     tr.set_defaults(handler=_handler(TRACING_OVERHEAD))
 
+
+def _http_client_parser(sub: _Parts) -> None:
     hc = sub.add_parser(
         "http-client",
         help="CPU per upstream call and offer p99 with each HTTP client library",
@@ -327,6 +351,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     hc.set_defaults(handler=_handler(HTTP_CLIENT))
 
+
+def _timing_accuracy_parser(sub: _Parts) -> None:
     acc = sub.add_parser(
         "timing-accuracy",
         help="the per-call network / scheduling-delay split against ground truth",
@@ -343,6 +369,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     acc.add_argument("--seed", type=_count(0, 2**31), default=1, help="random seed")
     acc.set_defaults(handler=_timing_accuracy)
 
+
+def _soak_parser(sub: _Parts) -> None:
     soak = sub.add_parser(
         "soak",
         help="N minutes of mixed load with worker SIGKILLs and one routes apply: RSS, fds, "
@@ -372,6 +400,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     soak.set_defaults(handler=_handler(SOAK))
 
+
+def _suggest_parser(sub: _Parts) -> None:
     sug = sub.add_parser(
         "suggest",
         help="what following `routes suggest` buys: offers' p99 and hub wait before/after",
@@ -392,6 +422,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     sug.set_defaults(handler=_handler(SUGGEST))
 
+
+def _timing_cost_parser(sub: _Parts) -> None:
     cost = sub.add_parser("timing-cost", help="CPU cost of the gevent timing instrumentation")
     _timing_flags(cost)
     cost.add_argument("--rounds", type=_count(100, 10**7), default=None, help="default 50000")
