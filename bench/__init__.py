@@ -4,18 +4,19 @@ separately measurable parts. Its flags live in the command package (`pricingctl/
 Module per idea:
 
 - `schedule`: Poisson arrival times (the open-loop schedule);
-- `http1`: a minimal HTTP/1.1 response reader for the load generator;
-- `traffic`: the requests the load generator sends (offers, rideshare quotes);
-- `loadgen`: the gevent open-loop load generator, run as its own process;
+- `traffic`: the requests the load generator sends (offers, rideshare quotes, batches);
+- `loadgen`: the open-loop load generator, run as its own process (responses read
+  with `pricing.http1`);
 - `cpu`: CPU use of process trees from /proc;
 - `stats`: per-kind summaries (percentiles from `tracing.report`);
 - `floor`: the upstream floor (the slowest of an offer's parallel upstream calls);
 - `spans`: the hook that reads tracing attributes from an OTLP JSON-lines span file;
 - `run`: the route config for `--workers N`; one stack + one load run; the interleaved
   shared/split comparison;
-- `envoy_hop`, `io_capacity`, `tracing_overhead`: the separately measurable parts;
-- `timing_accuracy`, `timing_cost`: the gevent timing core against ground truth, and
-  its CPU cost (no stack);
-- `report`, `plots`, `progress`: results.json and writing each part's files, PNGs, the
-  progress bar.
+- `envoy_hop`, `io_capacity`, `cpu_capacity`, `tracing_overhead`, `http_client`,
+  `suggest`, `soak`: the separately measurable parts;
+- `timing_accuracy`, `timing_cost`, `log_cost`, `metrics_cost`: the gevent timing core
+  against ground truth, and what the instrumentation costs a worker (no stack);
+- `report`, `replot`, `plots`, `progress`: results.json and writing each part's files,
+  rebuilding a report from a finished run, PNGs, the progress bar.
 """

@@ -32,7 +32,7 @@ SPLIT_WITHIN_DEADLINE_MIN = 1.0
 SHARED_OVER_SPLIT_P99_MIN = 3.0
 # Generator and simulator must stay small for the measurement to be fair.
 HELPER_CPU_PCT_MAX = 5.0
-# Issue 9: the time breakdown explains every band, and the parts add up per offer.
+# The time breakdown explains every band, and the parts add up per offer.
 UNEXPLAINED_PCT_MAX = 5.0
 ADDS_UP_MIN = 0.99
 # Before a run, the machine's CPU use is sampled this long; above the threshold the

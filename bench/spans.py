@@ -9,7 +9,7 @@ The contract (tracing.settings, stack.launch), and the only place here that know
   ExportTraceServiceRequest per line; lines holding one bare span are accepted too;
 - upstream-call (client) spans carry the attributes named in tracing.attributes,
   in seconds. Server spans carry the same attributes summed over the request's
-  calls (tracing.client.server_span_attributes): parallel calls would be counted
+  calls (tracing.server): parallel calls would be counted
   several times, so only client spans are read.
 
 The driver blanks OTEL_EXPORTER_OTLP_ENDPOINT and _TRACES_ENDPOINT, so an endpoint exported in the

@@ -77,10 +77,6 @@ class ResponseParser:
     def done(self) -> bool:
         return self._state == _DONE
 
-    @property
-    def head_done(self) -> bool:
-        return self._state != _HEAD
-
     def feed(self, data: bytes) -> None:
         if self._state == _DONE:
             self.rest += data

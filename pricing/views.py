@@ -174,7 +174,7 @@ ENDPOINTS: dict[str, ViewFactory] = {
 }
 
 # Meta routes: every pool serves them, at the paths [meta] in routes.toml gives them
-# (meta.metrics comes from tracing, when it is on).
+# (meta.metrics is served by tracing.metrics, whatever the tracing mode).
 META_VIEWS: dict[str, View] = {
     "meta.healthz": healthz,
     "meta.readyz": readyz,

@@ -9,6 +9,7 @@
     pricingctl bench timing-cost [--quick] [--rounds N] [--repeat N]
     pricingctl bench soak [--minutes M] [--kill-every-s S] ...
     pricingctl bench overload [--quick] [--multiples X,X] [--pools io,cpu] ...
+    pricingctl bench suggest [--quick] [--rates offers=R,cpu=R,batch=R] ...
 
 Every part runs through one skeleton (`_measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail.
@@ -29,7 +30,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeAlias
 
+from bench import suggest as suggest_part
 from bench.progress import Progress
 from bench.run import STACK_START_EST_S, BenchError, LoadSettings, planned_seconds
 from bench.traffic import GROUPS
@@ -244,7 +247,11 @@ def _clients(text: str) -> tuple[str, ...]:
     return clients
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+# The `bench` command's sub-parsers, one function per part adds its own.
+_Parts: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def add_parser(subparsers: _Parts) -> None:
     bench = subparsers.add_parser(
         "bench",
         help="measure shared vs split pools side by side (results.json + plots)",
@@ -277,7 +284,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     bench.set_defaults(handler=_compare_or_replot)
     # The sub-parsers are of the root's one-line-error class, like this one.
     sub = bench.add_subparsers(dest="bench_command", metavar="PART")
+    _envoy_hop_parser(sub)
+    _io_capacity_parser(sub)
+    _cpu_capacity_parser(sub)
+    _tracing_overhead_parser(sub)
+    _overload_parser(sub)
+    _http_client_parser(sub)
+    _timing_accuracy_parser(sub)
+    _soak_parser(sub)
+    _suggest_parser(sub)
+    _timing_cost_parser(sub)
 
+
+def _envoy_hop_parser(sub: _Parts) -> None:
     hop = sub.add_parser("envoy-hop", help="offers via Envoy vs straight to the io pool")
     _common(hop, HOP_FULL)
     hop.add_argument(
@@ -285,6 +304,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     hop.set_defaults(handler=_handler(ENVOY_HOP))
 
+
+def _io_capacity_parser(sub: _Parts) -> None:
     cap = sub.add_parser("io-capacity", help="highest offer rate one io worker sustains")
     _common(cap, CAPACITY_FULL)
     cap.add_argument("--start-rps", type=_positive, default=None, help="first step (default 100)")
@@ -304,6 +325,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     cap.set_defaults(handler=_handler(IO_CAPACITY))
 
+
+def _cpu_capacity_parser(sub: _Parts) -> None:
     cpu_cap = sub.add_parser(
         "cpu-capacity", help="rideshare quotes per second one cpu worker serves"
     )
@@ -317,6 +340,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     cpu_cap.set_defaults(handler=_cpu_capacity)
 
+
+def _tracing_overhead_parser(sub: _Parts) -> None:
     tr = sub.add_parser(
         "tracing-overhead", help="the same load with tracing off, at its default, at 100 %%"
     )
@@ -333,6 +358,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     tr.set_defaults(handler=_handler(TRACING_OVERHEAD))
 
+
+def _overload_parser(sub: _Parts) -> None:
     over = sub.add_parser(
         "overload",
         help="goodput, shedding and health past each pool's capacity, traced and not",
@@ -363,6 +390,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     over.set_defaults(handler=_handler(OVERLOAD))
 
+
+def _http_client_parser(sub: _Parts) -> None:
     hc = sub.add_parser(
         "http-client",
         help="CPU per upstream call and offer p99 with each HTTP client library",
@@ -382,6 +411,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     hc.set_defaults(handler=_handler(HTTP_CLIENT))
 
+
+def _timing_accuracy_parser(sub: _Parts) -> None:
     acc = sub.add_parser(
         "timing-accuracy",
         help="the per-call network / scheduling-delay split against ground truth",
@@ -398,6 +429,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     acc.add_argument("--seed", type=_count(0, 2**31), default=1, help="random seed")
     acc.set_defaults(handler=_timing_accuracy)
 
+
+def _soak_parser(sub: _Parts) -> None:
     soak = sub.add_parser(
         "soak",
         help="N minutes of mixed load with worker SIGKILLs and one routes apply: RSS, fds, "
@@ -427,6 +460,30 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     soak.set_defaults(handler=_handler(SOAK))
 
+
+def _suggest_parser(sub: _Parts) -> None:
+    sug = sub.add_parser(
+        "suggest",
+        help="what following `routes suggest` buys: offers' p99 and hub wait before/after",
+        description="Start the split stack on a wrong route config (rideshare and batch "
+        "next to the offers), run `routes suggest --from-metrics --write` under the mixed "
+        "load, restart on the config it wrote under the same load; writes suggest.json: "
+        "the moves, the offers' client p99 and hub-wait p99 before and after, their ratios.",
+    )
+    _common(sug, SUGGEST_FULL)
+    sug.add_argument(
+        "--rates",
+        type=parse_rates,
+        default={},
+        metavar="offers=R,cpu=R,batch=R",
+        help="requests/s per group (default "
+        + ",".join(f"{k}={v:g}" for k, v in suggest_part.RATES.items())
+        + ")",
+    )
+    sug.set_defaults(handler=_handler(SUGGEST))
+
+
+def _timing_cost_parser(sub: _Parts) -> None:
     cost = sub.add_parser("timing-cost", help="CPU cost of the gevent timing instrumentation")
     _timing_flags(cost)
     cost.add_argument("--rounds", type=_count(100, 10**7), default=None, help="default 50000")
@@ -905,6 +962,32 @@ def _check_http_client(args: argparse.Namespace) -> str | None:
 HTTP_CLIENT = Part(
     CLIENT_FULL, CLIENT_QUICK, _planned_http_client, _measure_http_client, _check_http_client
 )
+
+
+SUGGEST_FULL = Defaults(suggest_part.DURATION_S, suggest_part.WARMUP_S, repeats=1)
+SUGGEST_QUICK = Defaults(suggest_part.QUICK_DURATION_S, suggest_part.QUICK_WARMUP_S, repeats=1)
+
+
+def _suggest_settings(args: argparse.Namespace, settings: LoadSettings) -> LoadSettings:
+    return replace(settings, group_rates_rps={**suggest_part.RATES, **args.rates})
+
+
+def _measure_suggest(run: Run) -> str:
+    doc = suggest_part.run_suggest_bench(
+        run.config,
+        _suggest_settings(run.args, run.settings),
+        deadline_s=run.deadline_s,
+        run_dir=run.args.run_dir,
+        progress=run.progress,
+    )
+    return suggest_part.write_suggest({**run.header, **doc}, run.args.out)
+
+
+def _planned_suggest(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    return suggest_part.planned_s(_suggest_settings(args, settings))
+
+
+SUGGEST = Part(SUGGEST_FULL, SUGGEST_QUICK, _planned_suggest, _measure_suggest)
 
 
 # --- the parts that start no stack: the gevent timing core's accuracy and cost -------------

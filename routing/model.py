@@ -121,7 +121,7 @@ class MetaRoutes:
     healthz: str  # alive: the process answers
     readyz: str  # ready: app built, upstream clients built, tracing set up
     openapi: str  # the API description
-    metrics: str  # Prometheus text, when tracing is on
+    metrics: str  # Prometheus text, whatever the tracing mode
 
     def endpoints(self) -> dict[str, str]:
         """Endpoint name (``meta.readyz``) -> path."""

@@ -21,7 +21,6 @@ DETOUR_FACTOR: Final = 1.3  # streets are not straight lines
 SPEED_M_PER_S: Final[dict[str, float]] = {"bike": 4.2, "scooter": 5.0}
 MODES: Final = ("bike", "scooter")
 
-CELL_DECIMALS: Final = 3  # vehicles are placed per ~110 m cell of rounded lat/lng
 EMPTY_CELL_BYTE: Final = 8  # first hash byte below this -> no vehicles (8/256 ~ 3 %)
 MAX_VEHICLES: Final = 5
 SPREAD_MICRODEG: Final = 6000  # vehicles lie within +-0.003 deg of the cell centre

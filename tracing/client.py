@@ -173,7 +173,7 @@ class TracingCallObserver:
 
 
 class CallMetrics(Protocol):
-    """Where every measured call's timings go (``tracing.metrics.WorkerMetrics``)."""
+    """Where every measured call's timings go (``tracing.metrics.PoolMetrics``)."""
 
     def observe_call(self, upstream: str, timing: CallTiming) -> None: ...
 

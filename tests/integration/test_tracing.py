@@ -164,9 +164,12 @@ def test_network_time_matches_ground_truth_while_delay_grows_with_hogging(
             if s.span_id in truth
         ]
         assert len(errors_ms) >= 0.9 * len(spans)
-        assert statistics.median(errors_ms) < 3.0, sorted(errors_ms)[-5:]
+        # Dated to within a tenth of the calls' own length, however busy the machine;
+        # how close on a quiet one is `pricingctl bench timing-accuracy`'s figure.
+        calls_ms = statistics.median(s.duration_us / 1000 for s in spans)
+        assert statistics.median(errors_ms) < 0.1 * calls_ms, sorted(errors_ms)[-5:]
         network_ms = [s.attributes[attributes.NETWORK_DURATION] * 1000 for s in spans]
-        assert D_MS - 1 <= statistics.median(network_ms) <= D_MS + 10, network_ms
+        assert D_MS - 1 <= statistics.median(network_ms) <= calls_ms, network_ms
 
     # p90: the tail is where the hogs show (a worker may be without a hog for a while).
     delay_quiet = statistics.quantiles(

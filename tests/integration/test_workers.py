@@ -217,6 +217,12 @@ def test_rolling_reload_under_load_fails_no_request(
     assert_nothing_lost(tally)
 
 
+def _offer_timeout_s(stack: Stack) -> float:
+    route = stack.config.route_for_endpoint("offers.bike")
+    assert route is not None
+    return route.timeout_ms / 1000.0
+
+
 def _offer(stack: Stack) -> Reply:
     return http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY.format(i=0)}", timeout_s=10)
 
@@ -225,6 +231,7 @@ def test_a_frozen_pool_is_answered_503_at_once_and_the_other_keeps_serving(
     stack: Stack,
 ) -> None:
     pgid = stack.procs["pool-io"].pid  # each pool runs in its own session
+    timeout_s = _offer_timeout_s(stack)
     assert _offer(stack).status == 200
     os.killpg(pgid, signal.SIGSTOP)
     started = time.monotonic()
@@ -235,7 +242,7 @@ def test_a_frozen_pool_is_answered_503_at_once_and_the_other_keeps_serving(
         def shedding() -> bool:
             reply = _offer(stack)
             replies.append(reply)
-            assert reply.elapsed_s < 0.5 + 1.0  # the route timeout bounds every wait
+            assert reply.elapsed_s < 3 * timeout_s  # the route timeout bounds every wait
             return reply.status == 503
 
         assert wait_until(shedding, 20, 0.1), [r.status for r in replies]
@@ -252,7 +259,7 @@ def test_a_frozen_pool_is_answered_503_at_once_and_the_other_keeps_serving(
     )
     for reply in fast:
         assert reply.status == 503
-        assert reply.elapsed_s < 0.25  # at once: not the 500 ms route timeout
+        assert reply.elapsed_s < timeout_s / 2  # at once: not after the route timeout
         assert reply.headers["content-type"] == "application/problem+json"
         assert reply.headers["retry-after"] == "1"
         assert reply.json()["status"] == 503
@@ -268,6 +275,7 @@ def test_a_dead_pool_is_answered_503_at_once_and_the_other_keeps_serving(
     stack: Stack,
 ) -> None:
     """Last in the module: the io pool does not come back (nothing supervises gunicorn)."""
+    timeout_s = _offer_timeout_s(stack)
     os.killpg(stack.procs["pool-io"].pid, signal.SIGKILL)
     replies = [_offer(stack) for _ in range(10)]
     rides = [_ride(stack) for _ in range(5)]
@@ -277,7 +285,7 @@ def test_a_dead_pool_is_answered_503_at_once_and_the_other_keeps_serving(
     )
     for reply in replies:
         assert reply.status == 503
-        assert reply.elapsed_s < 0.25
+        assert reply.elapsed_s < timeout_s / 2  # at once: not after the route timeout
         assert reply.headers["content-type"] == "application/problem+json"
         assert reply.headers["retry-after"] == "1"
     assert all(r.status == 200 for r in rides)

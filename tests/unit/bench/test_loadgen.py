@@ -136,9 +136,10 @@ def test_a_stalled_server_shows_as_latency_not_as_a_lower_rate(
     assert len(received) == len(schedule)
     during_stall = [t for t in received if t < start_at + stall_s]
     assert len(during_stall) >= 0.8 * stall_s / 0.02
-    lateness = sorted(t - (start_at + a.at_s) for t, a in zip(received, schedule, strict=True))
-    assert lateness[len(lateness) // 2] < 0.05
-    assert max(samples.lag_s) < 0.25
+    # The generator never waited for the stalled server: its own lateness stays well
+    # below the stall (a closed loop is late by the whole stall). How late it is on a
+    # quiet machine is a figure (the benchmark reports the generator's lag), not this.
+    assert max(samples.lag_s) < stall_s / 2, max(samples.lag_s)
     # One connection per request in flight: the stall forced new connections.
     assert opened >= len(during_stall)
 

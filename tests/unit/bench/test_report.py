@@ -131,6 +131,7 @@ def test_time_breakdown_from_tracing_breakdowns(tmp_path: Path) -> None:
     bd = report.time_breakdown([run], FLOOR, 0.5)
     assert bd["source"].startswith("tracing")
     assert bd["total"] == "Envoy's span"
+    assert bd["bars"], bd  # every band below is checked: there must be some
     for band, bar in bd["bars"].items():
         assert list(bar)[-1] == UNEXPLAINED
         assert {"envoy before pool", "network", "teardown"} <= set(bar)

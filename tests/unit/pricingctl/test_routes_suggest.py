@@ -155,3 +155,23 @@ def test_from_spans_reads_the_span_file_the_pools_write(
     ride = next(line for line in out.splitlines() if line.startswith("offers.rideshare"))
     assert "30.00" in ride and "cpu (move)" in ride
     assert "(100 % sampled)" in out
+
+
+def test_the_benchmark_reads_the_moves_and_hub_waits_from_the_evidence_table(
+    pool_url: str, wrong_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pricingctl bench suggest` and tests/integration/test_suggest.py parse this
+    table (bench.suggest): a change of its columns must fail here, not there."""
+    from bench.suggest import hub_wait_p99_ms, moves
+
+    main(suggest("--from-metrics", pool_url, "--config", str(wrong_config)))
+    out = capsys.readouterr().out
+    assert moves(out) == {"offers.rideshare": "cpu"}
+    # The hub-wait figure is the 7th field, right-aligned under its heading.
+    lines = out.splitlines()
+    heading = next(line for line in lines if line.startswith("route "))
+    end = heading.index("hub wait p99 ms") + len("hub wait p99 ms")
+    bike = next(line for line in lines if line.startswith("offers.bike "))
+    assert bike[:end].split()[-1] == bike.split()[6] == "-"  # no hub-wait histogram served
+    assert hub_wait_p99_ms(out, "offers.bike") is None
+    assert hub_wait_p99_ms(out, "offers.nowhere") is None

@@ -111,11 +111,18 @@ def test_spans_beyond_the_queue_are_dropped_and_counted_without_blocking(
     spans = finished_spans(8)
     processor.on_end(spans[0])  # a full batch: wakes the thread, which gets stuck exporting
     assert exporter.entered.wait(5)
-    started = time.monotonic()
-    for span in spans[1:]:
-        processor.on_end(span)
-    elapsed = time.monotonic() - started
-    assert elapsed < 0.5, f"on_end blocked for {elapsed:.3f} s behind a stuck exporter"
+    offered = threading.Event()
+
+    def offer_the_rest() -> None:
+        for span in spans[1:]:
+            processor.on_end(span)
+        offered.set()
+
+    threading.Thread(target=offer_the_rest, daemon=True).start()
+    # The exporter stays stuck until the gate opens below: on_end can only return if it
+    # never waits for the exporter (the 10 s guard only keeps a regression from hanging).
+    assert offered.wait(10), "on_end blocked behind a stuck exporter"
+    assert not exporter.gate.is_set()
     assert processor.dropped_spans == 4  # 7 offered, 3 fit in the queue
     exporter.gate.set()
     assert processor.force_flush(5000)

@@ -176,8 +176,10 @@ def test_an_idle_keep_alive_connection_is_stamped_per_request(server: Server) ->
     thread.join(5)
     second = server.timings[1]
     assert second.inbound_delay_s is not None
-    assert second.inbound_delay_s < 0.05
     assert second.arrival_unix_ns is not None and second.arrival_unix_ns >= sends[1]
+    # No longer than since the request was sent (a connection's stamp would add the
+    # 200 ms it idled), however busy the machine.
+    assert second.inbound_delay_s <= (second.start_unix_ns - sends[1]) / 1e9
 
 
 def test_without_a_watch_there_is_no_inbound_delay(instrumentor: GeventTimingInstrumentor) -> None:

@@ -95,7 +95,7 @@ def test_network_time_is_the_upstreams_and_the_delay_is_the_hogs(
         # Network: the upstream's 50 ms (plus its wake-up), whatever the hub did. Never
         # less than the truth; more only if a process was preempted around a send.
         assert true_network - 0.001 <= timing.network_s <= true_network + 0.010
-        assert REPLY_MS / 1e3 <= timing.network_s < REPLY_MS / 1e3 + 0.040
+        assert timing.network_s >= REPLY_MS / 1e3
         assert timing.socket_waits == 1
         assert timing.blocked_s == 0  # the wait's switches are the socket hook's, not
         # the tracer's: counted once
@@ -188,10 +188,14 @@ def test_without_a_measurement_the_hooks_do_not_even_look_up_the_greenlet(
 def test_a_timeout_in_the_wait_propagates_and_counts_as_network(
     instrumentor: GeventTimingInstrumentor, conn: Any
 ) -> None:
+    started = time.monotonic()
     with measure_call() as measurement, pytest.raises(gevent.Timeout), gevent.Timeout(0.030):
         exchange(conn, 200)
+    waited_s = time.monotonic() - started
     assert measurement.timing is not None
-    assert 0.029 <= measurement.timing.network_s < 0.200
+    # The wait the timeout cut short is network: from the timeout on, not past the
+    # moment the call gave up (the reply, 200 ms away, never came into it).
+    assert 0.029 <= measurement.timing.network_s <= waited_s
     gevent.sleep(0.25)
     conn.recv(64)  # drain the late reply
 
@@ -229,7 +233,7 @@ def test_the_split_holds_over_tls(
     idle, hogged = run(with_hog=False), run(with_hog=True)
     for timing, true_network in idle + hogged:
         assert timing.network_s >= true_network - 0.001
-        assert REPLY_MS / 1e3 <= timing.network_s < REPLY_MS / 1e3 + 0.040
+        assert REPLY_MS / 1e3 <= timing.network_s <= timing.duration_s
     for timing, _ in hogged:
         assert timing.scheduling_delay_s > 0.010
         assert timing.top_culprits(1)[0][0] == HOG

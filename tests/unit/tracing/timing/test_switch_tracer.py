@@ -46,7 +46,7 @@ def test_a_zero_timeout_yield_is_delay_blamed_on_whoever_ran(
 
     timing = gevent.spawn(caller).get(timeout=5)
     assert timing.scheduling_delay_s >= 0.040
-    assert timing.blocked_s < 0.005
+    assert timing.blocked_s < 0.1 * timing.scheduling_delay_s  # ready all along: delay
     assert timing.top_culprits(1)[0][0] == HOG
     assert timing.culprits[HOG] >= 0.9 * timing.scheduling_delay_s
 
