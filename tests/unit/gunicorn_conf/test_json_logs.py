@@ -101,7 +101,7 @@ def test_the_access_line_has_envoys_field_names() -> None:
 def test_a_line_outside_a_request_has_no_null_fields(
     access_file: tuple[JsonLogger, Path],
 ) -> None:
-    logger, path = access_file
+    logger, _ = access_file
     line = json.loads(logger.formatter.line(0.0, "WARNING", "x", "hello", 1, None))
     assert line["severity_number"] == 13 and line["timestamp"] == "1970-01-01T00:00:00.000Z"
     assert "trace_id" not in line and None not in line.values()
