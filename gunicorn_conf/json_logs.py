@@ -20,6 +20,7 @@ from typing import Any
 
 from gunicorn import glogging
 
+from routing import logfields
 from routing.env import POOL_ENV
 from tracing.logs import ENVIRON_KEY, JsonFormatter
 
@@ -50,12 +51,13 @@ class JsonLogger(glogging.Logger):
         status = getattr(resp, "status_code", None)
         method, path = environ.get("REQUEST_METHOD"), environ.get("PATH_INFO")
         ids = environ.get(ENVIRON_KEY)
+        # The names and units of Envoy's access line (routing.logfields).
         fields = {
-            "http.request.method": method,
-            "url.path": path,
-            "http.response.status_code": status,
-            "duration_s": request_time.total_seconds(),
-            "request_id": environ.get("HTTP_X_REQUEST_ID"),
+            logfields.HTTP_METHOD: method,
+            logfields.URL_PATH: path,
+            logfields.HTTP_STATUS: status,
+            logfields.DURATION_MS: round(request_time.total_seconds() * 1000, 3),
+            logfields.REQUEST_ID: environ.get("HTTP_X_REQUEST_ID"),
         }
         message = f"{method} {path} {status}"
         handlers = self.direct_access

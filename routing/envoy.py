@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from routing import logfields
 from routing.edge import ENVOY_START_HEADER
 from routing.model import IDEMPOTENT_METHODS, Layout, Pool, Route, RouteConfig
 from routing.sizing import envoy_limits
@@ -61,25 +62,34 @@ RETRY_AFTER_S = 1
 # with its problem+json 431.
 MAX_REQUEST_HEADERS = 80
 
-#: Envoy's access log: one JSON object per line, with the same trace id as the pool's
-#: log lines and its spans (%TRACE_ID%), the request id, and where the request went.
+#: The service.name of Envoy's spans and access log lines.
+ENVOY_SERVICE_NAME = "envoy"
+#: Envoy's access log: one JSON object per line, under the pools' field names and units
+#: (routing.logfields: OpenTelemetry's log data model and HTTP conventions), with the
+#: same trace id as the pool's log lines and its spans (%TRACE_ID%), the request id, and
+#: where the request went. Envoy has no operator for the span id or the trace flags:
+#: those two are the pool's only. Empty values are left out (omit_empty_values).
 ACCESS_LOG_JSON = {
-    "time": "%START_TIME%",
-    "logger": "envoy.access",
-    "trace_id": "%TRACE_ID%",
-    "request_id": "%REQ(X-REQUEST-ID)%",
-    "method": "%REQ(:METHOD)%",
-    "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
-    "protocol": "%PROTOCOL%",
-    "status": "%RESPONSE_CODE%",
+    logfields.TIMESTAMP: "%START_TIME%",
+    logfields.SEVERITY_TEXT: "INFO",
+    logfields.SEVERITY_NUMBER: logfields.SEVERITY_NUMBERS["INFO"],
+    logfields.BODY: "%REQ(:METHOD)% %PATH(NQ)% %RESPONSE_CODE%",
+    logfields.LOGGER: "envoy.access",
+    logfields.SERVICE_NAME: ENVOY_SERVICE_NAME,
+    logfields.TRACE_ID: "%TRACE_ID%",
+    logfields.REQUEST_ID: "%REQ(X-REQUEST-ID)%",
+    logfields.HTTP_METHOD: "%REQ(:METHOD)%",
+    logfields.URL_PATH: "%PATH(NQ)%",
+    logfields.HTTP_STATUS: "%RESPONSE_CODE%",
+    logfields.DURATION_MS: "%DURATION%",
+    logfields.POOL: "%RESP(X-PRICING-POOL)%",
+    "network.protocol.version": "%PROTOCOL%",
     "flags": "%RESPONSE_FLAGS%",
     "bytes_received": "%BYTES_RECEIVED%",
     "bytes_sent": "%BYTES_SENT%",
-    "duration_ms": "%DURATION%",
     "upstream_service_time_ms": "%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%",
     "upstream_cluster": "%UPSTREAM_CLUSTER%",
     "upstream_host": "%UPSTREAM_HOST%",
-    "pool": "%RESP(X-PRICING-POOL)%",
     "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
 }
 REQUEST_ID_HEADER = "x-request-id"
@@ -285,7 +295,7 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
                 "typed_config": {
                     "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3."
                     "StdoutAccessLog",
-                    "log_format": {"json_format": ACCESS_LOG_JSON},
+                    "log_format": {"json_format": ACCESS_LOG_JSON, "omit_empty_values": True},
                 },
             }
         ],
@@ -338,7 +348,7 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
                     "envoy_grpc": {"cluster_name": "otel_collector"},
                     "timeout": "0.5s",
                 },
-                "service_name": "envoy",
+                "service_name": ENVOY_SERVICE_NAME,
             },
         },
         # Envoy decides for the whole trace: it overrides an incoming sampled flag,

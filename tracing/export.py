@@ -10,10 +10,12 @@ Export never blocks or breaks a request.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +24,8 @@ from typing import Any
 from gevent.monkey import get_original
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.trace import SpanKind, StatusCode
+
+from tracing.settings import BatchSettings, Exporter, Protocol, TracingSettings
 
 log = logging.getLogger(__name__)
 
@@ -31,26 +34,19 @@ log = logging.getLogger(__name__)
 # thread started through it trips over that at exit.
 _start_new_thread, _allocate_lock = get_original("_thread", ["start_new_thread", "allocate_lock"])
 
-MAX_QUEUE_SPANS = 4096
-MAX_BATCH_SPANS = 512
-EXPORT_INTERVAL_S = 0.5
-
 
 class ThreadedSpanProcessor(SpanProcessor):
-    """Batch processor whose worker is a real OS thread, never a greenlet."""
+    """Batch processor whose worker is a real OS thread, never a greenlet. Its limits
+    are ``OTEL_BSP_*`` (``tracing.settings.BatchSettings``). Without an exporter
+    (``OTEL_TRACES_EXPORTER=none``) it keeps nothing and starts no thread."""
 
-    def __init__(
-        self,
-        exporter: SpanExporter,
-        *,
-        max_queue_spans: int = MAX_QUEUE_SPANS,
-        max_batch_spans: int = MAX_BATCH_SPANS,
-        export_interval_s: float = EXPORT_INTERVAL_S,
-    ) -> None:
+    def __init__(self, exporter: SpanExporter | None, batch: BatchSettings | None = None) -> None:
+        batch = batch or BatchSettings()
         self.exporter = exporter
-        self.max_queue_spans = max_queue_spans
-        self.max_batch_spans = max_batch_spans
-        self.export_interval_s = export_interval_s
+        self.max_queue_spans = batch.max_queue_size
+        self.max_batch_spans = batch.max_export_batch_size
+        self.export_interval_s = batch.schedule_delay_s
+        self.export_timeout_s = batch.export_timeout_s
         self.dropped_spans = 0
         self.exported_spans = 0
         self._queue: deque[ReadableSpan] = deque()
@@ -60,9 +56,12 @@ class ThreadedSpanProcessor(SpanProcessor):
         self._export_lock = _allocate_lock()
         self._done = _allocate_lock()
         self._done.acquire()
-        self._stopping = False
+        self._stopping = exporter is None
         self._pid = os.getpid()
-        _start_new_thread(self._run, ())
+        if exporter is None:
+            self._done.release()
+        else:
+            _start_new_thread(self._run, ())
 
     def _signal(self) -> None:
         # Never blocks the hub: releasing an already released lock just fails.
@@ -95,6 +94,7 @@ class ThreadedSpanProcessor(SpanProcessor):
     def _drain(self) -> None:
         with self._export_lock:
             while self._queue:
+                assert self.exporter is not None  # nothing is queued without one
                 batch: list[ReadableSpan] = []
                 while self._queue and len(batch) < self.max_batch_spans:
                     batch.append(self._queue.popleft())
@@ -112,10 +112,7 @@ class ThreadedSpanProcessor(SpanProcessor):
         if os.getpid() != self._pid:
             return False
         self._signal()
-        deadline_s = timeout_millis / 1000
-        import time
-
-        end = time.monotonic() + deadline_s
+        end = time.monotonic() + min(timeout_millis / 1000, self.export_timeout_s)
         while self._queue and time.monotonic() < end:
             time.sleep(0.01)
         # Wait for a batch being exported right now.
@@ -131,13 +128,46 @@ class ThreadedSpanProcessor(SpanProcessor):
             return
         self._stopping = True
         self._signal()
-        if os.getpid() == self._pid and self._done.acquire(timeout=5):
+        if os.getpid() == self._pid and self._done.acquire(timeout=self.export_timeout_s):
             self._done.release()
-        self.exporter.shutdown()
+        if self.exporter is not None:
+            self.exporter.shutdown()
+
+
+def span_processor(settings: TracingSettings) -> ThreadedSpanProcessor:
+    """The worker's span processor, with the exporter and limits the environment names."""
+    return ThreadedSpanProcessor(make_exporter(settings), settings.batch)
+
+
+def make_exporter(settings: TracingSettings) -> SpanExporter | None:
+    """``OTEL_TRACES_EXPORTER`` and ``OTEL_EXPORTER_OTLP_PROTOCOL`` as the SDK reads
+    them; headers, timeout, compression, certificates (and gRPC's ``_INSECURE``): the
+    OTLP exporters read their ``OTEL_EXPORTER_OTLP_*`` variables themselves. None:
+    spans are not exported."""
+    kind = settings.traces_exporter
+    if kind is Exporter.NONE:
+        return None
+    if kind is Exporter.CONSOLE:
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        # One span per line: the pools' log streams hold one JSON object per line.
+        return ConsoleSpanExporter(formatter=lambda span: span.to_json(indent=None) + "\n")
+    if kind is Exporter.FILE:
+        return JsonLinesFileExporter(settings.span_file)
+    if settings.protocol is Protocol.GRPC:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        return GrpcSpanExporter(endpoint=settings.otlp_endpoint)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=settings.otlp_endpoint)
 
 
 class JsonLinesFileExporter(SpanExporter):
-    """Writes each batch as one line of OTLP JSON (an ExportTraceServiceRequest).
+    """Writes each batch as one line of OTLP JSON (an ExportTraceServiceRequest, made by
+    the SDK's OTLP encoder: ``encode_otlp_json``).
 
     The fallback when no collector runs: `pricingctl traces --file` reads it.
     Several worker processes append to the same file; each line is written
@@ -161,60 +191,26 @@ class JsonLinesFileExporter(SpanExporter):
         pass
 
 
-_KINDS = {
-    SpanKind.INTERNAL: 1,
-    SpanKind.SERVER: 2,
-    SpanKind.CLIENT: 3,
-    SpanKind.PRODUCER: 4,
-    SpanKind.CONSUMER: 5,
-}
-_STATUS = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
-
-
-def _value(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, list | tuple):
-        return {"arrayValue": {"values": [_value(v) for v in value]}}
-    return {"stringValue": str(value)}
-
-
-def _attributes(attributes: Any) -> list[dict[str, Any]]:
-    return [{"key": k, "value": _value(v)} for k, v in (attributes or {}).items()]
-
-
 def encode_otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    """OTLP/JSON (ids as hex, times as decimal strings of nanoseconds)."""
-    by_resource: dict[int, tuple[Any, list[ReadableSpan]]] = {}
-    for span in spans:
-        key = id(span.resource)
-        by_resource.setdefault(key, (span.resource, []))[1].append(span)
-    resource_spans = []
-    for resource, group in by_resource.values():
-        out = []
-        for span in group:
-            ctx = span.context
-            item: dict[str, Any] = {
-                "traceId": f"{ctx.trace_id:032x}",
-                "spanId": f"{ctx.span_id:016x}",
-                "name": span.name,
-                "kind": _KINDS.get(span.kind, 0),
-                "startTimeUnixNano": str(span.start_time),
-                "endTimeUnixNano": str(span.end_time),
-                "attributes": _attributes(span.attributes),
-                "status": {"code": _STATUS.get(span.status.status_code, 0)},
-            }
-            if span.parent is not None:
-                item["parentSpanId"] = f"{span.parent.span_id:016x}"
-            out.append(item)
-        resource_spans.append(
-            {
-                "resource": {"attributes": _attributes(resource.attributes if resource else {})},
-                "scopeSpans": [{"scope": {"name": "pricingservice"}, "spans": out}],
-            }
-        )
-    return {"resourceSpans": resource_spans}
+    """OTLP/JSON of *spans*, an ExportTraceServiceRequest: the SDK's own OTLP encoder
+    (the one the OTLP exporters send), so events, links, the instrumentation scope,
+    dropped counts and trace state are all there, written as OTLP's JSON mapping
+    (protobuf's canonical JSON, except ids as hex and enums as numbers)."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    document = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    for resource_spans in document.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                _hex_ids(span, "traceId", "spanId", "parentSpanId")
+                for link in span.get("links", ()):
+                    _hex_ids(link, "traceId", "spanId")
+    return document
+
+
+def _hex_ids(item: dict[str, Any], *keys: str) -> None:
+    # Canonical protobuf JSON writes bytes as base64; OTLP/JSON wants ids as hex.
+    for key in keys:
+        if key in item:
+            item[key] = base64.b64decode(item[key]).hex()

@@ -1,9 +1,12 @@
 """JSON logs, one object per line, each naming the request it belongs to.
 
-Every line carries ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``,
-``pool``, ``pid`` and, inside a request, ``trace_id``, ``span_id`` and ``route``: the
-same trace id as Envoy's access log (``%TRACE_ID%``) and the trace in Jaeger, so one
-request can be followed from Envoy to the pool to its spans. ``init_app`` records a
+Every line carries ``timestamp`` (UTC, ISO 8601), ``severity_text``,
+``severity_number``, ``body``, ``logger``, ``service.name``, ``pool``, ``pid`` and,
+inside a request, ``trace_id``, ``span_id``, ``trace_flags`` and ``http.route``: the
+same trace id, under the same name, as Envoy's access log (``%TRACE_ID%``) and the
+trace in Jaeger, so one request can be followed from Envoy to the pool to its spans.
+The names are ``routing.logfields``' (OpenTelemetry's log data model), shared with
+Envoy's access log; a field without a value is left out. ``init_app`` records a
 request's ids when it starts; the formatter reads them from the request's context
 (each greenlet has its own), gunicorn's access log from the WSGI environ.
 
@@ -21,7 +24,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tracing.route import route_of
+from routing import logfields as f
+from tracing.route import NO_ROUTE, route_of
 
 #: Where the request's ids are kept in the WSGI environ (gunicorn's access log reads it).
 ENVIRON_KEY: Final = "pricing.log_ids"
@@ -78,9 +82,14 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record; a traceback becomes the ``exception`` field (its
     newlines escaped: the record stays on one line)."""
 
-    def __init__(self, pool: str | None = None) -> None:
+    def __init__(self, pool: str | None = None, service: str | None = None) -> None:
         super().__init__()
         self.pool = pool if pool is not None else os.environ.get("PRICING_POOL")
+        if service is None:
+            from tracing.settings import service_name
+
+            service = service_name()
+        self.service = service
 
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", None)
@@ -109,20 +118,27 @@ class JsonFormatter(logging.Formatter):
         """One line, without a LogRecord: gunicorn's access log writes one per request
         and skips the logging machinery (``gunicorn_conf.json_logs``)."""
         out: dict[str, Any] = {
-            "time": _iso(created),
-            "level": level,
-            "logger": logger,
-            "message": message,
-            "pool": self.pool,
+            f.TIMESTAMP: _iso(created),
+            f.SEVERITY_TEXT: level,
+            f.SEVERITY_NUMBER: f.SEVERITY_NUMBERS.get(level, 0),
+            f.BODY: message,
+            f.LOGGER: logger,
+            f.SERVICE_NAME: self.service,
+            f.POOL: self.pool,
             "pid": pid,
-            "trace_id": ids.trace_id if ids else None,
-            "span_id": ids.span_id if ids else None,
-            "route": ids.route if ids else None,
         }
+        if ids is not None:
+            out[f.TRACE_ID] = ids.trace_id
+            out[f.SPAN_ID] = ids.span_id
+            if ids.trace_id is not None:
+                out[f.TRACE_FLAGS] = "01" if ids.sampled else "00"
+            if ids.route is not None and ids.route != NO_ROUTE:
+                out[f.HTTP_ROUTE] = ids.route.partition(" ")[2]
         if fields:
             out.update(fields)
         if exception is not None:
             out["exception"] = exception
+        out = {key: value for key, value in out.items() if value is not None}
         return json.dumps(out, separators=(",", ":"), default=str)
 
 

@@ -30,19 +30,20 @@ With the gevent timing on, also what each route costs the hub and suffers from i
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
 from prometheus_client import Histogram as PromHistogram
 
+from routing.env import POOL_ENV
 from tracing import prometheus_adapter
 from tracing.timing.call_state import CallTiming
-from tracing.timing.histogram import DEFAULT_BUCKETS_S, Histogram
+from tracing.timing.histogram import Histogram
 from tracing.timing.hook_errors import swallow
-from tracing.timing.loop_lag import LAG_BUCKETS_S
 from tracing.timing.server_timing import RequestTiming
 
 #: The endpoint name; its path is [meta].metrics in routes.toml.
@@ -71,6 +72,60 @@ FAILURE_REASONS: Final = (
     "circuit_open",
     "error",
 )
+
+#: Upper bounds of every duration histogram (seconds; +Inf last). From 0.5 ms (a call
+#: that waited for nothing) to 10 s, the longest route timeout (quotes.batch); 0.2 s
+#: is the io pool's p99 target, so "within target" is one bucket, not an interpolation.
+DURATION_BUCKETS_S: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.2,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+#: Upper bounds of the loop-lag histogram (seconds). The io pool's HPA targets a p99
+#: of 20 ms (deploy/kubernetes): 0.02 is a bound, with 15 and 25 ms either side, so the
+#: p99 near the target is read between close bounds.
+LOOP_LAG_BUCKETS_S: Final = (
+    0.001,
+    0.005,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+#: OpenTelemetry's http.server.request.duration, as Prometheus names it (dots become
+#: underscores, the unit a suffix), with its attributes as labels, plus the pool.
+HTTP_SERVER_DURATION: Final = "http_server_request_duration_seconds"
+HTTP_SERVER_LABELS: Final = (
+    "http_request_method",
+    "http_route",
+    "http_response_status_code",
+    "pool",
+)
+#: Methods kept as they are; any other is "_OTHER" (OpenTelemetry's rule: a client
+#: inventing methods must not create series).
+KNOWN_METHODS: Final = frozenset(
+    ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+)
+BUILD_INFO: Final = "pricing_build_info"
 
 #: Names `pricingctl routes suggest` reads back (``tracing.usage``), as exposed.
 HANDLER: Final = "pricing_handler_duration_seconds"
@@ -156,14 +211,10 @@ class _Family:
                 self._target(values).inc(gained)
 
 
-def status_class(status: int) -> str:
-    return f"{status // 100}xx" if 100 <= status < 600 else "other"
-
-
 class PoolMetrics:
     """Every metric family of a pool worker, and how each is observed."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, pool: str | None = None) -> None:
         self.families: list[_Family] = []
         #: Called on the hub before every flush: bring in counts kept elsewhere
         #: (``sync``), e.g. by the span exporter's thread.
@@ -182,15 +233,15 @@ class PoolMetrics:
             self.families.append(_Family(Counter(name, text, labels, registry=registry)))
             return self.families[-1]
 
-        buckets = DEFAULT_BUCKETS_S
-        # RED per route: route is the template ("GET /v1/offers/bike"), never a raw URL.
-        self.requests = counter(
-            "pricing_requests", "Requests answered, by route and status class.", ("route", "class")
-        )
+        buckets = DURATION_BUCKETS_S
+        self.pool = pool if pool is not None else (os.environ.get(POOL_ENV) or "")
+        # RED per route, as OpenTelemetry's http.server.request.duration: the route is
+        # the template ("/v1/offers/bike", "" when no rule matched), never a raw URL.
         self.request_duration = histogram(
-            "pricing_request_duration_seconds",
-            "From the app receiving a request until its response (seconds).",
-            ("route",),
+            HTTP_SERVER_DURATION,
+            "Duration of HTTP server requests: from the app receiving a request until "
+            "its response.",
+            HTTP_SERVER_LABELS,
             buckets,
         )
         # Answered 503 without being worked on, by reason (SHED_REASONS).
@@ -284,7 +335,7 @@ class PoolMetrics:
             "pricing_loop_lag_seconds",
             "How late the hub ran a periodic 50 ms timer, per tick.",
             (),
-            LAG_BUCKETS_S,
+            LOOP_LAG_BUCKETS_S,
         )
         self.hub_blocks = counter(
             "pricing_hub_blocks", "Hub blocks longer than the detector's threshold.", ("route",)
@@ -308,13 +359,68 @@ class PoolMetrics:
             registry=registry,
             multiprocess_mode="livesum",
         )
+        # What the pool runs (value 1): which build a series came from.
+        self.build_info = Gauge(
+            BUILD_INFO,
+            "The running build: the service's version, Python's and the main libraries'.",
+            ("version", "python_version", "gevent_version", "opentelemetry_sdk_version"),
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.build_info.labels(*_build_labels()).set(1)
+        # prometheus_client's process collector reports the scraping process only in
+        # multiprocess mode; these are the pool's workers' own, sampled by each worker
+        # before its flush. CPU is a counter in the pool's files (a replaced worker's
+        # seconds stay in the total); the gauges are the live workers' sum (memory,
+        # descriptors), the smallest limit, the oldest start.
+        self.process_cpu = counter(
+            "process_cpu_seconds", "User and system CPU time of the pool's workers.", ()
+        )
+        self.process_gauges = {
+            "process_resident_memory_bytes": Gauge(
+                "process_resident_memory_bytes",
+                "Resident memory of the pool's live workers.",
+                registry=registry,
+                multiprocess_mode="livesum",
+            ),
+            "process_virtual_memory_bytes": Gauge(
+                "process_virtual_memory_bytes",
+                "Virtual memory of the pool's live workers.",
+                registry=registry,
+                multiprocess_mode="livesum",
+            ),
+            "process_open_fds": Gauge(
+                "process_open_fds",
+                "Open file descriptors of the pool's live workers.",
+                registry=registry,
+                multiprocess_mode="livesum",
+            ),
+            "process_max_fds": Gauge(
+                "process_max_fds",
+                "The smallest descriptor limit of the pool's live workers.",
+                registry=registry,
+                multiprocess_mode="livemin",
+            ),
+            "process_start_time_seconds": Gauge(
+                "process_start_time_seconds",
+                "Start of the pool's oldest live worker (Unix seconds).",
+                registry=registry,
+                multiprocess_mode="livemin",
+            ),
+        }
+        self._process_seen: dict[Any, float] = {}
+        self.before_flush.append(self.sample_process)
+        # At once too: a gauge file starts at 0, which "livemin" would report meanwhile.
+        self.sample_process()
         self._flushing_pid: int | None = None
 
     # --- the request path (the hub; keep it cheap) ---------------------------------
 
-    def observe_request(self, route: str, status: int, duration_s: float) -> None:
-        self.requests(route, status_class(status)).inc()
-        self.request_duration(route).observe(duration_s)
+    def observe_request(self, method: str, route: str, status: int, duration_s: float) -> None:
+        """*route*: the URL rule's template ("/v1/offers/bike"), "" when none matched."""
+        if method not in KNOWN_METHODS:
+            method = "_OTHER"
+        self.request_duration(method, route, str(status), self.pool).observe(duration_s)
 
     def observe_shed(self, route: str, reason: str) -> None:
         self.shed(route, reason).inc()
@@ -354,6 +460,16 @@ class PoolMetrics:
 
     def observe_loop_lag(self, lag_s: float) -> None:
         self.loop_lag().observe(lag_s)
+
+    def sample_process(self) -> None:
+        """This worker's CPU, memory and descriptors into the pool's process_* metrics
+        (before each flush: once a second; ~0.1 ms, /proc reads)."""
+        for family in _PROCESS.collect():
+            for sample in family.samples:
+                if sample.name == "process_cpu_seconds_total":
+                    self.sync(self.process_cpu, (), sample.value, self._process_seen)
+                elif sample.name in self.process_gauges:
+                    self.process_gauges[sample.name].set(sample.value)
 
     # --- counts kept elsewhere, brought in by ``sync`` on the hub --------------------
 
@@ -406,6 +522,23 @@ class PoolMetrics:
         set_greenlet_label("<metrics flush>", gevent.spawn(run))
 
 
+#: Reads /proc/self; not registered anywhere (``sample_process`` copies its values).
+_PROCESS: Final = ProcessCollector(registry=None)
+
+
+def _build_labels() -> tuple[str, str, str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "unknown"
+
+    python = ".".join(str(part) for part in sys.version_info[:3])
+    return of("pricingservice"), python, of("gevent"), of("opentelemetry-sdk")
+
+
 _metrics: PoolMetrics | None = None
 _registry: CollectorRegistry | None = None
 
@@ -447,8 +580,6 @@ def init_app(app: Any, *, metrics_path: str) -> PoolMetrics:
     template). Works without tracing: the app calls it whatever the mode."""
     from flask import Response, g, request
 
-    from tracing.route import route_of
-
     metrics = pool_metrics()
     if os.environ.get(MULTIPROC_DIR_ENV):
         metrics.start_flushing()  # the app is built in the worker, after gevent's fork
@@ -461,8 +592,12 @@ def init_app(app: Any, *, metrics_path: str) -> PoolMetrics:
     def _count(response: Any) -> Any:
         started = g.get("pricing_started_s")
         if started is not None:
+            rule = request.url_rule
             metrics.observe_request(
-                route_of(request), response.status_code, time.perf_counter() - started
+                request.method,
+                rule.rule if rule is not None else "",
+                response.status_code,
+                time.perf_counter() - started,
             )
         return response
 

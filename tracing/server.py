@@ -44,10 +44,16 @@ from tracing.client import (
     finished_call_attributes,
     request_totals,
 )
-from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
+from tracing.export import ThreadedSpanProcessor, span_processor
 from tracing.metrics import PoolMetrics, pool_metrics
 from tracing.route import route_of
-from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings, resource_from_env
+from tracing.settings import (
+    DEFAULT_SERVICE_NAME,
+    Mode,
+    TracingSettings,
+    opt_in_stable_http,
+    resource_from_env,
+)
 from tracing.timing import server_timing
 from tracing.timing.hook_errors import swallow
 from tracing.timing.hub_block import HubBlockLog
@@ -165,10 +171,11 @@ def setup_worker(
     if settings.mode is Mode.OFF:
         return None
     try:
+        opt_in_stable_http()  # before init_app instruments Flask
         resource = worker_resource(pool)
         sampling = sampling or Sampling()
         provider = TracerProvider(resource=resource, sampler=_sampler(settings, sampling))
-        processor = ThreadedSpanProcessor(_exporter(settings))
+        processor = span_processor(settings)
         provider.add_span_processor(processor)
         slow_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
         slow_provider.add_span_processor(processor)
@@ -234,16 +241,6 @@ def _sampler(settings: TracingSettings, sampling: Sampling) -> Sampler | None:
     if settings.sampler is not None:
         return None
     return ParentBased(TraceIdRatioBased(sampling.ratio))
-
-
-def _exporter(settings: TracingSettings) -> Any:
-    if settings.otlp_endpoint:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        # Headers, timeout, compression and certificates: the exporter reads the
-        # OTEL_EXPORTER_OTLP_* variables itself.
-        return OTLPSpanExporter(endpoint=settings.otlp_endpoint)
-    return JsonLinesFileExporter(settings.span_file)
 
 
 def sync_metrics(worker: WorkerTracing) -> None:

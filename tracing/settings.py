@@ -4,16 +4,19 @@ The standard OpenTelemetry variables are honoured where one exists; the SDK read
 most of them itself (``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` in
 ``Resource.create``, the exporter's headers, timeout, compression and certificates
 in ``OTLPSpanExporter``, ``OTEL_TRACES_SAMPLER``/``_ARG`` in ``TracerProvider``).
-Read here: what decides between the OTLP exporter and the span file, and what must
-be refused before the SDK would silently fall back (an unknown sampler, a sampler
-that ignores Envoy's decision). ``PRICING_*`` only where no standard name exists.
+Read here: which exporter (``OTEL_TRACES_EXPORTER``: otlp, console, none; the span
+file when neither it nor an endpoint is set), over which protocol
+(``OTEL_EXPORTER_OTLP_PROTOCOL``: grpc, http/protobuf), the span processor's limits
+(``OTEL_BSP_*``), and what must be refused before the SDK would silently fall back
+(an unknown sampler, a sampler that ignores Envoy's decision, an exporter or protocol
+that is not installed). ``PRICING_*`` only where no standard name exists.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -54,6 +57,14 @@ OTLP_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"  # base URL; /v1/traces
 OTLP_TRACES_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"  # used as is
 SAMPLER_ENV: Final = "OTEL_TRACES_SAMPLER"
 SAMPLER_ARG_ENV: Final = "OTEL_TRACES_SAMPLER_ARG"
+TRACES_EXPORTER_ENV: Final = "OTEL_TRACES_EXPORTER"
+OTLP_PROTOCOL_ENV: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
+OTLP_TRACES_PROTOCOL_ENV: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"  # wins over the above
+BSP_SCHEDULE_DELAY_ENV: Final = "OTEL_BSP_SCHEDULE_DELAY"  # ms
+BSP_EXPORT_TIMEOUT_ENV: Final = "OTEL_BSP_EXPORT_TIMEOUT"  # ms
+BSP_MAX_QUEUE_SIZE_ENV: Final = "OTEL_BSP_MAX_QUEUE_SIZE"  # spans
+BSP_MAX_EXPORT_BATCH_SIZE_ENV: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"  # spans
+SEMCONV_OPT_IN_ENV: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
 TRACES_PATH: Final = "/v1/traces"
 
 #: Samplers that keep Envoy's decision (``traceparent``'s sampled flag) and decide only
@@ -65,6 +76,71 @@ PARENT_BASED_SAMPLERS: Final = (
     "parentbased_traceidratio",
 )
 _OTHER_SAMPLERS: Final = ("always_on", "always_off", "traceidratio")
+
+
+class Exporter(StrEnum):
+    """Where spans go: ``OTEL_TRACES_EXPORTER``'s values, and the span file."""
+
+    OTLP = "otlp"
+    CONSOLE = "console"  # the SDK's console exporter, one JSON object per span and line
+    NONE = "none"  # spans are made (the timing and metrics still run), never exported
+    FILE = "file"  # PRICING_SPAN_FILE: neither OTEL_TRACES_EXPORTER nor an endpoint set
+
+
+class Protocol(StrEnum):
+    """``OTEL_EXPORTER_OTLP_PROTOCOL``'s values the installed exporters speak."""
+
+    GRPC = "grpc"
+    HTTP_PROTOBUF = "http/protobuf"
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """The span processor's limits (``OTEL_BSP_*``). Defaults: the queue and delay are
+    the project's (a span reaches Jaeger within half a second, and a 4096-span queue
+    holds two seconds of a busy io worker's sampled spans), batch size and timeout the
+    specification's."""
+
+    schedule_delay_s: float = 0.5
+    max_queue_size: int = 4096
+    max_export_batch_size: int = 512
+    #: The longest a flush or a shutdown waits for the exporter thread.
+    export_timeout_s: float = 30.0
+
+    @classmethod
+    def from_env(cls) -> BatchSettings:
+        """ValueError, naming the variable, on a value that is not a positive integer,
+        or a batch larger than the queue."""
+        default = cls()
+        out = cls(
+            schedule_delay_s=_positive_int(BSP_SCHEDULE_DELAY_ENV, default.schedule_delay_s * 1000)
+            / 1000,
+            max_queue_size=_positive_int(BSP_MAX_QUEUE_SIZE_ENV, default.max_queue_size),
+            max_export_batch_size=_positive_int(
+                BSP_MAX_EXPORT_BATCH_SIZE_ENV, default.max_export_batch_size
+            ),
+            export_timeout_s=_positive_int(BSP_EXPORT_TIMEOUT_ENV, default.export_timeout_s * 1000)
+            / 1000,
+        )
+        if out.max_export_batch_size > out.max_queue_size:
+            raise ValueError(
+                f"{BSP_MAX_EXPORT_BATCH_SIZE_ENV}={out.max_export_batch_size} is larger than "
+                f"{BSP_MAX_QUEUE_SIZE_ENV}={out.max_queue_size}"
+            )
+        return out
+
+
+def _positive_int(name: str, default: float) -> int:
+    raw = (os.environ.get(name) or "").strip()
+    if not raw:
+        return int(default)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r}: a positive whole number")
+    return value
 
 
 class Mode(StrEnum):
@@ -82,6 +158,16 @@ class TracingSettings:
     #: OTEL_TRACES_SAMPLER when set (validated; the SDK builds it, with its _ARG);
     #: None: the route config's [tracing].sample_percent for requests without a decision.
     sampler: str | None = None
+    #: OTEL_TRACES_EXPORTER when set; None: OTLP when an endpoint is set, else the file.
+    exporter: Exporter | None = None
+    protocol: Protocol = Protocol.HTTP_PROTOBUF
+    batch: BatchSettings = field(default_factory=BatchSettings)
+
+    @property
+    def traces_exporter(self) -> Exporter:
+        if self.exporter is not None:
+            return self.exporter
+        return Exporter.OTLP if self.otlp_endpoint else Exporter.FILE
 
     @classmethod
     def from_env(cls) -> TracingSettings:
@@ -102,20 +188,68 @@ class TracingSettings:
         if (os.environ.get(SDK_DISABLED_ENV) or "").strip().lower() == "true":
             mode = Mode.OFF
         span_file = Path(os.environ.get(SPAN_FILE_ENV) or DEFAULT_SPAN_FILE)
+        protocol = _protocol()
         return cls(
-            mode=mode, otlp_endpoint=otlp_endpoint(), span_file=span_file, sampler=_sampler()
+            mode=mode,
+            otlp_endpoint=otlp_endpoint(protocol),
+            span_file=span_file,
+            sampler=_sampler(),
+            exporter=_exporter(),
+            protocol=protocol,
+            batch=BatchSettings.from_env(),
         )
 
 
-def otlp_endpoint() -> str | None:
-    """The traces URL the OTLP exporter sends to, resolved as the SDK does: the
-    signal-specific variable as is, else the base one plus ``/v1/traces``. Empty
-    values count as unset (the benchmark blanks both to keep spans in the file)."""
+def otlp_endpoint(protocol: Protocol = Protocol.HTTP_PROTOBUF) -> str | None:
+    """The traces endpoint the OTLP exporter sends to, resolved as the SDK does: the
+    signal-specific variable as is, else the base one (plus ``/v1/traces`` over HTTP;
+    gRPC takes it as is). Empty values count as unset (the benchmark blanks both to
+    keep spans in the file). None: the exporter's own default (localhost)."""
     traces = (os.environ.get(OTLP_TRACES_ENDPOINT_ENV) or "").strip()
     if traces:
         return traces
     base = (os.environ.get(OTLP_ENDPOINT_ENV) or "").strip()
-    return base.rstrip("/") + TRACES_PATH if base else None
+    if not base:
+        return None
+    return base if protocol is Protocol.GRPC else base.rstrip("/") + TRACES_PATH
+
+
+def _exporter() -> Exporter | None:
+    raw = (os.environ.get(TRACES_EXPORTER_ENV) or "").strip().lower()
+    if not raw:
+        return None
+    choices = (Exporter.OTLP, Exporter.CONSOLE, Exporter.NONE)
+    if raw not in choices:
+        raise ValueError(f"{TRACES_EXPORTER_ENV}={raw!r}: use one of {', '.join(choices)}")
+    return Exporter(raw)
+
+
+def _protocol() -> Protocol:
+    for name in (OTLP_TRACES_PROTOCOL_ENV, OTLP_PROTOCOL_ENV):
+        raw = (os.environ.get(name) or "").strip().lower()
+        if raw:
+            try:
+                return Protocol(raw)
+            except ValueError:
+                raise ValueError(
+                    f"{name}={raw!r}: use one of {', '.join(Protocol)} "
+                    "(the Python SDK has no http/json exporter)"
+                ) from None
+    return Protocol.HTTP_PROTOBUF
+
+
+#: The instrumentation's names for the stable HTTP semantic conventions.
+STABLE_HTTP: Final = "http"
+
+
+def opt_in_stable_http() -> None:
+    """Make opentelemetry-instrumentation-flask (and -wsgi) use the stable HTTP names
+    (``http.request.method``, ``url.path``, ``http.response.status_code``), those of
+    the client spans, unless the user chose (``OTEL_SEMCONV_STABILITY_OPT_IN`` set).
+    The instrumentations read the variable once, when the first one instruments: call
+    before that."""
+    if not (os.environ.get(SEMCONV_OPT_IN_ENV) or "").strip():
+        os.environ[SEMCONV_OPT_IN_ENV] = STABLE_HTTP
 
 
 def _sampler() -> str | None:

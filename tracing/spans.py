@@ -1,13 +1,17 @@
-"""Spans read back from Jaeger's query API or from the local OTLP JSON-lines file, in
-one shape: the one reader of the span file, for `pricingctl traces` and the benchmark."""
+"""Spans read back from Jaeger or from the local span file, in one shape, by one OTLP
+JSON reader: the file's lines and Jaeger v2's ``/api/v3/traces`` answers are both OTLP
+JSON (ExportTraceServiceRequest). For `pricingctl traces`, `routes suggest` and the
+benchmark."""
 
 from __future__ import annotations
 
 import json
+import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,19 @@ class Span:
 
 # --- Jaeger's query API -----------------------------------------------------------
 
+#: Jaeger v2's OTLP query API: its answers are OTLP JSON, read as the span file is.
+JAEGER_TRACES_PATH = "/api/v3/traces"
+_LOOKBACK = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def lookback_s(raw: str) -> float:
+    """``"15m"``, ``"1h"``, ``"2d"`` in seconds; ValueError naming the value otherwise."""
+    match = _LOOKBACK.match(raw)
+    if match is None:
+        raise ValueError(f"lookback {raw!r}: a number and s, m, h or d (15m, 1h)")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
 
 def from_jaeger(
     base_url: str,
@@ -44,24 +61,67 @@ def from_jaeger(
     trace_id: str | None = None,
     timeout_s: float = 10.0,
 ) -> list[Span]:
+    """The spans of one trace, or of the last *limit* traces of *service* within
+    *lookback*, from Jaeger's ``/api/v3/traces`` (OTLP JSON)."""
+    base = base_url.rstrip("/")
     if trace_id is not None:
-        url = f"{base_url.rstrip('/')}/api/traces/{urllib.parse.quote(trace_id)}"
+        url = f"{base}{JAEGER_TRACES_PATH}/{urllib.parse.quote(trace_id)}"
     else:
-        # By default the name the pools' spans carry here (OTEL_SERVICE_NAME, ...).
-        service = service or service_name()
-        query = urllib.parse.urlencode({"service": service, "limit": limit, "lookback": lookback})
-        url = f"{base_url.rstrip('/')}/api/traces?{query}"
+        try:
+            since_s = lookback_s(lookback)
+        except ValueError as exc:
+            raise SpanSourceError(str(exc)) from None
+        now = time.time()
+        query = urllib.parse.urlencode(
+            {
+                # By default the name the pools' spans carry here (OTEL_SERVICE_NAME, ...).
+                "query.service_name": service or service_name(),
+                "query.start_time_min": _rfc3339(now - since_s),
+                "query.start_time_max": _rfc3339(now + 60),
+                "query.num_traces": limit,
+            }
+        )
+        url = f"{base}{JAEGER_TRACES_PATH}?{query}"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            payload = json.load(resp)
+            body = resp.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as exc:
-        if exc.code == 404 and trace_id is not None:
-            raise SpanSourceError(f"trace {trace_id} not found in Jaeger at {base_url}") from None
+        if exc.code == 404:
+            if trace_id is not None:
+                raise SpanSourceError(
+                    f"trace {trace_id} not found in Jaeger at {base_url}"
+                ) from None
+            return []  # Jaeger v2 answers a search that found nothing with 404
         raise SpanSourceError(f"Jaeger at {base_url} answered HTTP {exc.code}") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         reason = getattr(exc, "reason", exc)
         raise SpanSourceError(f"cannot reach Jaeger at {base_url}: {reason}") from None
-    return list(_jaeger_spans(payload.get("data") or []))
+    try:
+        return [
+            span
+            for document in _json_documents(body)
+            for span in _otlp_spans(document.get("result") or {"resourceSpans": []})
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise SpanSourceError(f"Jaeger at {base_url} did not answer OTLP JSON") from None
+
+
+def _rfc3339(unix_s: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
+
+
+def _json_documents(body: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a body: one, or several one after another (a streamed
+    answer, one ``{"result": ...}`` per chunk)."""
+    decoder = json.JSONDecoder()
+    at = 0
+    while True:
+        while at < len(body) and body[at].isspace():
+            at += 1
+        if at >= len(body):
+            return
+        document, at = decoder.raw_decode(body, at)
+        yield document
 
 
 def jaeger_trace_url(base_url: str, trace_id: str, span_id: str | None = None) -> str:
@@ -69,44 +129,6 @@ def jaeger_trace_url(base_url: str, trace_id: str, span_id: str | None = None) -
     detail opened)."""
     url = f"{base_url.rstrip('/')}/trace/{urllib.parse.quote(trace_id)}"
     return f"{url}?uiFind={urllib.parse.quote(span_id)}" if span_id else url
-
-
-def _jaeger_spans(traces: Iterable[dict[str, Any]]) -> Iterator[Span]:
-    for trace in traces:
-        processes = trace.get("processes") or {}
-        for raw in trace.get("spans") or []:
-            tags = {t["key"]: _jaeger_value(t) for t in raw.get("tags") or []}
-            parent = next(
-                (
-                    r["spanID"]
-                    for r in raw.get("references") or []
-                    if r.get("refType") == "CHILD_OF"
-                ),
-                None,
-            )
-            service = (processes.get(raw.get("processID")) or {}).get("serviceName", "?")
-            yield Span(
-                trace_id=raw["traceID"],
-                span_id=raw["spanID"],
-                parent_id=parent,
-                service=service,
-                name=raw.get("operationName", ""),
-                kind=str(tags.pop("span.kind", "internal")),
-                start_us=int(raw.get("startTime", 0)),
-                duration_us=int(raw.get("duration", 0)),
-                attributes=tags,
-            )
-
-
-def _jaeger_value(tag: dict[str, Any]) -> Any:
-    value = tag.get("value")
-    # Jaeger stores OTLP array attributes as a JSON string.
-    if isinstance(value, str) and value.startswith("["):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 # --- the OTLP JSON-lines file -----------------------------------------------------

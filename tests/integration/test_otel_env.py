@@ -128,15 +128,15 @@ def test_one_request_is_followed_from_envoys_log_to_the_pools_log_to_its_trace(
     envoy = envoy_line()
     assert envoy is not None
     assert envoy["trace_id"] == trace_id
-    assert envoy["upstream_cluster"] == "io_pool" and envoy["status"] == 503
+    assert envoy["upstream_cluster"] == "io_pool" and envoy["http.response.status_code"] == 503
     assert envoy["upstream_host"] == f"127.0.0.1:{env_stack.config.pool('io').bind.port}"
 
     pool_lines = [r for r in json_lines(logs / "pool-io.log") if r.get("trace_id") == trace_id]
-    keys = {"time", "level", "logger", "message", "pool", "pid", "trace_id", "span_id", "route"}
+    keys = {"timestamp", "severity_text", "logger", "body", "pool", "pid", "trace_id", "span_id"}
     assert pool_lines and all(keys <= set(r) for r in pool_lines), pool_lines
     access = [r for r in pool_lines if r["logger"] == "gunicorn.access"]
     assert len(access) == 1, pool_lines
-    assert access[0]["route"] == "GET /v1/offers/bike" and access[0]["pool"] == "io"
+    assert access[0]["http.route"] == "/v1/offers/bike" and access[0]["pool"] == "io"
     assert access[0]["request_id"] == request_id
     assert access[0]["http.response.status_code"] == 503
 

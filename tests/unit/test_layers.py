@@ -26,7 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "routing": set(),
     "simulator": set(),
     "tracing.timing": set(),
-    "tracing": {"tracing.timing"},
+    # routing.logfields: the log field names the pools share with Envoy's access log.
+    "tracing": {"tracing.timing", "routing"},
     "pricing": {"routing", "tracing", "tracing.timing"},
     "gunicorn_conf": {"routing", "tracing"},
     "stack": {"routing", "tracing", "simulator"},

@@ -64,12 +64,47 @@ def test_the_access_line_is_written_directly_to_gunicorns_file(
     assert logger.direct_access is not None  # gunicorn's own file handler: direct
     access(logger)
     (line,) = lines(path)
-    assert line["logger"] == "gunicorn.access" and line["level"] == "INFO"
-    assert line["message"] == "GET /v1/offers/bike 503"
+    assert line["logger"] == "gunicorn.access" and line["severity_text"] == "INFO"
+    assert line["severity_number"] == 9 and line["service.name"]
+    assert line["body"] == "GET /v1/offers/bike 503"
     assert (line["trace_id"], line["span_id"]) == (IDS.trace_id, IDS.span_id)
-    assert line["route"] == "GET /v1/offers/bike"
+    assert line["trace_flags"] == "00"  # not sampled
+    assert line["http.route"] == "/v1/offers/bike" and line["url.path"] == "/v1/offers/bike"
+    assert line["http.request.method"] == "GET"
     assert line["http.response.status_code"] == 503
-    assert line["duration_s"] == 0.25 and line["request_id"] == "req-1"
+    assert line["duration_ms"] == 250.0 and line["request_id"] == "req-1"
+    assert None not in line.values()
+
+
+def test_the_access_line_has_envoys_field_names() -> None:
+    """Both access lines carry a request under the same names (routing.logfields)."""
+    from routing.envoy import ACCESS_LOG_JSON
+
+    request_fields = {
+        "timestamp",
+        "severity_text",
+        "severity_number",
+        "body",
+        "logger",
+        "service.name",
+        "trace_id",
+        "request_id",
+        "pool",
+        "http.request.method",
+        "url.path",
+        "http.response.status_code",
+        "duration_ms",
+    }
+    assert request_fields <= set(ACCESS_LOG_JSON)
+
+
+def test_a_line_outside_a_request_has_no_null_fields(
+    access_file: tuple[JsonLogger, Path],
+) -> None:
+    logger, _ = access_file
+    line = json.loads(logger.formatter.line(0.0, "WARNING", "x", "hello", 1, None))
+    assert line["severity_number"] == 13 and line["timestamp"] == "1970-01-01T00:00:00.000Z"
+    assert "trace_id" not in line and None not in line.values()
 
 
 def test_with_a_filter_the_line_goes_through_logging_and_reads_the_same(
@@ -90,7 +125,7 @@ def test_with_a_filter_the_line_goes_through_logging_and_reads_the_same(
     assert dropped == ["GET /v1/offers/bike 503"]
     direct, via_logging = lines(path)
     for line in (direct, via_logging):
-        del line["time"]
+        del line["timestamp"]
     assert direct == via_logging
 
 

@@ -148,16 +148,16 @@ def test_worker_exit_flushes_the_metrics_the_request_path_kept_in_process() -> N
     metrics = pool_metrics()
 
     def exported() -> float:
-        (family,) = metrics.requests.metric.collect()
+        (family,) = metrics.request_duration.metric.collect()
         return sum(
             s.value
             for s in family.samples
-            if s.name.endswith("_total") and s.labels["route"] == "GET /exit"
+            if s.name.endswith("_count") and s.labels["http_route"] == "/exit"
         )
 
     metrics.flush()
     before = exported()
-    metrics.observe_request("GET /exit", 200, 0.01)
+    metrics.observe_request("GET", "/exit", 200, 0.01)
     assert exported() == before  # kept in process until a flush
     common.worker_exit(server=None, worker=SimpleNamespace(pid=123))
     assert exported() == before + 1

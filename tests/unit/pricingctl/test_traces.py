@@ -244,27 +244,41 @@ def test_trace_id_of_spans_without_the_measurement_still_renders(
 
 
 def _jaeger_trace(trace_id: str = "abc123") -> dict[str, Any]:
-    """One trace as Jaeger's query API returns it: a server span and a client call."""
+    """One trace as Jaeger v2's /api/v3/traces returns it (OTLP JSON): a server span and
+    a client call."""
 
-    def span(span_id: str, name: str, kind: str, ms: int) -> dict[str, Any]:
+    def span(span_id: str, name: str, kind: int, ms: int) -> dict[str, Any]:
+        start = 1_700_000_000_000_000_000
         return {
-            "traceID": trace_id,
-            "spanID": span_id,
-            "operationName": name,
-            "references": [],
-            "startTime": 1_700_000_000_000_000,
-            "duration": ms * 1000,
-            "tags": [{"key": "span.kind", "type": "string", "value": kind}],
-            "processID": "p1",
+            "traceId": trace_id,
+            "spanId": span_id,
+            "name": name,
+            "kind": kind,
+            "startTimeUnixNano": str(start),
+            "endTimeUnixNano": str(start + ms * 1_000_000),
         }
 
     return {
-        "traceID": trace_id,
-        "spans": [
-            span("s1", "GET /v1/offers/bike", "server", 400),
-            span("c1", "GET /vehicles/v1/nearby", "client", 380),
-        ],
-        "processes": {"p1": {"serviceName": "pricingservice"}},
+        "result": {
+            "resourceSpans": [
+                {
+                    "resource": {
+                        "attributes": [
+                            {"key": "service.name", "value": {"stringValue": "pricingservice"}}
+                        ]
+                    },
+                    "scopeSpans": [
+                        {
+                            "scope": {"name": "pricingservice"},
+                            "spans": [
+                                span("s1", "GET /v1/offers/bike", 2, 400),
+                                span("c1", "GET /vehicles/v1/nearby", 3, 380),
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
     }
 
 
@@ -277,7 +291,7 @@ def jaeger_queries() -> list[str]:
 @pytest.fixture
 def fake_jaeger(jaeger_queries: list[str]) -> Iterator[str]:
     """Jaeger's query API on a loopback port, answering every query with one trace."""
-    body = json.dumps({"data": [_jaeger_trace()]}).encode()
+    body = json.dumps(_jaeger_trace()).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -321,7 +335,7 @@ def test_jaeger_is_asked_for_the_service_name_the_pools_use(
 ) -> None:
     def service_asked() -> list[str]:
         query = urllib.parse.urlsplit(jaeger_queries.pop()).query
-        return urllib.parse.parse_qs(query)["service"]
+        return urllib.parse.parse_qs(query)["query.service_name"]
 
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)

@@ -15,9 +15,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor, encode_otlp_json
+from tracing.settings import BatchSettings
 
 # Long enough that the worker thread only exports when told to (flush, full batch, shutdown).
 NEVER_S = 60.0
@@ -73,8 +74,8 @@ def processors() -> Any:
     made: list[ThreadedSpanProcessor] = []
 
     def make(exporter: SpanExporter, **kwargs: Any) -> ThreadedSpanProcessor:
-        kwargs.setdefault("export_interval_s", NEVER_S)
-        processor = ThreadedSpanProcessor(exporter, **kwargs)
+        kwargs.setdefault("schedule_delay_s", NEVER_S)
+        processor = ThreadedSpanProcessor(exporter, BatchSettings(**kwargs))
         made.append(processor)
         return processor
 
@@ -107,7 +108,7 @@ def test_spans_beyond_the_queue_are_dropped_and_counted_without_blocking(
 ) -> None:
     exporter = RecordingExporter()
     exporter.gate = threading.Event()  # the exporter hangs, as a dead collector would
-    processor = processors(exporter, max_queue_spans=3, max_batch_spans=1)
+    processor = processors(exporter, max_queue_size=3, max_export_batch_size=1)
     spans = finished_spans(8)
     processor.on_end(spans[0])  # a full batch: wakes the thread, which gets stuck exporting
     assert exporter.entered.wait(5)
@@ -162,7 +163,7 @@ def test_a_failed_export_result_counts_the_spans_dropped(processors: Any) -> Non
 
 def test_force_flush_delivers_everything_queued_in_batches(processors: Any) -> None:
     exporter = RecordingExporter()
-    processor = processors(exporter, max_batch_spans=4)
+    processor = processors(exporter, max_export_batch_size=4)
     spans = finished_spans(10)
     for span in spans:
         processor.on_end(span)
@@ -293,7 +294,8 @@ def test_kinds_status_and_times_follow_otlp_json() -> None:
     assert encoded["kind-PRODUCER"]["kind"] == 4
     assert encoded["kind-CONSUMER"]["kind"] == 5
     assert encoded["GET /v1/offers/bike"]["status"] == {"code": 2}
-    assert encoded["GET /vehicles/v1/nearby"]["status"] == {"code": 0}
+    # OTLP/JSON leaves out fields at their default (status code 0, UNSET).
+    assert encoded["GET /vehicles/v1/nearby"]["status"].get("code", 0) == 0
     for span in spans:
         item = encoded[span.name]
         # 64-bit nanoseconds travel as decimal strings in OTLP/JSON.
@@ -319,6 +321,29 @@ def test_attribute_types_follow_otlp_json() -> None:
     assert attrs["pricing.retries"] == {
         "arrayValue": {"values": [{"intValue": "1"}, {"intValue": "2"}]}
     }
+
+
+def test_events_links_and_the_instrumentation_scope_are_kept() -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=RESOURCE)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("pricingservice", "1.2.3")
+    with tracer.start_as_current_span("GET /v1/offers/bike", kind=SpanKind.SERVER) as server:
+        server.add_event("handler started", {"gevent.inbound.delay": 0.002}, timestamp=1234)
+        linked = server.get_span_context()
+    with tracer.start_as_current_span("retry", links=[Link(linked, {"why": "retry"})]):
+        pass
+    document = encode_otlp_json(memory.get_finished_spans())
+    (scope,) = document["resourceSpans"][0]["scopeSpans"]
+    assert scope["scope"] == {"name": "pricingservice", "version": "1.2.3"}
+    spans = by_name(document)
+    (event,) = spans["GET /v1/offers/bike"]["events"]
+    assert event["name"] == "handler started" and event["timeUnixNano"] == "1234"
+    assert event["attributes"] == [{"key": "gevent.inbound.delay", "value": {"doubleValue": 0.002}}]
+    (link,) = spans["retry"]["links"]
+    assert link["traceId"] == format(linked.trace_id, "032x")
+    assert link["spanId"] == format(linked.span_id, "016x")
+    assert link["attributes"] == [{"key": "why", "value": {"stringValue": "retry"}}]
 
 
 def test_resource_attributes_are_encoded_once_per_resource() -> None:

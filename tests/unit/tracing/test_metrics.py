@@ -25,34 +25,75 @@ def scraped(registry: CollectorRegistry) -> dict:
     return samples(generate_latest(registry).decode())
 
 
+DURATION = "http_server_request_duration_seconds"
+BIKE_200 = {
+    "http_request_method": "GET",
+    "http_route": "/v1/offers/bike",
+    "http_response_status_code": "200",
+    "pool": "io",
+}
+BIKE_503 = {**BIKE_200, "http_response_status_code": "503"}
+
+
 def test_observations_reach_prometheus_on_flush_and_only_once() -> None:
     registry = CollectorRegistry()
-    metrics = PoolMetrics(registry)
-    metrics.observe_request(ROUTE, 200, 0.2)
-    metrics.observe_request(ROUTE, 503, 0.004)
+    metrics = PoolMetrics(registry, pool="io")
+    metrics.observe_request("GET", "/v1/offers/bike", 200, 0.2)
+    metrics.observe_request("GET", "/v1/offers/bike", 503, 0.004)
     metrics.observe_upstream("promotions", 0.05, "5xx")
-    assert value(scraped(registry), "pricing_requests_total", route=ROUTE, **{"class": "2xx"}) == 0
+    assert value(scraped(registry), DURATION + "_count", **BIKE_200) == 0
 
     metrics.flush()
     metrics.flush()  # nothing new: adds nothing
     first = scraped(registry)
-    assert value(first, "pricing_requests_total", route=ROUTE, **{"class": "2xx"}) == 1
-    assert value(first, "pricing_requests_total", route=ROUTE, **{"class": "5xx"}) == 1
-    assert value(first, "pricing_request_duration_seconds_count", route=ROUTE) == 2
-    assert value(first, "pricing_request_duration_seconds_sum", route=ROUTE) == pytest.approx(0.204)
-    duration = "pricing_request_duration_seconds_bucket"
-    assert value(first, duration, route=ROUTE, le="0.005") == 1
-    assert value(first, duration, route=ROUTE, le="0.25") == 2
+    assert value(first, DURATION + "_count", **BIKE_200) == 1
+    assert value(first, DURATION + "_count", **BIKE_503) == 1
+    assert value(first, DURATION + "_sum", **BIKE_200) == pytest.approx(0.2)
+    assert value(first, DURATION + "_bucket", **BIKE_503, le="0.005") == 1
+    assert value(first, DURATION + "_bucket", **BIKE_200, le="0.1") == 0
+    assert value(first, DURATION + "_bucket", **BIKE_200, le="0.2") == 1  # the io p99 target
     failures = "pricing_upstream_failures_total"
     assert value(first, failures, upstream="promotions", reason="5xx") == 1
 
-    metrics.observe_request(ROUTE, 200, 0.3)
+    metrics.observe_request("GET", "/v1/offers/bike", 200, 0.3)
     metrics.flush()
     second = scraped(registry)
-    assert value(second, "pricing_requests_total", route=ROUTE, **{"class": "2xx"}) == 2
-    assert value(second, "pricing_request_duration_seconds_count", route=ROUTE) == 3
-    assert value(second, duration, route=ROUTE, le="0.25") == 2
+    assert value(second, DURATION + "_count", **BIKE_200) == 2
+    assert value(second, DURATION + "_bucket", **BIKE_200, le="0.25") == 1
     assert value(second, failures, upstream="promotions", reason="5xx") == 1
+
+
+def test_unknown_methods_share_one_series_and_unmatched_paths_have_no_route() -> None:
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry, pool="io")
+    for method in ("BREW", "PROPFIND", "QUERY"):
+        metrics.observe_request(method, "", 405, 0.001)
+    metrics.flush()
+    labels = {**BIKE_200, "http_request_method": "_OTHER", "http_route": ""}
+    labels["http_response_status_code"] = "405"
+    assert value(scraped(registry), DURATION + "_count", **labels) == 3
+
+
+def test_the_buckets_reach_the_longest_route_timeout_and_bracket_the_hpa_target() -> None:
+    from routing.load import load_routes
+    from tracing.metrics import DURATION_BUCKETS_S, LOOP_LAG_BUCKETS_S
+
+    longest_s = max(route.timeout_ms for route in load_routes().routes) / 1000
+    assert DURATION_BUCKETS_S[-1] >= longest_s
+    assert 0.2 in DURATION_BUCKETS_S
+    assert 0.02 in LOOP_LAG_BUCKETS_S  # the io pool's HPA target: pricing_loop_lag_p99_seconds
+
+
+def test_build_info_and_the_workers_process_metrics_are_exposed() -> None:
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry, pool="io")
+    metrics.flush()
+    got = scraped(registry)
+    (build,) = [labels for (name, labels) in got if name == "pricing_build_info"]
+    assert dict(build)["version"] and dict(build)["python_version"].count(".") == 2
+    assert value(got, "process_cpu_seconds_total") > 0
+    assert value(got, "process_resident_memory_bytes") > 1e6
+    assert value(got, "process_open_fds") >= 3
 
 
 def test_counts_kept_elsewhere_come_in_before_each_flush_and_a_failing_hook_does_not_stop_it() -> (
@@ -84,9 +125,9 @@ def test_in_multiprocess_mode_only_flushed_counts_are_in_the_pool_totals(tmp_pat
     script = """
 import os, sys
 from tracing.metrics import PoolMetrics
-metrics = PoolMetrics(None)
+metrics = PoolMetrics(None, pool="io")
 for _ in range(int(sys.argv[1])):
-    metrics.observe_request("GET /v1/offers/bike", 200, 0.1)
+    metrics.observe_request("GET", "/v1/offers/bike", 200, 0.1)
 if sys.argv[2] == "flush":
     metrics.flush()
 os._exit(0)
@@ -111,8 +152,7 @@ print(json.dumps(generate_latest(registry).decode()))
     )
     assert done.returncode == 0, done.stderr
     totals = samples(json.loads(done.stdout))
-    assert value(totals, "pricing_requests_total", route=ROUTE, **{"class": "2xx"}) == 7
-    assert value(totals, "pricing_request_duration_seconds_count", route=ROUTE) == 7
+    assert value(totals, DURATION + "_count", **BIKE_200) == 7
 
 
 # --- what routes suggest reads ---------------------------------------------------------

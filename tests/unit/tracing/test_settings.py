@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from tracing.export import make_exporter
 from tracing.settings import (
+    BSP_EXPORT_TIMEOUT_ENV,
+    BSP_MAX_EXPORT_BATCH_SIZE_ENV,
+    BSP_MAX_QUEUE_SIZE_ENV,
+    BSP_SCHEDULE_DELAY_ENV,
     DEFAULT_SPAN_FILE,
     OTLP_ENDPOINT_ENV,
+    OTLP_PROTOCOL_ENV,
     OTLP_TRACES_ENDPOINT_ENV,
+    OTLP_TRACES_PROTOCOL_ENV,
     SAMPLER_ARG_ENV,
     SAMPLER_ENV,
     SDK_DISABLED_ENV,
+    SEMCONV_OPT_IN_ENV,
     SPAN_FILE_ENV,
+    TRACES_EXPORTER_ENV,
     TRACING_ENV,
+    BatchSettings,
+    Exporter,
     Mode,
+    Protocol,
     TracingSettings,
+    opt_in_stable_http,
 )
 
 
@@ -30,6 +44,13 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         SAMPLER_ENV,
         SAMPLER_ARG_ENV,
         SDK_DISABLED_ENV,
+        TRACES_EXPORTER_ENV,
+        OTLP_PROTOCOL_ENV,
+        OTLP_TRACES_PROTOCOL_ENV,
+        BSP_SCHEDULE_DELAY_ENV,
+        BSP_EXPORT_TIMEOUT_ENV,
+        BSP_MAX_QUEUE_SIZE_ENV,
+        BSP_MAX_EXPORT_BATCH_SIZE_ENV,
     ):
         monkeypatch.delenv(name, raising=False)
 
@@ -133,3 +154,107 @@ def test_samplers_that_cannot_work_are_refused_in_one_line(
     with pytest.raises(ValueError, match=says) as info:
         TracingSettings.from_env()
     assert "\n" not in str(info.value)
+
+
+# --- OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_BSP_* ------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "exporter", "endpoint"),
+    [
+        ({}, Exporter.FILE, None),
+        (
+            {OTLP_ENDPOINT_ENV: "http://127.0.0.1:4318"},
+            Exporter.OTLP,
+            "http://127.0.0.1:4318/v1/traces",
+        ),
+        (
+            {OTLP_ENDPOINT_ENV: "http://127.0.0.1:4317", OTLP_PROTOCOL_ENV: "grpc"},
+            Exporter.OTLP,
+            "http://127.0.0.1:4317",  # gRPC takes the base as is
+        ),
+        ({TRACES_EXPORTER_ENV: "otlp"}, Exporter.OTLP, None),  # the exporter's default
+        ({TRACES_EXPORTER_ENV: "Console"}, Exporter.CONSOLE, None),
+        ({TRACES_EXPORTER_ENV: "none", OTLP_ENDPOINT_ENV: "http://x:4318"}, Exporter.NONE, None),
+    ],
+)
+def test_the_exporter_follows_otel_traces_exporter_then_the_endpoint(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], exporter: Exporter, endpoint: str | None
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = TracingSettings.from_env()
+    assert settings.traces_exporter is exporter
+    if exporter is Exporter.OTLP:
+        assert settings.otlp_endpoint == endpoint
+
+
+def test_each_exporter_is_the_sdks_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcExporter,
+    )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    def made(**env: str) -> object:
+        for name in (TRACES_EXPORTER_ENV, OTLP_PROTOCOL_ENV, OTLP_ENDPOINT_ENV):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        return make_exporter(TracingSettings.from_env())
+
+    endpoint = {OTLP_ENDPOINT_ENV: "http://127.0.0.1:9"}
+    assert isinstance(made(**endpoint), HttpExporter)
+    assert isinstance(made(**endpoint, **{OTLP_PROTOCOL_ENV: "http/protobuf"}), HttpExporter)
+    grpc = made(**endpoint, **{OTLP_PROTOCOL_ENV: "grpc"})
+    assert isinstance(grpc, GrpcExporter)
+    grpc.shutdown()  # type: ignore[attr-defined]
+    assert isinstance(made(**{TRACES_EXPORTER_ENV: "console"}), ConsoleSpanExporter)
+    assert made(**{TRACES_EXPORTER_ENV: "none"}) is None
+
+
+def test_the_traces_protocol_wins_over_the_general_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(OTLP_PROTOCOL_ENV, "http/protobuf")
+    monkeypatch.setenv(OTLP_TRACES_PROTOCOL_ENV, "grpc")
+    assert TracingSettings.from_env().protocol is Protocol.GRPC
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        (TRACES_EXPORTER_ENV, "zipkin", "use one of otlp, console, none"),
+        (OTLP_PROTOCOL_ENV, "http/json", "no http/json exporter"),
+        (BSP_MAX_QUEUE_SIZE_ENV, "-1", "a positive whole number"),
+        (BSP_SCHEDULE_DELAY_ENV, "soon", "a positive whole number"),
+        (BSP_MAX_EXPORT_BATCH_SIZE_ENV, "99999", "larger than OTEL_BSP_MAX_QUEUE_SIZE"),
+    ],
+)
+def test_a_value_that_cannot_work_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, raw: str, says: str
+) -> None:
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ValueError, match=name) as caught:
+        TracingSettings.from_env()
+    assert says in str(caught.value)
+
+
+def test_the_span_processor_limits_follow_otel_bsp(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert TracingSettings.from_env().batch == BatchSettings()
+    monkeypatch.setenv(BSP_SCHEDULE_DELAY_ENV, "2000")
+    monkeypatch.setenv(BSP_EXPORT_TIMEOUT_ENV, "1500")
+    monkeypatch.setenv(BSP_MAX_QUEUE_SIZE_ENV, "64")
+    monkeypatch.setenv(BSP_MAX_EXPORT_BATCH_SIZE_ENV, "8")
+    assert TracingSettings.from_env().batch == BatchSettings(
+        schedule_delay_s=2.0, max_queue_size=64, max_export_batch_size=8, export_timeout_s=1.5
+    )
+
+
+def test_stable_http_names_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SEMCONV_OPT_IN_ENV, raising=False)
+    opt_in_stable_http()
+    assert os.environ[SEMCONV_OPT_IN_ENV] == "http"
+    monkeypatch.setenv(SEMCONV_OPT_IN_ENV, "http/dup")
+    opt_in_stable_http()
+    assert os.environ[SEMCONV_OPT_IN_ENV] == "http/dup"

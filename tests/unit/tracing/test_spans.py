@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind
 
 from tracing import attributes
 from tracing.export import JsonLinesFileExporter
-from tracing.spans import Span, SpanSourceError, _jaeger_spans, from_file, from_jaeger
+from tracing.spans import SpanSourceError, from_file, from_jaeger, lookback_s
 
 CULPRITS = ["POST /v1/offers/rideshare=0.272800", "<hub>=0.001500"]
 
@@ -177,133 +177,87 @@ def test_empty_file_has_no_spans(tmp_path: Path) -> None:
 # --- Jaeger ------------------------------------------------------------------------
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
-JAEGER_PAYLOAD: dict[str, Any] = {
-    "data": [
-        {
-            "traceID": TRACE_ID,
-            "spans": [
-                {
-                    "traceID": TRACE_ID,
-                    "spanID": "00f067aa0ba902b7",
-                    "operationName": "ingress",
-                    "references": [],
-                    "startTime": 1_700_000_000_000_000,
-                    "duration": 410_000,
-                    "tags": [
-                        {"key": "span.kind", "type": "string", "value": "server"},
-                        {"key": "http.status_code", "type": "string", "value": "200"},
-                    ],
-                    "logs": [],
-                    "processID": "p1",
-                    "warnings": None,
-                },
-                {
-                    "traceID": TRACE_ID,
-                    "spanID": "a1b2c3d4e5f60718",
-                    "operationName": "GET /v1/offers/bike",
-                    "references": [
-                        {"refType": "CHILD_OF", "traceID": TRACE_ID, "spanID": "00f067aa0ba902b7"}
-                    ],
-                    "startTime": 1_700_000_000_001_000,
-                    "duration": 400_000,
-                    "tags": [
-                        {"key": "span.kind", "type": "string", "value": "server"},
-                        {"key": "http.route", "type": "string", "value": "/v1/offers/bike"},
-                        {"key": "pricing.upstream_calls", "type": "int64", "value": 3},
-                    ],
-                    "logs": [],
-                    "processID": "p2",
-                },
-                {
-                    "traceID": TRACE_ID,
-                    "spanID": "0000000000000abc",
-                    "operationName": "GET /vehicles/v1/nearby",
-                    "references": [
-                        {
-                            "refType": "FOLLOWS_FROM",
-                            "traceID": TRACE_ID,
-                            "spanID": "00f067aa0ba902b7",
-                        },
-                        {
-                            "refType": "CHILD_OF",
-                            "traceID": TRACE_ID,
-                            "spanID": "a1b2c3d4e5f60718",
-                        },
-                    ],
-                    "startTime": 1_700_000_000_002_000,
-                    "duration": 383_000,
-                    "tags": [
-                        {"key": "span.kind", "type": "string", "value": "client"},
-                        {"key": "server.port", "type": "int64", "value": 8200},
-                        {"key": "gevent.network.duration", "type": "float64", "value": 0.11},
-                        {"key": "gevent.scheduling.delay", "type": "float64", "value": 0.2728},
-                        {"key": "error", "type": "bool", "value": False},
-                        {
-                            "key": "gevent.scheduling.culprits",
-                            "type": "string",
-                            "value": json.dumps(CULPRITS),
-                        },
-                        {"key": "note", "type": "string", "value": "[not json"},
-                    ],
-                    "logs": [],
-                    "processID": "p2",
-                },
-            ],
-            "processes": {
-                "p1": {"serviceName": "envoy", "tags": []},
-                "p2": {
-                    "serviceName": "pricingservice",
-                    "tags": [{"key": "pricing.pool", "type": "string", "value": "io"}],
-                },
-            },
-        }
-    ],
-    "total": 0,
-    "limit": 0,
-    "offset": 0,
-    "errors": None,
-}
 
 
-def test_jaeger_payload_becomes_spans() -> None:
-    spans = {s.span_id: s for s in _jaeger_spans(JAEGER_PAYLOAD["data"])}
-    assert set(spans) == {"00f067aa0ba902b7", "a1b2c3d4e5f60718", "0000000000000abc"}
-    envoy = spans["00f067aa0ba902b7"]
-    assert envoy == Span(
-        trace_id=TRACE_ID,
-        span_id="00f067aa0ba902b7",
-        parent_id=None,
-        service="envoy",
-        name="ingress",
-        kind="server",
-        start_us=1_700_000_000_000_000,
-        duration_us=410_000,
-        attributes={"http.status_code": "200"},
-    )
-    server = spans["a1b2c3d4e5f60718"]
-    assert (server.service, server.kind, server.parent_id) == (
-        "pricingservice",
-        "server",
-        "00f067aa0ba902b7",
-    )
-    assert server.attributes["pricing.upstream_calls"] == 3
-    client = spans["0000000000000abc"]
-    assert client.kind == "client"
-    assert client.parent_id == "a1b2c3d4e5f60718"  # CHILD_OF, not FOLLOWS_FROM
-    assert client.name == "GET /vehicles/v1/nearby"
-    assert client.duration_us == 383_000
-    assert "span.kind" not in client.attributes
-    assert client.attributes["gevent.scheduling.culprits"] == CULPRITS
-    assert client.attributes["gevent.network.duration"] == 0.11
-    assert client.attributes["server.port"] == 8200
-    assert client.attributes["error"] is False
-    assert client.attributes["note"] == "[not json"  # kept as is
+class FakeJaeger:
+    """Jaeger v2's /api/v3/traces on loopback: answers what the test sets, records
+    what it was asked."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        owner = self
+        self.status, self.body, self.paths = 200, "", []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner.paths.append(self.path)
+                data = owner.body.encode()
+                self.send_response(owner.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def test_jaeger_span_without_kind_or_process_is_internal_of_unknown_service() -> None:
-    trace = {"spans": [{"traceID": TRACE_ID, "spanID": "1" * 16, "processID": "gone"}]}
-    (span,) = _jaeger_spans([trace])
-    assert (span.kind, span.service, span.name, span.parent_id) == ("internal", "?", "", None)
+@pytest.fixture
+def fake_jaeger() -> Any:
+    jaeger = FakeJaeger()
+    yield jaeger
+    jaeger.server.shutdown()
+
+
+def test_jaeger_and_the_file_are_read_by_one_reader(
+    written: tuple[Path, list[ReadableSpan]], fake_jaeger: FakeJaeger
+) -> None:
+    """Jaeger v2 answers OTLP JSON, wrapped in {"result": ...}: the file's lines as
+    Jaeger would serve them give the same spans (a streamed answer, one object per
+    chunk, too)."""
+    path, _ = written
+    lines = path.read_text().splitlines()
+    fake_jaeger.body = "\n".join(json.dumps({"result": json.loads(line)}) for line in lines)
+    from_api = from_jaeger(fake_jaeger.url, service="pricingservice", limit=7, lookback="15m")
+    assert from_api == from_file(path)
+    (asked,) = fake_jaeger.paths
+    assert asked.startswith("/api/v3/traces?")
+    query = dict(p.split("=", 1) for p in asked.split("?", 1)[1].split("&"))
+    assert query["query.service_name"] == "pricingservice" and query["query.num_traces"] == "7"
+    assert query["query.start_time_min"] < query["query.start_time_max"]
+
+
+def test_one_trace_from_jaeger(
+    written: tuple[Path, list[ReadableSpan]], fake_jaeger: FakeJaeger
+) -> None:
+    path, first = written
+    trace_id = hexid(first[0].context.trace_id, 32)
+    fake_jaeger.body = json.dumps({"result": json.loads(path.read_text().splitlines()[1])})
+    spans = from_jaeger(fake_jaeger.url, trace_id=trace_id)
+    assert {s.trace_id for s in spans} == {trace_id}
+    assert fake_jaeger.paths == [f"/api/v3/traces/{trace_id}"]
+
+
+def test_a_trace_jaeger_does_not_have_is_one_clear_error_and_an_empty_search_no_spans(
+    fake_jaeger: FakeJaeger,
+) -> None:
+    fake_jaeger.status = 404
+    fake_jaeger.body = '{"error":{"httpCode":404,"message":"No traces found"}}'
+    with pytest.raises(SpanSourceError, match=f"trace {TRACE_ID} not found in Jaeger"):
+        from_jaeger(fake_jaeger.url, trace_id=TRACE_ID)
+    assert from_jaeger(fake_jaeger.url, service="nobody") == []
+
+
+def test_a_bad_lookback_is_one_clear_error(fake_jaeger: FakeJaeger) -> None:
+    with pytest.raises(SpanSourceError, match="lookback 'soon'"):
+        from_jaeger(fake_jaeger.url, lookback="soon")
+    assert lookback_s("15m") == 900 and lookback_s("2h") == 7200 and lookback_s("1d") == 86400
 
 
 def closed_port() -> int:
