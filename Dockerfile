@@ -12,7 +12,7 @@
 
 # --- build: a venv from the runtime lock (wheels only: no compiler needed) ----------
 # The project's own code is not installed into it: it runs from /app (PYTHONPATH).
-FROM python:3.11.7-slim-bookworm AS build
+FROM python:3.11.15-slim-trixie AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -26,7 +26,19 @@ COPY requirements.lock .
 RUN pip install --require-hashes -r requirements.lock
 
 # --- runtime: the venv and the route config, run as a user without privileges ------
-FROM python:3.11.7-slim-bookworm
+FROM python:3.11.15-slim-trixie
+
+# VERSION: pyproject.toml's (a test checks the two agree); REVISION and CREATED: the
+# build's commit and time, which only the build knows (--build-arg).
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="pricingservice" \
+      org.opencontainers.image.description="Flask pricing service: gunicorn+gevent pools behind Envoy" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.base.name="docker.io/library/python:3.11.15-slim-trixie"
 
 RUN groupadd --system --gid 10001 pricing \
     && useradd --system --uid 10001 --gid pricing --no-create-home --shell /usr/sbin/nologin pricing
@@ -40,6 +52,10 @@ COPY tracing ./tracing
 COPY simulator ./simulator
 COPY gunicorn_conf ./gunicorn_conf
 COPY deploy/container/entrypoint.sh /usr/local/bin/pricing-entrypoint
+# Byte-compiled once here (pip already compiled the venv): the root file system is
+# read-only in Kubernetes, so nothing could be cached at run time, and every worker
+# would compile every module at each start. unchecked-hash: the sources never change.
+RUN python -m compileall -q -j 0 --invalidation-mode unchecked-hash /app
 
 # PRICING_POOL: which pool this container runs (a pool of routes.toml, or `simulator`);
 # PRICING_PORT: where it listens inside the container (0.0.0.0: its own network
@@ -50,7 +66,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PRICING_ROUTES=/app/routes.toml \
     PRICING_POOL=io \
-    PRICING_PORT=8000
+    PRICING_PORT=8000 \
+    OTEL_RESOURCE_ATTRIBUTES="service.version=${VERSION}"
 
 USER 10001:10001
 EXPOSE 8000

@@ -9,7 +9,12 @@ from pathlib import Path
 
 from routing.compose import JAEGER_FILE, render_compose
 from routing.container import JAEGER_OTLP_GRPC_PORT, JAEGER_OTLP_HTTP_PORT, JAEGER_UI_PORT
-from routing.kubernetes import render_kubernetes
+from routing.kubernetes import (
+    ENVOY_REPLICAS,
+    envoy_limits_in_cluster,
+    max_replicas,
+    render_kubernetes,
+)
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import RouteConfig
 from routing.sizing import TARGET_UTILISATION, Traffic, pool_rates, size
@@ -132,8 +137,16 @@ def _size(args: argparse.Namespace) -> int:
         f"(each pool at {TARGET_UTILISATION:.0%} of its measured capacity):"
     )
     for pool in config.pools:
+        low = replicas[pool.name]
+        high = max_replicas(low)
+        limits = envoy_limits_in_cluster(pool, low)
+        per_host = limits.per_host_in_flight or 0
         print(
             f"  {pool.name}: {rates[pool.name]:g} req/s / ({pool.worker_rps} per worker x "
-            f"{pool.workers} workers) -> {replicas[pool.name]} replicas"
+            f"{pool.workers} workers) -> {low} replicas (Kubernetes HPA {low}-{high})\n"
+            f"    Envoy, each of {ENVOY_REPLICAS}: {per_host} in flight per pod, "
+            f"{limits.in_flight} per pool at most, {limits.pending} pending; all Envoys "
+            f"admit {ENVOY_REPLICAS * per_host * low} in flight at {low} pods, "
+            f"{ENVOY_REPLICAS * min(limits.in_flight, per_host * high)} at {high}"
         )
     return 0

