@@ -27,8 +27,9 @@ The rules, each with its threshold in :class:`Thresholds`:
   may hold a greenlet until its route timeout, so worker_connections =
   ceil(sum(rate x timeout) / (workers x target)). Existing pools only grow (spare
   capacity costs memory, missing capacity costs requests), and keep two workers at
-  least. Envoy's circuit breakers follow (``routing.envoy``): max_connections =
-  max_requests = workers x worker_connections, max_pending as configured. Workers and
+  least. Envoy's circuit breakers follow (``routing.sizing``): max_connections =
+  max_requests = Little's law on the measured capacity, at most workers x
+  worker_connections, max_pending as configured. Workers and
   worker_connections are per replica: a pool on several hosts (``binds``) shares the
   load evenly over them.
 """
@@ -42,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from routing.model import Address, Pool, Route, RouteConfig
+from routing.sizing import in_flight_per_replica
 from routing.write import render_routes_toml
 
 #: The header ``--write`` puts on the routes.toml it writes.
@@ -129,11 +131,9 @@ class PoolSizing:
     workers: int  # proposed
     worker_connections: int  # proposed
     max_pending: int
-
-    @property
-    def max_connections(self) -> int:
-        """Envoy's max_connections and max_requests for the pool."""
-        return self.workers * self.worker_connections
+    # Envoy's max_connections and max_requests per replica for the proposed pool
+    # (routing.sizing: Little's law where the pool's capacity is measured).
+    max_connections: int
 
 
 @dataclass(frozen=True)
@@ -263,6 +263,9 @@ def _size(
         workers=workers,
         worker_connections=worker_connections,
         max_pending=pool.max_pending,
+        max_connections=in_flight_per_replica(
+            replace(pool, workers=workers, worker_connections=worker_connections)
+        ),
     )
 
 
