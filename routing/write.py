@@ -78,6 +78,7 @@ def render_routes_toml(config: RouteConfig, header: str = DERIVED_HEADER) -> str
         f"max_request_bytes = {listener.max_request_bytes}",
         f"max_request_headers_kb = {listener.max_request_headers_kb}",
         f"max_downstream_connections = {listener.max_downstream_connections}",
+        f"idle_timeout_s = {listener.idle_timeout_s}",
         "",
         "[admin]",
         f"address = {_value(config.admin.host)}",
@@ -101,6 +102,7 @@ def render_routes_toml(config: RouteConfig, header: str = DERIVED_HEADER) -> str
         f"sample_percent = {tracing.sample_percent!r}",
         f"slow_fraction = {tracing.slow_fraction!r}",
         f"collector = {_value(str(tracing.collector))}",
+        f"trust_incoming = {_value(tracing.trust_incoming)}",
         "",
     ]
     for route in config.routes:

@@ -120,6 +120,9 @@ class Stack:
     def start(self, timeout_s: float = 60.0) -> Stack:
         self.check_ports()
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # The pools append to it; owner only, also when an earlier run left it wider.
+        self.span_file.touch(mode=0o600)
+        self.span_file.chmod(0o600)
         try:
             if self.with_jaeger:
                 self._start_jaeger(timeout_s)

@@ -45,6 +45,7 @@ from tracing.client import (
     request_totals,
 )
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
+from tracing.redact import QueryRedactor
 from tracing.metrics import PoolMetrics, pool_metrics
 from tracing.route import route_of
 from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings, resource_from_env
@@ -169,8 +170,11 @@ def setup_worker(
         sampling = sampling or Sampling()
         provider = TracerProvider(resource=resource, sampler=_sampler(settings, sampling))
         processor = ThreadedSpanProcessor(_exporter(settings))
+        redactor = QueryRedactor()  # before the exporter: no query value leaves the worker
+        provider.add_span_processor(redactor)
         provider.add_span_processor(processor)
         slow_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
+        slow_provider.add_span_processor(redactor)
         slow_provider.add_span_processor(processor)
         instrumentor = None
         hub_blocks = HubBlockLog(log)
