@@ -60,13 +60,6 @@ RETRY_AFTER_S = 1
 # with its problem+json 431.
 MAX_REQUEST_HEADERS = 80
 
-# As downstream connections near [listener].max_downstream_connections, the overload
-# manager shortens their idle timeout, from [listener].idle_timeout_s at this share of
-# the cap down to OVERLOAD_MIN_IDLE_S at OVERLOAD_SATURATION: idle sockets make room for
-# new clients instead of locking them out.
-OVERLOAD_SCALING_THRESHOLD = 0.5
-OVERLOAD_SATURATION = 0.95
-OVERLOAD_MIN_IDLE_S = 1
 # A client's trace context, dropped before Envoy's tracing reads it unless
 # [tracing].trust_incoming: otherwise a client could force a trace (x-client-trace-id,
 # x-envoy-force-trace) or put its spans under a trace id it chose (traceparent).
@@ -259,31 +252,7 @@ def envoy_config(
                         "max_active_downstream_connections": listener.max_downstream_connections,
                     },
                 }
-            ],
-            "actions": [
-                {
-                    "name": "envoy.overload_actions.reduce_timeouts",
-                    "triggers": [
-                        {
-                            "name": "envoy.resource_monitors.global_downstream_max_connections",
-                            "scaled": {
-                                "scaling_threshold": OVERLOAD_SCALING_THRESHOLD,
-                                "saturation_threshold": OVERLOAD_SATURATION,
-                            },
-                        }
-                    ],
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.config.overload.v3."
-                        "ScaleTimersOverloadActionConfig",
-                        "timer_scale_factors": [
-                            {
-                                "timer": "HTTP_DOWNSTREAM_CONNECTION_IDLE",
-                                "min_timeout": f"{OVERLOAD_MIN_IDLE_S}s",
-                            }
-                        ],
-                    },
-                }
-            ],
+            ]
         },
         "static_resources": {
             "listeners": [
@@ -325,8 +294,9 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
         "stream_idle_timeout": "30s",
         "common_http_protocol_options": {
             # A connection with no request in flight (an idle keep-alive, or one that
-            # never sends anything) is closed; the overload manager shortens this near
-            # the connection cap.
+            # never sends anything) is closed. (Envoy 1.40's overload manager cannot
+            # shorten it near the connection cap: its downstream-connections monitor
+            # reports no pressure to actions.)
             "idle_timeout": f"{config.listener.idle_timeout_s}s",
             "headers_with_underscores_action": "REJECT_REQUEST",
             "max_headers_count": MAX_REQUEST_HEADERS,
@@ -416,8 +386,9 @@ def _untrusted_trace_context() -> dict[str, Any]:
     """HCM settings that keep a client out of our traces: its trace-context headers are
     removed before the tracer sees them (early header mutation runs before tracing and
     routing), x-client-trace-id forces no trace (client_sampling 0), and a client's
-    x-request-id (kept for a request from an internal address) neither carries a trace
-    decision nor steers the sampling hash."""
+    x-request-id (kept for a request from an internal address) carries no trace decision
+    (pack_trace_reason off). Its hash still drives the random sampling: turning that off
+    (use_request_id_for_trace_sampling) makes Envoy 1.40 trace every request."""
     return {
         "early_header_mutation_extensions": [
             {
@@ -434,7 +405,6 @@ def _untrusted_trace_context() -> dict[str, Any]:
                 "@type": "type.googleapis.com/envoy.extensions.request_id.uuid.v3."
                 "UuidRequestIdConfig",
                 "pack_trace_reason": False,
-                "use_request_id_for_trace_sampling": False,
             }
         },
     }
@@ -641,6 +611,7 @@ def _local_reply_mappers(config: RouteConfig) -> list[dict[str, Any]]:
                 ),
             }
         )
+
     def no_id() -> dict[str, Any]:
         return _request_header(REQUEST_ID_HEADER, present_match=True, invert_match=True)
 

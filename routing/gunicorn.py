@@ -12,7 +12,7 @@ from routing.model import SHARED_POOL, Layout, RouteConfig
 WORKER_TIMEOUT_S = 30
 # SIGTERM/HUP: seconds a worker gets to finish what it has accepted.
 GRACEFUL_TIMEOUT_S = 10
-# Seconds a read on a client connection may wait, beyond the pool's keep-alive
+# Seconds a new client connection may take to send its first request
 # (gunicorn_conf.worker): a connection that sends nothing is closed, not held.
 READ_TIMEOUT_S = 10
 # gunicorn's largest limit_request_line (0 would mean none: a very long line then costs

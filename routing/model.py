@@ -145,7 +145,7 @@ class Listener:
     max_request_headers_kb: int
     max_downstream_connections: int
     # A downstream connection with no request in flight is closed after this long
-    # (Envoy's own default is an hour); shorter still as connections near the cap.
+    # (Envoy's own default is an hour).
     idle_timeout_s: int = 60
 
 

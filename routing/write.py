@@ -10,6 +10,8 @@ with `routing.load`, so a mistake here fails at once, by name.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -110,10 +112,33 @@ def render_routes_toml(config: RouteConfig, header: str = DERIVED_HEADER) -> str
     return "\n".join(out)
 
 
-def write_routes(config: RouteConfig, path: Path, header: str = DERIVED_HEADER) -> RouteConfig:
-    """Write `config` to `path` and load it back: the result's `source` is the file."""
+def write_atomic(path: Path, text: str) -> None:
+    """Write `path` so that a reader (a booting worker, Envoy watching the directory)
+    sees the old file or the new one, never half of one, and a crash leaves one of the
+    two on disk: a temporary file in the same directory, flushed to disk, renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_routes_toml(config, header), encoding="utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    # The rename itself is durable once the directory is.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_routes(config: RouteConfig, path: Path, header: str = DERIVED_HEADER) -> RouteConfig:
+    """Write `config` to `path` (atomically) and load it back: the result's `source` is
+    the file."""
+    write_atomic(path, render_routes_toml(config, header))
     written = load_routes(path)
     if written != config:
         raise ValueError(f"{path}: the written route config does not read back the same")

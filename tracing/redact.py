@@ -2,14 +2,15 @@
 span's URL keeps its path and its query's keys; each value becomes ``REDACTED`` unless
 its key is allow-listed. The offers' queries carry a user id and trip coordinates.
 
-A span processor, so one place covers every span a worker makes (the server span's
-``http.target`` / ``url.query`` from the Flask instrumentation, the client spans'
-``url.full``). Cost per span: a lookup of four attribute keys, and a split of the
-query for those present.
+A span processor covers every span started with its URL (the client spans' ``url.full``);
+the Flask instrumentation sets the server span's ``http.target`` / ``url.query`` again
+after the start, so it calls `response_hook` (the span is still recording then). Cost
+per span: a lookup of four attribute keys, and a split of the query for those present.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -59,6 +60,10 @@ class QueryRedactor(SpanProcessor):
         self.allow = frozenset(allow) if allow is not None else allow_from_env()
 
     def on_start(self, span: Span, parent_context: Any = None) -> None:
+        self.redact(span)
+
+    def redact(self, span: Any) -> None:
+        """Rewrite the URL attributes `span` has now (it must still be recording)."""
         attributes = span.attributes or {}
         try:
             for key in URL_ATTRIBUTES:
@@ -80,3 +85,15 @@ class QueryRedactor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+@functools.cache
+def _default() -> QueryRedactor:
+    return QueryRedactor()
+
+
+def response_hook(span: Any, status: Any, headers: Any) -> None:
+    """The Flask instrumentation's response_hook: the last call before the server span
+    ends, after the instrumentation has set (and re-set) its request attributes."""
+    if span is not None and span.is_recording():
+        _default().redact(span)

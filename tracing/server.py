@@ -35,7 +35,7 @@ from opentelemetry.semconv.attributes.service_attributes import (
 )
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from tracing import attributes
+from tracing import attributes, redact
 from tracing.client import (
     RequestTotals,
     TracingCallObserver,
@@ -45,8 +45,8 @@ from tracing.client import (
     request_totals,
 )
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor
-from tracing.redact import QueryRedactor
 from tracing.metrics import PoolMetrics, pool_metrics
+from tracing.redact import QueryRedactor
 from tracing.route import route_of
 from tracing.settings import DEFAULT_SERVICE_NAME, Mode, TracingSettings, resource_from_env
 from tracing.timing import server_timing
@@ -331,6 +331,7 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
         app,
         tracer_provider=worker.provider,
         excluded_urls=",".join(re.escape(path) + r"(\?|$)" for path in untraced_paths) or None,
+        response_hook=redact.response_hook,  # no query value in the server span's URL
     )
     if measure:
         # Outermost, so the handler's time starts before Flask and its instrumentation.
