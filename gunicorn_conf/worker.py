@@ -48,7 +48,7 @@ def write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
     util.write_nonblock(sock, problem_bytes(status_int, reason))
 
 
-class PoolWorker(GeventWorker):  # type: ignore[misc]
+class PoolWorker(GeventWorker):
     def init_process(self) -> None:
         # gunicorn's workers answer their own errors through this one function (its
         # HTML page); replaced in this worker process only.
