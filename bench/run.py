@@ -181,8 +181,11 @@ def with_workers(config: RouteConfig, workers: int) -> RouteConfig:
 
 
 def prepared_config(config: RouteConfig, workers: int, run_dir: Path) -> RouteConfig:
-    """The route config with `workers` processes, written where the pools can read it."""
-    return write_routes(with_workers(config, workers), run_dir / "routes.toml")
+    """The route config with `workers` processes, written where the pools can read it.
+    Envoy trusts the load generator's traceparents (its samples join the spans by trace
+    id), which it drops from any other client."""
+    trusted = replace(config, tracing=replace(config.tracing, trust_incoming=True))
+    return write_routes(with_workers(trusted, workers), run_dir / "routes.toml")
 
 
 def with_sample_percent(config: RouteConfig, percent: float | None, run_dir: Path) -> RouteConfig:

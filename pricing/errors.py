@@ -18,6 +18,9 @@ class PricingError(Exception):
     slug = "internal"
     title = "Internal error"
 
+    #: What only our logs get (the upstream, the exception): a client reads `detail`.
+    internal_detail: str | None = None
+
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
@@ -112,9 +115,13 @@ class UpstreamUnavailable(PricingError):
     title = "A required upstream service is unavailable"
 
     def __init__(self, failure: UpstreamFailure) -> None:
-        super().__init__(f"upstream {failure.upstream!r}: {failure.detail}")
+        # The client gets a stable type and this fixed detail; which upstream and what
+        # it did (a reset, an errno) go to the log line with the same trace_id.
+        super().__init__("a service this answer needs failed; retry after Retry-After")
+        self.internal_detail = f"upstream {failure.upstream!r}: {failure.detail}"
         self.failure = failure
         self.status = 504 if failure.reason == "timeout" else 503
         if failure.reason == "timeout":
             self.slug = "upstream-timeout"
             self.title = "A required upstream service did not answer in time"
+            self.detail = "a service this answer needs did not answer in time"

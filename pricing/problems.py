@@ -68,6 +68,11 @@ def problem_response(
 
 
 def _pricing_error(exc: PricingError) -> Response:
+    if exc.internal_detail is not None:
+        # The specifics, under the trace_id the problem body and header carry.
+        log.warning(
+            "%s %s answered %s: %s", request.method, request.path, exc.status, exc.internal_detail
+        )
     return problem_response(
         exc.status,
         exc.title,

@@ -43,8 +43,17 @@ def run(args: argparse.Namespace) -> int:
     if running is None:
         print(f"pricingctl: no stack is running from {args.run_dir}")
         return 0
-    groups = list(running.pids.values())
-    if pid_alive(running.launcher_pid):
+    # A group whose leader runs but is not the process the file named (its pid was
+    # given to another process since) is left alone: a stale pid file kills nothing
+    # that is not ours. A group whose leader is gone keeps its id while any member
+    # lives, so its members are still ours.
+    groups = []
+    for name, pgid in running.pids.items():
+        if pid_alive(pgid) and not running.ours(pgid):
+            print(f"pricingctl: {name} ({pgid}) is no longer ours; left alone", file=sys.stderr)
+            continue
+        groups.append(pgid)
+    if running.ours(running.launcher_pid):
         os.kill(running.launcher_pid, signal.SIGTERM)
         if not _wait_gone([running.launcher_pid, *groups], STOP_TIMEOUT_S):
             print(

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from stack.launch import DEFAULT_RUN_DIR
-from stack.ops import OpsError, reload_pool
-from stack.state import Running, pid_alive, read_state
+from stack.ops import OpsError, exclusive, reload_pool
+from stack.state import Running, read_state
 
 ALL = "all"
 
@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def running_stack(run_dir: Path) -> Running | None:
     """The stack `pricingctl up` runs from `run_dir`, or None (said in one line)."""
     running = read_state(run_dir)
-    if running is None or not pid_alive(running.launcher_pid):
+    if running is None or not running.ours(running.launcher_pid):
         print(
             f"pricingctl: no stack is running from {run_dir} (start one with `pricingctl up`)",
             file=sys.stderr,
@@ -41,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     pools = list(running.pool_routes) if args.pool == ALL else [args.pool]
     try:
-        for pool in pools:
-            reload_pool(running, pool, lambda line: print(line, flush=True))
+        with exclusive(running, "reload"):
+            for pool in pools:
+                reload_pool(running, pool, lambda line: print(line, flush=True))
     except OpsError as exc:
         print(f"pricingctl: {exc}", file=sys.stderr)
         return 1

@@ -53,6 +53,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "apply", help="apply the route config to the running stack, without failing a request"
     )
     apply.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="route config (default: the one the running stack was started with)",
+    )
+    apply.add_argument(
         "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="the running stack's run dir"
     )
     apply.set_defaults(handler=_apply)
@@ -184,18 +190,23 @@ def _apply(args: argparse.Namespace) -> int:
     """Refused in one line, before anything changes, when the config is invalid (the
     loader, the app's endpoints, Envoy's validate mode); otherwise applied live."""
     from pricingctl.reload import running_stack
-    from stack.ops import OpsError, apply_routes
+    from stack.ops import OpsError, apply_routes, exclusive
 
-    config = _load(args)  # a broken file is one line from main (RouteConfigError)
+    running = running_stack(args.run_dir)
+    if running is None:
+        return 1
+    # The file the stack was started from, unless told otherwise: `up --config X` then
+    # `routes apply` applies X (edited), not routes.toml.
+    source = args.config if args.config is not None else running.source_config
+    config = load_routes(source)  # a broken file is one line from main (RouteConfigError)
     problems = _endpoint_problems(config)
     if problems:
         print(f"pricingctl: routes apply: {problems[0]}; nothing changed", file=sys.stderr)
         return 1
-    running = running_stack(args.run_dir)
-    if running is None:
-        return 1
+    print(f"routes apply: {config.source}", flush=True)
     try:
-        plan = apply_routes(running, config, lambda line: print(line, flush=True))
+        with exclusive(running, "routes apply"):
+            plan = apply_routes(running, config, lambda line: print(line, flush=True))
     except OpsError as exc:
         print(f"pricingctl: {exc}", file=sys.stderr)
         return 1

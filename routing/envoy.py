@@ -10,6 +10,7 @@ import hashlib
 import ipaddress
 import re
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
 import yaml
@@ -63,6 +64,17 @@ RETRY_AFTER_S = 1
 # with its problem+json 431.
 MAX_REQUEST_HEADERS = 80
 
+# A client's trace context, dropped before Envoy's tracing reads it unless
+# [tracing].trust_incoming: otherwise a client could force a trace (x-client-trace-id,
+# x-envoy-force-trace) or put its spans under a trace id it chose (traceparent).
+TRACE_CONTEXT_HEADERS = (
+    "traceparent",
+    "tracestate",
+    "baggage",
+    "x-client-trace-id",
+    "x-envoy-force-trace",
+)
+
 #: The service.name of Envoy's spans and access log lines.
 ENVOY_SERVICE_NAME = "envoy"
 #: Envoy's access log: one JSON object per line, under the pools' field names and units
@@ -92,11 +104,19 @@ ACCESS_LOG_JSON = {
     "upstream_cluster": "%UPSTREAM_CLUSTER%",
     "upstream_host": "%UPSTREAM_HOST%",
     "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
+    # Why Envoy answered as it did (route_not_found, upstream_reset_before_response_started
+    # {connection_termination}, ...): kept here, out of the client's problem body.
+    "response_code_details": "%RESPONSE_CODE_DETAILS%",
 }
 REQUEST_ID_HEADER = "x-request-id"
 # Envoy's own answers are problem+json like the app's (pricing.problems), with
 # the request id the client also gets as the x-request-id response header.
 PROBLEM_JSON = "application/problem+json"
+# The problem text of Envoy's local replies with a status not listed in
+# _local_reply_texts; the reason is in the access log (response_code_details).
+GENERIC_TITLE = "Request not served"
+GENERIC_DETAIL = "the request was not served; its request_id finds the reason in our logs"
+LOCAL_REPLY_BODY = "%LOCAL_REPLY_BODY%"
 
 
 def cluster_name(pool: Pool | str) -> str:
@@ -300,6 +320,11 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
         "request_timeout": "30s",
         "stream_idle_timeout": "30s",
         "common_http_protocol_options": {
+            # A connection with no request in flight (an idle keep-alive, or one that
+            # never sends anything) is closed. (Envoy 1.40's overload manager cannot
+            # shorten it near the connection cap: its downstream-connections monitor
+            # reports no pressure to actions.)
+            "idle_timeout": f"{config.listener.idle_timeout_s}s",
             "headers_with_underscores_action": "REJECT_REQUEST",
             "max_headers_count": MAX_REQUEST_HEADERS,
         },
@@ -374,8 +399,42 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
         # Envoy decides for the whole trace: it overrides an incoming sampled flag,
         # and the pools follow the one it sends on.
         "random_sampling": {"value": config.tracing.sample_percent},
+        # Envoy's span would carry the whole path, query string included (user_id,
+        # coordinates); this tag replaces it with the path alone.
+        "custom_tags": [{"tag": "http.url", "value": "%PATH(NQ)%"}],
     }
+    if not config.tracing.trust_incoming:
+        hcm["tracing"]["client_sampling"] = {"value": 0.0}
+        hcm.update(_untrusted_trace_context())
     return {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
+
+
+def _untrusted_trace_context() -> dict[str, Any]:
+    """HCM settings that keep a client out of our traces: its trace-context headers are
+    removed before the tracer sees them (early header mutation runs before tracing and
+    routing), x-client-trace-id forces no trace (client_sampling 0), and a client's
+    x-request-id (kept for a request from an internal address) carries no trace decision
+    (pack_trace_reason off). Its hash still drives the random sampling: turning that off
+    (use_request_id_for_trace_sampling) makes Envoy 1.40 trace every request."""
+    return {
+        "early_header_mutation_extensions": [
+            {
+                "name": "envoy.http.early_header_mutation.header_mutation",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.http.early_header_mutation."
+                    "header_mutation.v3.HeaderMutation",
+                    "mutations": [{"remove": name} for name in TRACE_CONTEXT_HEADERS],
+                },
+            }
+        ],
+        "request_id_extension": {
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.request_id.uuid.v3."
+                "UuidRequestIdConfig",
+                "pack_trace_reason": False,
+            }
+        },
+    }
 
 
 def _routes_by_path(config: RouteConfig) -> dict[str, list[Route]]:
@@ -478,12 +537,13 @@ def _allow_detail(path: str, allowed: tuple[str, ...]) -> str:
 
 def _problem_format(
     *,
-    title: str = "%RESPONSE_CODE_DETAILS%",
-    detail: str = "%LOCAL_REPLY_BODY%",
+    title: str = GENERIC_TITLE,
+    detail: str = GENERIC_DETAIL,
     request_id: str = "%REQ(X-REQUEST-ID)%",
 ) -> dict[str, Any]:
-    """An RFC 9457 body for Envoy's local replies; the title defaults to Envoy's response
-    code detail (route_not_found, request_payload_too_large, ...)."""
+    """An RFC 9457 body for Envoy's local replies. Never Envoy's own wording (its response
+    code details, or a local reply body such as "upstream connect error ... reset reason:
+    connection failure"): those name internals, and go to the access log instead."""
     return {
         "json_format": {
             "type": "about:blank",
@@ -494,6 +554,23 @@ def _problem_format(
             "request_id": request_id,
         },
         "content_type": PROBLEM_JSON,
+    }
+
+
+def _local_reply_texts(config: RouteConfig) -> dict[int, str]:
+    """Status -> the detail a client reads for Envoy's own answers with that status (the
+    title is the status's name). 404 and 405 come from our direct responses, whose
+    bodies are ours; every other detail is fixed here."""
+    return {
+        400: "the request is not valid HTTP",
+        404: LOCAL_REPLY_BODY,
+        405: LOCAL_REPLY_BODY,
+        408: "the request did not arrive in time",
+        413: f"the body is over {config.listener.max_request_bytes} bytes",
+        431: "the request's headers are too large or too many",
+        502: "the service answered with a broken response",
+        503: "the service cannot take this request now; retry after Retry-After seconds",
+        504: "the service did not answer within the route's timeout",
     }
 
 
@@ -524,12 +601,7 @@ def _local_reply_mappers(config: RouteConfig) -> list[dict[str, Any]]:
         return {"header": {"key": REQUEST_ID_HEADER, "value": "%UNIQUE_ID%"}}
 
     fresh_id_body = "%RESP(X-REQUEST-ID)%"
-    mappers: list[dict[str, Any]] = [
-        {
-            "filter": _status_is(503),
-            "headers_to_add": [{"header": {"key": "retry-after", "value": str(RETRY_AFTER_S)}}],
-        }
-    ]
+    mappers: list[dict[str, Any]] = []
     # QUERY on a path that does not declare it: 405 + Allow, as for any other
     # method. Envoy 1.40 refuses a QUERY without a content type (RFC 10008)
     # before routing, with a 400 `query_missing_content_type` that no runtime
@@ -566,19 +638,41 @@ def _local_reply_mappers(config: RouteConfig) -> list[dict[str, Any]]:
                 ),
             }
         )
-    mappers += [
+
+    def no_id() -> dict[str, Any]:
+        return _request_header(REQUEST_ID_HEADER, present_match=True, invert_match=True)
+
+    def extra(status: int) -> list[dict[str, Any]]:
+        retry_after = {"header": {"key": "retry-after", "value": str(RETRY_AFTER_S)}}
+        return [retry_after] if status == 503 else []
+
+    # Each status Envoy answers itself: its name as the title, a fixed detail; once for a
+    # request without an id yet, once for one with.
+    for status, detail in _local_reply_texts(config).items():
+        title = HTTPStatus(status).phrase
+        mappers.append(
+            {
+                "filter": {"and_filter": {"filters": [_status_is(status), no_id()]}},
+                "headers_to_add": [*extra(status), fresh_id()],
+                "body_format_override": _problem_format(
+                    title=title, detail=detail, request_id=fresh_id_body
+                ),
+            }
+        )
+        mapper: dict[str, Any] = {
+            "filter": _status_is(status),
+            "body_format_override": _problem_format(title=title, detail=detail),
+        }
+        if extra(status):
+            mapper["headers_to_add"] = extra(status)
+        mappers.append(mapper)
+    mappers.append(
         {
-            "filter": _request_header(REQUEST_ID_HEADER, present_match=True, invert_match=True),
+            "filter": no_id(),
             "headers_to_add": [fresh_id()],
             "body_format_override": _problem_format(request_id=fresh_id_body),
-        },
-        # Direct responses (routes above) would otherwise be titled "direct_response".
-        {"filter": _status_is(404), "body_format_override": _problem_format(title="Not Found")},
-        {
-            "filter": _status_is(405),
-            "body_format_override": _problem_format(title="Method Not Allowed"),
-        },
-    ]
+        }
+    )
     return mappers
 
 

@@ -12,6 +12,15 @@ from routing.model import SHARED_POOL, Layout, RouteConfig
 WORKER_TIMEOUT_S = 30
 # SIGTERM/HUP: seconds a worker gets to finish what it has accepted.
 GRACEFUL_TIMEOUT_S = 10
+# Seconds a new client connection may take to send its first request
+# (gunicorn_conf.worker): a connection that sends nothing is closed, not held.
+READ_TIMEOUT_S = 10
+# gunicorn's largest limit_request_line (0 would mean none: a very long line then costs
+# the pool CPU quadratic in its length). Envoy lets through a longer one (up to
+# max_request_headers_kb); the pool answers it 414, problem+json (gunicorn_conf.worker).
+MAX_REQUEST_LINE = 8190
+#: The worker class every pool runs (gevent's, with a read timeout and problem+json errors).
+WORKER_CLASS = "gunicorn_conf.worker.PoolWorker"
 
 
 def layout_of(pool_name: str) -> Layout:
@@ -26,7 +35,7 @@ def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
         "wsgi_app": f"pricing:create_app(pool={pool.name!r})",
         "bind": [str(pool.bind)],
         "workers": pool.workers,
-        "worker_class": "gevent",
+        "worker_class": WORKER_CLASS,
         "worker_connections": pool.worker_connections,
         "keepalive": pool.keepalive_s,
         # Envoy's circuit breakers keep connections to a replica near its capacity;
@@ -41,11 +50,17 @@ def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
         "errorlog": "-",
         "loglevel": "info",
         "raw_env": [f"{POOL_ENV}={pool.name}"],
-        # Envoy bounds the request line and headers (max_request_headers_kb) and
-        # answers problem+json; the pool must never refuse first with its own
-        # HTML error. (0 means "no limit" for the line, not for a field.)
-        "limit_request_line": 0,
+        # Envoy bounds the headers (max_request_headers_kb) and answers problem+json;
+        # the pool's own refusals are problem+json too (gunicorn_conf.worker).
+        "limit_request_line": MAX_REQUEST_LINE,
         "limit_request_field_size": config.listener.max_request_headers_kb * 1024,
+        # Only Envoy talks to a pool (loopback here, a NetworkPolicy in Kubernetes), and
+        # Envoy sets X-Forwarded-Proto on every request, replacing the client's. The
+        # other scheme headers gunicorn knows (X-Forwarded-Ssl, X-Forwarded-Protocol)
+        # come from the client untouched: one that contradicts X-Forwarded-Proto made
+        # gunicorn refuse the request, so they are not read at all.
+        "forwarded_allow_ips": "*",
+        "secure_scheme_headers": {"X-FORWARDED-PROTO": "https"},
         # gunicorn 27's control socket defaults to one path per user: several
         # pools (and test stacks) would fight over it, and nothing here uses it.
         "control_socket_disable": True,

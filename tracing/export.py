@@ -180,7 +180,8 @@ class JsonLinesFileExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         line = json.dumps(encode_otlp_json(spans), separators=(",", ":")) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Owner only: spans name routes, timings and hosts of the service.
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode())
         finally:

@@ -35,7 +35,7 @@ from opentelemetry.semconv.attributes.service_attributes import (
 )
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from tracing import attributes
+from tracing import attributes, redact
 from tracing.client import (
     RequestTotals,
     TracingCallObserver,
@@ -46,6 +46,7 @@ from tracing.client import (
 )
 from tracing.export import ThreadedSpanProcessor, span_processor
 from tracing.metrics import PoolMetrics, pool_metrics
+from tracing.redact import QueryRedactor
 from tracing.route import route_of
 from tracing.settings import (
     DEFAULT_SERVICE_NAME,
@@ -176,8 +177,11 @@ def setup_worker(
         sampling = sampling or Sampling()
         provider = TracerProvider(resource=resource, sampler=_sampler(settings, sampling))
         processor = span_processor(settings)
+        redactor = QueryRedactor()  # before the exporter: no query value leaves the worker
+        provider.add_span_processor(redactor)
         provider.add_span_processor(processor)
         slow_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
+        slow_provider.add_span_processor(redactor)
         slow_provider.add_span_processor(processor)
         instrumentor = None
         hub_blocks = HubBlockLog(log)
@@ -324,6 +328,7 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
         app,
         tracer_provider=worker.provider,
         excluded_urls=",".join(re.escape(path) + r"(\?|$)" for path in untraced_paths) or None,
+        response_hook=redact.response_hook,  # no query value in the server span's URL
     )
     if measure:
         # Outermost, so the handler's time starts before Flask and its instrumentation.

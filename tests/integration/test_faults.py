@@ -90,7 +90,7 @@ def assert_offer_despite(reply: Reply, upstream: str, fault: str) -> str:
     assert reply.headers["content-type"] == "application/problem+json", where
     problem = reply.json()
     assert problem["status"] == expected
-    assert upstream in problem["detail"], where
+    assert upstream not in problem["detail"], where  # internals go to the log only
     if expected == 503:
         assert reply.headers.get("retry-after") == "1", where
     return "app"
@@ -198,8 +198,6 @@ def test_connection_refused_by_an_upstream(refusing_stack: tuple[str, Stack]) ->
     for reply in replies:
         assert_offer_despite(reply, upstream, "refused")
     print(f"\nrefused {upstream}: {[(r.status, round(r.elapsed_s * 1000)) for r in replies]} ms")
-    if UPSTREAMS[upstream].required:
-        assert "connect" in replies[0].json()["detail"]
     # Refused is immediate: no reason to wait for the deadline.
     assert min(r.elapsed_s for r in replies) < DEADLINE_S
 

@@ -9,6 +9,7 @@ as the launcher, so the commands find it as they find one `pricingctl up` starte
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -19,7 +20,9 @@ import pytest
 
 from routing.model import Layout, RouteConfig
 from stack.launch import PROJECT_ROOT, Stack
+from stack.ops import exclusive
 from stack.processes import children
+from stack.state import Running, process_start, write_state
 from tests.integration.conftest import reset_upstreams, set_upstream
 from tests.integration.test_overload import (
     RIDE_BODY,
@@ -173,3 +176,81 @@ def test_routes_apply_moves_an_endpoint_under_load_without_a_failed_request(
     # The other endpoints stay where they were.
     bikes = [o for o in tally.outcomes if o.index % 4 == 2]
     assert {o.headers.get("x-pricing-pool") for o in bikes} == {"io"}
+
+
+# --- a second operator, a stale pid file ---------------------------------------------
+
+
+def test_a_second_apply_or_reload_is_refused_while_one_runs(stack: Stack) -> None:
+    running = stack.running()
+    version = stack.admin.listener_version()
+    with exclusive(running, "routes apply"):
+        applied = pricingctl("routes", "apply", "--run-dir", str(stack.run_dir))
+        reloaded = pricingctl("reload", "io", "--run-dir", str(stack.run_dir))
+    for done in (applied, reloaded):
+        assert done.returncode == 1
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert f"`pricingctl routes apply` (pid {os.getpid()}) is changing this stack" in (
+            done.stderr
+        )
+    assert stack.admin.listener_version() == version
+    # Once the first is done, the next one runs.
+    again = pricingctl("routes", "apply", "--run-dir", str(stack.run_dir))
+    assert again.returncode == 0, again.stderr
+
+
+def test_routes_apply_applies_the_config_the_stack_was_started_with(
+    stack: Stack, tmp_path: Path
+) -> None:
+    source = stack.running().source_config
+    assert source is not None and source.exists()
+    plain = pricingctl("routes", "apply", "--run-dir", str(stack.run_dir))
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.splitlines()[0] == f"routes apply: {source}"
+    copy = tmp_path / "same.toml"
+    copy.write_text(source.read_text())
+    given = pricingctl("routes", "apply", "--config", str(copy), "--run-dir", str(stack.run_dir))
+    assert given.returncode == 0, given.stderr
+    assert given.stdout.splitlines()[0] == f"routes apply: {copy}"
+
+
+def test_down_kills_nothing_a_stale_pid_file_names_that_is_not_ours(tmp_path: Path) -> None:
+    """stack.json names pids whose processes have gone and whose numbers the kernel
+    gave to others: `down` checks each one's start time and leaves those alone."""
+    others = [subprocess.Popen(["sleep", "300"], start_new_session=True) for _ in range(2)]
+    try:
+        launcher, pool = others
+
+        def state(started: dict[int, int]) -> None:
+            write_state(
+                Running(
+                    run_dir=tmp_path,
+                    layout=Layout.SPLIT,
+                    launcher_pid=launcher.pid,
+                    url="http://127.0.0.1:1",
+                    admin_url="http://127.0.0.1:1",
+                    pids={"pool-io": pool.pid},
+                    config_path=tmp_path / "active.toml",
+                    pool_routes={},
+                    pool_env={},
+                    xds_dir=tmp_path,
+                    started=started,
+                )
+            )
+
+        # Recorded start times that are not these processes': not ours.
+        state({p.pid: (process_start(p.pid) or 0) + 1 for p in others})
+        done = pricingctl("down", "--run-dir", str(tmp_path), timeout_s=60)
+        assert done.returncode == 0, done.stderr
+        assert "pool-io" in done.stderr and "no longer ours" in done.stderr
+        assert launcher.poll() is None and pool.poll() is None
+        # The control: the same file with their real start times stops both.
+        state({p.pid: process_start(p.pid) or 0 for p in others})
+        done = pricingctl("down", "--run-dir", str(tmp_path), timeout_s=60)
+        assert done.returncode == 0, done.stderr
+        assert launcher.wait(timeout=30) is not None and pool.wait(timeout=30) is not None
+    finally:
+        for p in others:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

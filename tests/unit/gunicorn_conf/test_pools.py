@@ -21,15 +21,17 @@ from routing.write import write_routes
 HOOKS = ("child_exit", "on_starting", "post_fork", "worker_exit")
 
 COMMON = {
-    "worker_class": "gevent",
+    "worker_class": "gunicorn_conf.worker.PoolWorker",
     "timeout": 30,
     "graceful_timeout": 10,
     "accesslog": "-",
     "logger_class": "gunicorn_conf.json_logs.JsonLogger",
     "errorlog": "-",
     "loglevel": "info",
-    "limit_request_line": 0,
+    "limit_request_line": 8190,
     "limit_request_field_size": 32 * 1024,
+    "forwarded_allow_ips": "*",
+    "secure_scheme_headers": {"X-FORWARDED-PROTO": "https"},
     "control_socket_disable": True,
 }
 
@@ -97,7 +99,10 @@ def test_gunicorn_accepts_every_setting(pool: str) -> None:
     config = Config()
     for key, value in settings_of(config_module(pool)).items():
         config.set(key, value)  # gunicorn's own validators
-    assert config.worker_class_str == "gevent"
+    assert config.worker_class_str == "gunicorn_conf.worker.PoolWorker"
+    from gunicorn.workers.ggevent import GeventWorker
+
+    assert issubclass(config.worker_class, GeventWorker)
 
 
 def test_settings_follow_the_route_config_file(

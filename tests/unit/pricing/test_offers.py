@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from flask.testing import FlaskClient
 
 from pricing.schemas import MicromobilityOffer
@@ -53,13 +54,19 @@ def test_discount_is_capped(io_client: FlaskClient, gateway: FakeGateway) -> Non
     assert body["promotion"] == {"code": "HALF", "percent_off": 50}
 
 
-def test_required_upstream_failure_is_503(io_client: FlaskClient, gateway: FakeGateway) -> None:
+def test_required_upstream_failure_is_503(
+    io_client: FlaskClient, gateway: FakeGateway, caplog: pytest.LogCaptureFixture
+) -> None:
     gateway.fail("vehicles", "error")
-    response = io_client.get(f"/v1/offers/bike?{SF}")
+    with caplog.at_level("WARNING", logger="pricing.problems"):
+        response = io_client.get(f"/v1/offers/bike?{SF}")
     body = problem(response)
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "1"
-    assert "vehicles" in body["detail"]
+    # A stable type and a generic detail for the client; which upstream, in the log.
+    assert body["type"] == "urn:pricingservice:problem:upstream-unavailable"
+    assert "vehicles" not in response.get_data(as_text=True)
+    assert any("'vehicles'" in r.getMessage() for r in caplog.records)
 
 
 def test_required_upstream_timeout_is_504(io_client: FlaskClient, gateway: FakeGateway) -> None:

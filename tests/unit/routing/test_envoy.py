@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+import routing.envoy as envoy_module
 from routing.envoy import CDS_FILE, LDS_FILE, envoy_config, render_envoy, render_xds, xds_version
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Layout
@@ -107,10 +108,39 @@ def test_query_without_content_type_becomes_405_and_every_local_reply_has_a_requ
     headers = {h["header"]["key"]: h["header"]["value"] for h in bike["headers_to_add"]}
     assert headers == {"allow": "GET, HEAD, OPTIONS", "x-request-id": "%UNIQUE_ID%"}
     assert bike["body_format_override"]["json_format"]["request_id"] == "%RESP(X-REQUEST-ID)%"
-    # Replies made before Envoy gave the request an id get a fresh one.
-    no_id = next(m for m in replies["mappers"] if "invert_match" in str(m["filter"]))
+    # Replies made before Envoy gave the request an id get a fresh one (the last mapper
+    # catches every status; each status Envoy answers has its own, before it).
+    no_id = replies["mappers"][-1]
     assert no_id["filter"]["header_filter"]["header"]["name"] == "x-request-id"
-    assert no_id["body_format_override"]["json_format"]["request_id"] == "%RESP(X-REQUEST-ID)%"
+    assert no_id["filter"]["header_filter"]["header"]["invert_match"] is True
+    for mapper in replies["mappers"]:
+        if "invert_match" in str(mapper["filter"]):
+            body = mapper["body_format_override"]["json_format"]
+            assert body["request_id"] == "%RESP(X-REQUEST-ID)%"
+
+
+def test_local_replies_name_no_internals() -> None:
+    """A client reads the status's name and a fixed detail, never Envoy's response code
+    details or its own reply text (which names resets and errnos); the access log keeps
+    those, under the same request id."""
+    replies = _local_replies(envoy_config(load_routes()))
+    bodies = [replies["body_format"]] + [
+        m["body_format_override"] for m in replies["mappers"] if "body_format_override" in m
+    ]
+    for body in bodies:
+        text = str(body["json_format"])
+        assert "RESPONSE_CODE_DETAILS" not in text and "RESPONSE_FLAGS" not in text
+    by_status = {
+        m["filter"]["status_code_filter"]["comparison"]["value"]["default_value"]: m
+        for m in replies["mappers"]
+        if "status_code_filter" in m["filter"]
+    }
+    assert by_status[503]["body_format_override"]["json_format"]["title"] == "Service Unavailable"
+    assert by_status[503]["headers_to_add"][0]["header"]["key"] == "retry-after"
+    # Only our own direct responses (404, 405) pass their body on as the detail.
+    passes_body = {s for s, m in by_status.items() if "LOCAL_REPLY_BODY" in str(m)}
+    assert passes_body == {404, 405}
+    assert "%RESPONSE_CODE_DETAILS%" in envoy_module.ACCESS_LOG_JSON.values()
 
 
 def test_circuit_breakers_admit_what_each_pool_serves_within_its_latency() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.run import with_workers
 from routing.load import parse_routes
 from routing.model import RouteConfig
@@ -24,3 +26,23 @@ def test_write_routes_points_source_at_the_file(routes: RouteConfig, tmp_path: P
     written = write_routes(with_workers(routes, 4), tmp_path / "r.toml")
     assert written.source == str((tmp_path / "r.toml").resolve())
     assert written.pool("cpu").workers == 3
+
+
+def test_write_atomic_leaves_the_old_file_when_a_write_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from routing.write import write_atomic
+
+    target = tmp_path / "pool.toml"
+    write_atomic(target, "old\n")
+
+    def crash(fd: int) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError, match="disk gone"):
+        write_atomic(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["pool.toml"]  # no temporary left

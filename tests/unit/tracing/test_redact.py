@@ -1,0 +1,34 @@
+"""Query values out of span URLs, keys and allow-listed values kept."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from tracing.redact import QUERY_ALLOW_ENV, QueryRedactor, allow_from_env, redact_url
+
+
+def test_values_are_redacted_unless_allowed() -> None:
+    url = "http://h:1/v1/offers/bike?origin=1,2&user_id=u-1&region=sf&flag#frag"
+    assert redact_url(url) == (
+        "http://h:1/v1/offers/bike?origin=REDACTED&user_id=REDACTED&region=sf&flag#frag"
+    )
+    assert redact_url("/v1/regions") == "/v1/regions"
+
+
+def test_allow_list_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(QUERY_ALLOW_ENV, "region, origin")
+    assert allow_from_env() == {"region", "origin"}
+    monkeypatch.setenv(QUERY_ALLOW_ENV, "")
+    assert allow_from_env() == frozenset()
+
+
+def test_the_processor_rewrites_a_span_started_with_a_url() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(QueryRedactor())
+    span = provider.get_tracer("t").start_span(
+        "GET", attributes={"url.full": "http://h/p?user_id=u-1", "url.query": "user_id=u-2"}
+    )
+    assert span.attributes["url.full"] == "http://h/p?user_id=REDACTED"
+    assert span.attributes["url.query"] == "user_id=REDACTED"
+    span.end()

@@ -1,0 +1,99 @@
+"""Query values out of exported spans, as OpenTelemetry's HTTP conventions advise: a
+span's URL keeps its path and its query's keys; each value becomes ``REDACTED`` unless
+its key is allow-listed. The offers' queries carry a user id and trip coordinates.
+
+A span processor covers every span started with its URL (the client spans' ``url.full``);
+the Flask instrumentation sets the server span's ``http.target`` / ``url.query`` again
+after the start, so it calls `response_hook` (the span is still recording then). Cost
+per span: a lookup of four attribute keys, and a split of the query for those present.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+#: Query keys whose values may stay in spans, comma-separated (default: DEFAULT_ALLOW).
+QUERY_ALLOW_ENV = "PRICING_TRACE_QUERY_ALLOW"
+DEFAULT_ALLOW = frozenset({"region"})
+REDACTED = "REDACTED"
+# Attributes holding a URL or a target with its query (stable and older conventions).
+URL_ATTRIBUTES = ("url.full", "http.url", "http.target")
+QUERY_ATTRIBUTES = ("url.query",)
+
+
+def allow_from_env() -> frozenset[str]:
+    raw = os.environ.get(QUERY_ALLOW_ENV)
+    if raw is None:
+        return DEFAULT_ALLOW
+    return frozenset(key.strip() for key in raw.split(",") if key.strip())
+
+
+def redact_query(query: str, allow: Iterable[str] = DEFAULT_ALLOW) -> str:
+    """``user_id=u-1&region=sf`` -> ``user_id=REDACTED&region=sf``."""
+    allowed = set(allow)
+    parts = []
+    for item in query.split("&"):
+        key, sep, _ = item.partition("=")
+        parts.append(item if key in allowed or not sep else f"{key}={REDACTED}")
+    return "&".join(parts)
+
+
+def redact_url(url: str, allow: Iterable[str] = DEFAULT_ALLOW) -> str:
+    """A URL or request target with each query value not allowed replaced."""
+    base, sep, rest = url.partition("?")
+    if not sep:
+        return url
+    query, hash_sep, fragment = rest.partition("#")
+    return f"{base}?{redact_query(query, allow)}{hash_sep}{fragment}"
+
+
+class QueryRedactor(SpanProcessor):
+    """Rewrites the URL attributes a span starts with; add it before the exporting
+    processor. Never raises (tracing never breaks a request)."""
+
+    def __init__(self, allow: Iterable[str] | None = None) -> None:
+        self.allow = frozenset(allow) if allow is not None else allow_from_env()
+
+    def on_start(self, span: Span, parent_context: Any = None) -> None:
+        self.redact(span)
+
+    def redact(self, span: Any) -> None:
+        """Rewrite the URL attributes `span` has now (it must still be recording)."""
+        attributes = span.attributes or {}
+        try:
+            for key in URL_ATTRIBUTES:
+                value = attributes.get(key)
+                if isinstance(value, str) and "?" in value:
+                    span.set_attribute(key, redact_url(value, self.allow))
+            for key in QUERY_ATTRIBUTES:
+                value = attributes.get(key)
+                if isinstance(value, str) and value:
+                    span.set_attribute(key, redact_query(value, self.allow))
+        except Exception:  # pragma: no cover - defensive: a span keeps its attributes
+            return
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+@functools.cache
+def _default() -> QueryRedactor:
+    return QueryRedactor()
+
+
+def response_hook(span: Any, status: Any, headers: Any) -> None:
+    """The Flask instrumentation's response_hook: the last call before the server span
+    ends, after the instrumentation has set (and re-set) its request attributes."""
+    if span is not None and span.is_recording():
+        _default().redact(span)
