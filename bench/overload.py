@@ -1,9 +1,13 @@
 """`pricingctl bench overload`: goodput past capacity, for each pool, traced and not.
 
-One split stack per tracing mode, with ONE io worker and the cpu pool as routes.toml
-sizes it. Each pool in turn gets its own traffic (offers for io; rideshare quotes and
-batches of four for cpu) at multiples of its capacity (`worker_rps x workers` from
-routes.toml), upstreams fixed at 100 ms. Per step: goodput (200s within the route's
+One split stack per tracing mode, with ONE worker per pool. Each pool in turn gets its
+own traffic (offers for io; rideshare quotes and batches of four for cpu) at multiples
+of its capacity (`worker_rps` from routes.toml), upstreams fixed at 100 ms. The worker
+under test runs on a core of its own and everything else (Envoy, the other pool, the
+simulator, the load generator) on the other, as a pool would in production (Kubernetes
+gives each worker a whole CPU): otherwise the load generator and Envoy, which work
+harder the more is offered, would take the worker's CPU on a 2-core machine and the
+benchmark would measure them. Per step: goodput (200s within the route's
 timeout, per second), what was shed (503s: by Envoy over the pool's limit, or by the
 pool when too little budget was left) and how fast, 504s, the pool's CPU per request,
 Envoy's health-check failures and ejections of the pool, and whether a worker was
@@ -13,6 +17,8 @@ answers the rest at once, instead of collapsing into timeouts.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +33,7 @@ from routing.envoy import CDS_FILE, LDS_FILE, cluster_name, xds_version
 from routing.model import Layout, RouteConfig
 from stack.envoy import write_xds
 from stack.launch import Stack, wait_until
-from stack.processes import serving_workers
+from stack.processes import descendants, serving_workers
 from tracing.report import percentile
 
 SCHEMA = "pricingservice.bench.overload/1"
@@ -101,46 +107,30 @@ def run_overload(
     run_dir: Path,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    cpu_workers = config.pool("cpu").workers
-    config = prepared_config(config, cpu_workers + 1, run_dir)  # io: one worker
+    config = prepared_config(config, 2, run_dir)  # one cpu worker, one io worker
     loads = pool_loads(config)
-    timeouts = {r.endpoint: r.timeout_ms / 1000 for r in config.routes}
     steps: list[dict[str, Any]] = []
-    for admission, mode in ((a, m) for a in admissions for m in modes):
-        stack_dir = run_dir / f"overload-{admission}-{mode}"
-        with running_stack(config, Layout.SPLIT, stack_dir, tracing=MODES[mode]) as stack:
-            if admission == "adaptive":
-                use_adaptive_concurrency(stack)
-            listener = stack.config.listener.address
-            for pool in pools:
-                load = loads[pool]
-                targets = targets_for(stack.config, listener.host, listener.port, load.kinds)
-                for n, multiple in enumerate(multiples, 1):
-                    workers_before = _workers(stack, pool)
-                    run = measure(
-                        stack,
-                        targets,
-                        load.rates(multiple),
-                        replace(settings, seed=settings.seed + n),
-                        stack_dir / f"{pool}-{multiple:g}x",
-                        label=f"overload {pool} {multiple:g}x, tracing {mode}, {admission}",
-                        progress=progress,
-                    )
-                    step = _step(run, load, multiple, timeouts, stack, pool)
-                    replaced = workers_before != _workers(stack, pool)
-                    step.update(mode=mode, admission=admission, workers_replaced=replaced)
-                    steps.append(step)
-                    if progress is not None:
-                        progress.note(
-                            f"overload {pool} {multiple:g}x ({mode}, {admission}): goodput "
-                            f"{step['goodput_rps']:.0f}/s of {load.capacity_rps:g}, shed "
-                            f"{step['shed']} (p99 {step['shed_p99_ms']} ms), 504 {step['timeouts']}"
-                        )
+    pinned = False
+    driver_cores = os.sched_getaffinity(0)
+    try:
+        for admission, mode in ((a, m) for a in admissions for m in modes):
+            stack_dir = run_dir / f"overload-{admission}-{mode}"
+            with running_stack(config, Layout.SPLIT, stack_dir, tracing=MODES[mode]) as stack:
+                if admission == "adaptive":
+                    use_adaptive_concurrency(stack)
+                for pool in pools:
+                    pinned = pin(stack, pool)
+                    arm = _Arm(stack, stack_dir, loads[pool], mode, admission)
+                    steps += [arm.step(m, n, settings, progress) for n, m in enumerate(multiples)]
+    finally:
+        os.sched_setaffinity(0, driver_cores)
     return {
         "schema": SCHEMA,
         "settings": {
-            "io_workers": config.pool("io").workers,
-            "cpu_workers": cpu_workers,
+            "workers_per_pool": 1,
+            "cores": "the worker under test on one core, everything else on the other"
+            if pinned
+            else "not pinned (fewer than 2 cores)",
             "capacity_rps": {p: loads[p].capacity_rps for p in pools},
             "upstream_latency": f"every upstream fixed {settings.upstream_ms:g} ms",
             "step_duration_s": settings.duration_s,
@@ -154,6 +144,64 @@ def run_overload(
         "steps": steps,
         "targets": target_results(steps),
     }
+
+
+@dataclass(frozen=True)
+class _Arm:
+    """One pool's steps on one running stack, in one tracing mode and admission."""
+
+    stack: Stack
+    stack_dir: Path
+    load: PoolLoad
+    mode: str
+    admission: str
+
+    def step(
+        self, multiple: float, n: int, settings: LoadSettings, progress: Progress | None
+    ) -> dict[str, Any]:
+        stack, load, pool = self.stack, self.load, self.load.pool
+        listener = stack.config.listener.address
+        workers_before = _workers(stack, pool)
+        run = measure(
+            stack,
+            targets_for(stack.config, listener.host, listener.port, load.kinds),
+            load.rates(multiple),
+            replace(settings, seed=settings.seed + n),
+            self.stack_dir / f"{pool}-{multiple:g}x",
+            label=f"overload {pool} {multiple:g}x, tracing {self.mode}, {self.admission}",
+            progress=progress,
+        )
+        timeouts = {r.endpoint: r.timeout_ms / 1000 for r in stack.config.routes}
+        step = _step(run, load, multiple, timeouts, stack, pool)
+        replaced = workers_before != _workers(stack, pool)
+        step.update(mode=self.mode, admission=self.admission, workers_replaced=replaced)
+        if progress is not None:
+            progress.note(
+                f"overload {pool} {multiple:g}x ({self.mode}, {self.admission}): goodput "
+                f"{step['goodput_rps']:.0f}/s of {load.capacity_rps:g}, shed {step['shed']} "
+                f"(p99 {step['shed_p99_ms']} ms), 504 {step['timeouts']}"
+            )
+        return step
+
+
+def pin(stack: Stack, pool: str) -> bool:
+    """The pool's workers on the last core, every other process of the stack and this
+    driver (so the load generator it starts) on the others. False: one core only."""
+    cores = sorted(os.sched_getaffinity(0) | _all_cores())
+    if len(cores) < 2:
+        return False
+    mine, rest = {cores[-1]}, set(cores[:-1])
+    workers = _workers(stack, pool)
+    os.sched_setaffinity(0, rest)
+    for proc in stack.procs.values():
+        for pid in (proc.pid, *descendants(proc.pid)):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(pid, mine if pid in workers else rest)
+    return True
+
+
+def _all_cores() -> set[int]:
+    return set(range(os.cpu_count() or 1))
 
 
 def _workers(stack: Stack, pool: str) -> frozenset[int]:
