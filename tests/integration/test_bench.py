@@ -248,6 +248,9 @@ def test_timing_parts_quick(tmp_path: Path) -> None:
         ("bench", "--workers", "1"),
         ("bench", "tracing-overhead", "--modes", "default,100"),
         ("bench", "tracing-overhead", "--modes", "off,sometimes"),
+        ("bench", "overload", "--multiples", "2,1"),
+        ("bench", "overload", "--pools", "io,db"),
+        ("bench", "overload", "--admission", "guess"),
     ],
 )
 def test_bad_flag_is_one_line_and_exit_2(argv: tuple[str, ...]) -> None:
@@ -283,3 +286,34 @@ def test_bench_soak_smoke_writes_series_failures_and_a_plot(tmp_path: Path) -> N
     assert doc["failures"]["requests"] > 100
     assert isinstance(doc["close_wait"], int)
     assert (out / "soak.png").read_bytes().startswith(PNG)
+
+
+def test_bench_overload_smoke_writes_steps_targets_and_a_plot(tmp_path: Path) -> None:
+    """The cpu pool at 2x its capacity, tracing off and at its default: every figure
+    the report names is there and sane; the excess was shed."""
+    out, run = tmp_path / "out", tmp_path / "run"
+    done = pricingctl(
+        "bench",
+        "overload",
+        *("--pools", "cpu", "--multiples", "2", "--duration", "3", "--warmup", "1"),
+        *("--out", str(out), "--run-dir", str(run)),
+        timeout_s=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((out / "overload.json").read_text())
+    steps = doc["steps"]
+    assert {(s["mode"], s["pool"], s["multiple"]) for s in steps} == {
+        ("off", "cpu", 2.0),
+        ("default", "cpu", 2.0),
+    }
+    for step in steps:
+        assert step["requests"] > 0
+        assert step["goodput_rps"] >= 0 and 0 <= step["goodput_fraction"] <= 5
+        assert step["shed"] > 0  # twice what one worker serves: some was refused
+        assert step["shed_by_envoy"] <= step["shed"]
+        assert step["cpu_ms_per_request"] is None or step["cpu_ms_per_request"] > 0
+    names = {t["name"] for t in doc["targets"]}
+    assert any("goodput" in n for n in names) and any("shed" in n for n in names)
+    png = out / "overload.png"
+    assert png.read_bytes().startswith(PNG)
+    assert "goodput" in done.stdout
