@@ -92,6 +92,7 @@ def config_figures(config: RouteConfig, extra: Mapping[str, str]) -> dict[str, A
     saved = {k: os.environ.get(k) for k in extra}
     os.environ.update(extra)
     try:
+
         def check() -> list[str]:
             return check_endpoints(config, set(endpoints()), {*META_VIEWS, metrics.ENDPOINT})
 
@@ -183,9 +184,7 @@ def placement_score(synth: Synth, moves: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _started(config: RouteConfig, run_dir: Path, env: Mapping[str, str]) -> tuple[Stack, float]:
-    stack = Stack.on_free_ports(
-        config, Layout.SPLIT, run_dir, extra_env={**env_for("full"), **env}
-    )
+    stack = Stack.on_free_ports(config, Layout.SPLIT, run_dir, extra_env={**env_for("full"), **env})
     try:
         _, up_s = _timed(stack.start)
     except StartError as exc:
@@ -309,11 +308,12 @@ def write_routes_scale(doc: Mapping[str, Any], out: Path) -> str:
             f"{fig['metrics_bytes'] / 1024:.0f} KB, scraped in {fig['scrape_s'] * 1000:.0f} ms | |"
         )
     placement = many["placement"]
+    applied = f"; routes apply of one moved route: {many['apply_s']:.1f} s"
     lines += [
         "",
         f"routes suggest: {many['suggest_s'] * 1000:.0f} ms; moved {placement['found']} of "
         f"{placement['misplaced']} misplaced CPU-heavy routes to cpu "
         f"({placement['found_pct']:.0f} %), {len(placement['io_moved'])} I/O route(s) moved"
-        + (f"; routes apply of one moved route: {many['apply_s']:.1f} s" if "apply_s" in many else ""),
+        + (applied if "apply_s" in many else ""),
     ]
     return "\n".join(lines)

@@ -87,9 +87,7 @@ def endpoint_name(index: int) -> str:
     return f"synth.r{index:04d}"
 
 
-def synthesize(
-    n_routes: int, seed: int, out: Path, base: RouteConfig | None = None
-) -> Synth:
+def synthesize(n_routes: int, seed: int, out: Path, base: RouteConfig | None = None) -> Synth:
     """N routes, their spec and their load profile, written into *out*. The same seed
     gives the same service. *base* gives pools, listener and meta (default routes.toml);
     its routes stay (the service's own endpoints, in their pools), the N come after."""

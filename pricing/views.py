@@ -174,6 +174,7 @@ ENDPOINTS: dict[str, ViewFactory] = {
     "regions.list": regions,
 }
 
+
 def endpoints() -> dict[str, ViewFactory]:
     """ENDPOINTS, and the extra ones of the spec $PRICING_EXTRA_ENDPOINTS names (the
     benchmark's synthetic service): the module its ``views`` key names makes them. The

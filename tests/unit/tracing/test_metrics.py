@@ -203,6 +203,7 @@ def test_an_offer_delayed_by_quotes_says_who_and_how_long() -> None:
 
 
 CULPRIT = "pricing_route_culprit_seconds_total"
+FOLDED = "pricing_metric_series_folded_total"
 
 
 def culprit_series(seen: dict, victim: str) -> dict[str, float]:
@@ -223,7 +224,9 @@ def test_culprits_per_victim_are_the_top_k_by_name_and_the_rest_one_other_series
     series = culprit_series(seen, ROUTE)
     assert set(series) == {"GET /r9", "GET /r8", "<other>"}
     assert sum(series.values()) == pytest.approx(0.055)  # nothing lost in the fold
-    folded = value(seen, "pricing_metric_series_folded_total", family="pricing_route_culprit_seconds")
+    folded = value(
+        seen, "pricing_metric_series_folded_total", family="pricing_route_culprit_seconds"
+    )
     assert folded == 8
 
     # A named culprit keeps its series; a newcomer, however large, is folded (a counter
@@ -235,7 +238,9 @@ def test_culprits_per_victim_are_the_top_k_by_name_and_the_rest_one_other_series
     assert set(series) == {"GET /r9", "GET /r8", "<other>"}
     assert series["GET /r9"] == pytest.approx(0.510)
     assert sum(series.values()) == pytest.approx(3.555)
-    folded = value(seen, "pricing_metric_series_folded_total", family="pricing_route_culprit_seconds")
+    folded = value(
+        seen, "pricing_metric_series_folded_total", family="pricing_route_culprit_seconds"
+    )
     assert folded == 9
 
 
