@@ -21,6 +21,7 @@ from pydantic.json_schema import models_json_schema
 from pricing import errors, schemas
 from pricing.problems import POOL_HEADER, PROBLEM_JSON, PROBLEM_TYPE_PREFIX, REQUEST_ID_HEADER
 from pricing.regions import REGIONS
+from pricing.views import extra_endpoints
 from routing.model import Route, RouteConfig
 
 API_VERSION = "1.2.0"
@@ -260,6 +261,11 @@ def _operation(route: Route) -> dict[str, Any]:
                 "200": _ok("The regions", schemas.Regions),
                 **_problems(421, s400=(ABOUT_BLANK,), s503=_SHED, s504=(ABOUT_BLANK,)),
             },
+        }
+    if ep in extra_endpoints():
+        return {
+            "summary": f"{ep}: an extra endpoint ($PRICING_EXTRA_ENDPOINTS), not the service's",
+            "responses": {"200": {"description": "OK"}, **_problems(421)},
         }
     raise KeyError(ep)
 

@@ -13,22 +13,23 @@ from flask import Flask, Response
 
 from pricing.admission import admitted
 from pricing.errors import Misdirected
-from pricing.views import ENDPOINTS, META_VIEWS
+from pricing.views import META_VIEWS, endpoints
 from routing.errors import RouteConfigError
 from routing.model import Layout, Route, RouteConfig
 
 
 def register_routes(app: Flask, config: RouteConfig, pool: str, layout: Layout) -> None:
     meta_paths = config.meta.endpoints()
+    factories = endpoints()
     for endpoint, view in META_VIEWS.items():
         app.add_url_rule(meta_paths[endpoint], endpoint=endpoint, view_func=view, methods=["GET"])
     for route in config.app_routes():
         if config.pool_of(route, layout) == pool:
-            factory = ENDPOINTS.get(route.endpoint)
+            factory = factories.get(route.endpoint)
             if factory is None:
                 raise RouteConfigError(
                     f"route {route.endpoint!r}: the app has no such endpoint "
-                    f"(known: {', '.join(sorted(ENDPOINTS))})"
+                    f"(known: {', '.join(sorted(factories))})"
                 )
             app.add_url_rule(
                 route.path,

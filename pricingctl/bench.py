@@ -10,6 +10,7 @@
     pricingctl bench soak [--minutes M] [--kill-every-s S] ...
     pricingctl bench overload [--quick] [--multiples X,X] [--pools io,cpu] ...
     pricingctl bench suggest [--quick] [--rates offers=R,cpu=R,batch=R] ...
+    pricingctl bench routes-scale [--quick] [--routes N] [--seed S]
 
 Every part runs through one skeleton (`_measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail.
@@ -294,6 +295,7 @@ def add_parser(subparsers: _Parts) -> None:
     _soak_parser(sub)
     _suggest_parser(sub)
     _timing_cost_parser(sub)
+    _routes_scale_parser(sub)
 
 
 def _envoy_hop_parser(sub: _Parts) -> None:
@@ -489,6 +491,28 @@ def _timing_cost_parser(sub: _Parts) -> None:
     cost.add_argument("--rounds", type=_count(100, 10**7), default=None, help="default 50000")
     cost.add_argument("--repeat", type=_count(1, 100), default=None, help="default 15")
     cost.set_defaults(handler=_timing_cost)
+
+
+def _routes_scale_parser(sub: _Parts) -> None:
+    scale = sub.add_parser(
+        "routes-scale",
+        help="the service grown to N synthetic routes against the six-route one",
+        description="Synthesize N more routes (`routes synth`), then, for the six-route "
+        "service and the grown one in the split layout: render/check/validate time, "
+        "Envoy's config size, up time, the io pool's CPU per offer; for the grown one each "
+        "pool's /metrics size and scrape time, `routes suggest` time and placement scored "
+        "against the truth, `routes apply` time of one moved route. Writes "
+        "routes-scale.json.",
+    )
+    _timing_flags(scale)
+    scale.add_argument(
+        "--routes", type=_count(4, 5000), default=None, help="synthetic routes (default 300)"
+    )
+    scale.add_argument("--seed", type=int, default=1, help="of the synthetic service")
+    scale.add_argument(
+        "--run-dir", type=Path, default=Path(".run/bench-routes-scale"), help="stack logs"
+    )
+    scale.set_defaults(handler=_routes_scale)
 
 
 # --- one skeleton for every part ----------------------------------------------------------
@@ -1037,6 +1061,33 @@ def _timing_cost(args: argparse.Namespace) -> int:
         progress.step("timing-cost: microbenchmarks", planned_s)
         doc = run_timing_cost(rounds=n["rounds"], repeat=n["repeat"])
         return write_timing_cost({"command": _command(), "machine": machine, **doc}, args.out)
+
+    return _measure_and_report(planned_s, measure)
+
+
+SCALE_FULL = {"routes": 300, "offers_s": 20, "window_s": 30}
+SCALE_QUICK = {"routes": 20, "offers_s": 5, "window_s": 8}
+
+
+def _routes_scale(args: argparse.Namespace) -> int:
+    from bench.routes_scale import ScaleSettings, run_routes_scale, write_routes_scale
+
+    base = SCALE_QUICK if args.quick else SCALE_FULL
+    settings = ScaleSettings(
+        routes=args.routes or base["routes"],
+        seed=args.seed,
+        offers_s=base["offers_s"],
+        window_s=base["window_s"],
+    )
+    # Two stacks each started, loaded (offers, then the synthetic load) and one rolled.
+    planned_s = 2 * (STACK_START_EST_S + settings.offers_s + 3) + settings.window_s + 40
+
+    def measure(progress: Progress, machine: dict[str, object]) -> str:
+        progress.step(f"routes-scale: six routes, then {settings.routes} more", planned_s)
+        doc = run_routes_scale(settings, args.run_dir)
+        return write_routes_scale(
+            {"command": _command(), "machine": machine, **doc}, args.out / "routes-scale.json"
+        )
 
     return _measure_and_report(planned_s, measure)
 

@@ -65,6 +65,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     _add_suggest(sub)
 
+    synth = sub.add_parser(
+        "synth",
+        help="write a synthetic service of N routes (routes.toml, its endpoints' spec, a "
+        "Zipf load profile) for the benchmark and the tests",
+    )
+    _config_flag(synth, argparse.SUPPRESS)
+    synth.add_argument("--routes", type=int, required=True, help="how many routes")
+    synth.add_argument("--seed", type=int, default=1, help="the same seed, the same service")
+    synth.add_argument("--out", type=Path, required=True, help="directory to write into")
+    synth.set_defaults(handler=_synth)
+
 
 def _add_suggest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     defaults = Thresholds()
@@ -168,11 +179,11 @@ def _render(args: argparse.Namespace) -> int:
 
 def _endpoint_problems(config: RouteConfig) -> list[str]:
     # The app's endpoints are handed down: routing is pure data and imports no app.
-    from pricing.views import ENDPOINTS, META_VIEWS
+    from pricing.views import META_VIEWS, endpoints
     from routing.check import check_endpoints
     from tracing import metrics
 
-    return check_endpoints(config, set(ENDPOINTS), {*META_VIEWS, metrics.ENDPOINT})
+    return check_endpoints(config, set(endpoints()), {*META_VIEWS, metrics.ENDPOINT})
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -212,6 +223,29 @@ def _apply(args: argparse.Namespace) -> int:
         return 1
     moved = ", ".join(f"{e} {a} -> {b}" for e, (a, b) in plan.moved.items()) or "no endpoint moved"
     print(f"routes applied ({moved})")
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from bench.synth import synthesize
+    from routing.env import EXTRA_ENDPOINTS_ENV
+
+    try:
+        made = synthesize(args.routes, args.seed, args.out, _load(args))
+    except ValueError as exc:
+        print(f"pricingctl: {exc}", file=sys.stderr)
+        return 1
+    kinds = [body["kind"] for body in made.spec["endpoints"].values()]
+    print(
+        f"wrote {made.routes_path}, {made.spec_path.name} and {made.profile_path.name} in "
+        f"{args.out}: {kinds.count('io')} I/O-heavy and {kinds.count('cpu')} CPU-heavy routes, "
+        f"{len(made.misplaced)} of them in the io pool on purpose"
+    )
+    print(
+        f"serve its endpoints with {EXTRA_ENDPOINTS_ENV}={made.spec_path}, e.g. "
+        f"`{EXTRA_ENDPOINTS_ENV}={made.spec_path} pricingctl routes check --config "
+        f"{made.routes_path}`"
+    )
     return 0
 
 

@@ -25,3 +25,7 @@ DEFAULT_HTTP_CLIENT: Final = "ours"
 #: ``off``: the pools write no access line per request (default ``on``; Envoy's access
 #: log has one per request either way).
 ACCESS_LOG_ENV: Final = "PRICING_ACCESS_LOG"
+#: A JSON spec of extra endpoints a pool serves beside its own (the benchmark's
+#: synthetic service, ``bench.synth``): its ``views`` key names the module whose
+#: ``endpoints(spec)`` makes their view factories. Unset: only the service's endpoints.
+EXTRA_ENDPOINTS_ENV: Final = "PRICING_EXTRA_ENDPOINTS"

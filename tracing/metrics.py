@@ -134,6 +134,15 @@ ROUTE_HUB_WAIT: Final = "pricing_route_hub_wait_seconds"
 ROUTE_CPU: Final = "pricing_route_cpu_seconds_total"
 ROUTE_NETWORK: Final = "pricing_route_network_seconds_total"
 ROUTE_CULPRIT: Final = "pricing_route_culprit_seconds_total"
+#: Culprit seconds grow routes x routes: per victim, each worker exposes at most this
+#: many culprits by name (the ones with the most seconds when it first had room), and
+#: folds every other culprit's seconds into CULPRIT_OTHER. A pool's culprit series are
+#: then at most routes x workers x (CULPRIT_TOP_K + 1), however many routes run there.
+CULPRIT_TOP_K: Final = 5
+#: The culprit that stands for the folded ones; "<...>" like ``<hub>``: never placed.
+CULPRIT_OTHER: Final = "<other>"
+#: Counts the (culprit, victim) pairs a worker folded into CULPRIT_OTHER, per family.
+SERIES_FOLDED: Final = "pricing_metric_series_folded_total"
 
 __all__ = ["CONTENT_TYPE", "ENDPOINT", "PoolMetrics", "flush", "pool_metrics", "render"]
 
@@ -211,10 +220,61 @@ class _Family:
                 self._target(values).inc(gained)
 
 
+class _TopKFamily(_Family):
+    """A (culprit, victim) counter that exposes at most *top_k* culprits per victim.
+
+    The request path is the plain family's (an in-process counter per pair, created on
+    first use). At each flush, a victim with room for more named culprits takes the
+    unnamed ones with the most seconds so far; a named culprit keeps its series for
+    good (a counter never moves). Every other culprit's gain goes to ``(CULPRIT_OTHER,
+    victim)``, so a victim's culprit seconds still sum to what was measured, and each
+    pair folded for the first time counts once in *folded*."""
+
+    __slots__ = ("_folded", "_folded_pairs", "_named", "_top_k")
+
+    def __init__(self, metric: Any, top_k: int, folded: LocalCounter) -> None:
+        super().__init__(metric)
+        self._top_k = top_k
+        self._named: dict[str, set[str]] = {}
+        self._folded = folded
+        self._folded_pairs: set[tuple[str, ...]] = set()
+
+    def flush(self) -> None:
+        by_victim: dict[str, list[tuple[float, str]]] = {}
+        for (culprit, victim), child in list(self._by.items()):
+            by_victim.setdefault(victim, []).append((child.value, culprit))
+        for victim, totals in by_victim.items():
+            named = self._named.setdefault(victim, set())
+            totals.sort(reverse=True)
+            for _, culprit in totals:
+                if len(named) >= self._top_k:
+                    break
+                named.add(culprit)
+            for total, culprit in totals:
+                pair = (culprit, victim)
+                gained = total - self._flushed.get(pair, 0.0)
+                if not gained:
+                    continue
+                self._flushed[pair] = total
+                if culprit in named:
+                    self._target(pair).inc(gained)
+                    continue
+                self._target((CULPRIT_OTHER, victim)).inc(gained)
+                if pair not in self._folded_pairs:
+                    self._folded_pairs.add(pair)
+                    self._folded.inc()
+
+
 class PoolMetrics:
     """Every metric family of a pool worker, and how each is observed."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, pool: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        pool: str | None = None,
+        *,
+        culprit_top_k: int = CULPRIT_TOP_K,
+    ) -> None:
         self.families: list[_Family] = []
         #: Called on the hub before every flush: bring in counts kept elsewhere
         #: (``sync``), e.g. by the span exporter's thread.
@@ -325,12 +385,30 @@ class PoolMetrics:
             "call's network time).",
             ("route",),
         )
-        self.route_culprit = counter(
-            ROUTE_CULPRIT.removesuffix("_total"),
-            "Of the victim route's hub wait, seconds during which greenlets of the route "
-            "ran (delay pieces over 1 ms).",
-            ("route", "victim"),
+        # Folded series, by family (the culprit family only, for now). Flushed after the
+        # family that folds, so a flush carries a fold and its count together.
+        self.series_folded = _Family(
+            Counter(
+                SERIES_FOLDED.removesuffix("_total"),
+                "Label sets a worker folded into an 'other' series to keep the family "
+                "bounded, by family.",
+                ("family",),
+                registry=registry,
+            )
         )
+        self.route_culprit = _TopKFamily(
+            Counter(
+                ROUTE_CULPRIT.removesuffix("_total"),
+                f"Of the victim route's hub wait, seconds during which greenlets of the "
+                f"route ran (delay pieces over 1 ms); per victim and worker, the top "
+                f"{culprit_top_k} routes by name, the rest as {CULPRIT_OTHER!r}.",
+                ("route", "victim"),
+                registry=registry,
+            ),
+            culprit_top_k,
+            self.series_folded(ROUTE_CULPRIT.removesuffix("_total")),
+        )
+        self.families += [self.route_culprit, self.series_folded]
         self.loop_lag = histogram(
             "pricing_loop_lag_seconds",
             "How late the hub ran a periodic 50 ms timer, per tick.",

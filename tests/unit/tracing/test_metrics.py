@@ -200,3 +200,59 @@ def test_an_offer_delayed_by_quotes_says_who_and_how_long() -> None:
     culprit = "pricing_route_culprit_seconds_total"
     assert value(seen, culprit, route=RIDE, victim=ROUTE) == pytest.approx(0.045)
     assert value(seen, culprit, route="<hub>", victim=ROUTE) == pytest.approx(0.005)
+
+
+CULPRIT = "pricing_route_culprit_seconds_total"
+FOLDED = "pricing_metric_series_folded_total"
+
+
+def culprit_series(seen: dict, victim: str) -> dict[str, float]:
+    return {
+        dict(labels)["route"]: v
+        for (name, labels), v in seen.items()
+        if name == CULPRIT and dict(labels)["victim"] == victim
+    }
+
+
+def test_culprits_per_victim_are_the_top_k_by_name_and_the_rest_one_other_series() -> None:
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry, culprit_top_k=2)
+    # Ten culprits of one victim: the two with the most seconds keep their names.
+    metrics._blame(ROUTE, {f"GET /r{i}": 0.001 * (i + 1) for i in range(10)})
+    metrics.flush()
+    seen = scraped(registry)
+    series = culprit_series(seen, ROUTE)
+    assert set(series) == {"GET /r9", "GET /r8", "<other>"}
+    assert sum(series.values()) == pytest.approx(0.055)  # nothing lost in the fold
+    folded = value(
+        seen, "pricing_metric_series_folded_total", family="pricing_route_culprit_seconds"
+    )
+    assert folded == 8
+
+    # A named culprit keeps its series; a newcomer, however large, is folded (a counter
+    # never moves), and a pair already folded is not counted twice.
+    metrics._blame(ROUTE, {"GET /r0": 1.0, "GET /new": 2.0, "GET /r9": 0.5})
+    metrics.flush()
+    seen = scraped(registry)
+    series = culprit_series(seen, ROUTE)
+    assert set(series) == {"GET /r9", "GET /r8", "<other>"}
+    assert series["GET /r9"] == pytest.approx(0.510)
+    assert sum(series.values()) == pytest.approx(3.555)
+    folded = value(
+        seen, "pricing_metric_series_folded_total", family="pricing_route_culprit_seconds"
+    )
+    assert folded == 9
+
+
+def test_at_300_routes_the_culprit_family_grows_with_routes_not_routes_squared() -> None:
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry)
+    routes = [f"GET /v1/synth/r{i:03d}" for i in range(300)]
+    for victim in routes:
+        metrics._blame(victim, {culprit: 0.002 for culprit in routes if culprit != victim})
+    metrics.flush()
+    seen = scraped(registry)
+    culprits = [labels for (name, labels) in seen if name == CULPRIT]
+    assert len(culprits) == 300 * 6  # top 5 and <other> per victim, not 300 x 299
+    # suggest still sees every victim's whole delay: the folded seconds are not lost.
+    assert sum(v for (n, _), v in seen.items() if n == CULPRIT) == pytest.approx(300 * 299 * 0.002)
