@@ -93,6 +93,12 @@ DURATION_BUCKETS_S: Final = (
     5.0,
     10.0,
 )
+#: Upper bounds of the per-route timing histograms (inbound delay, its CPU wait, handler,
+#: hub wait): a short set, as these are per route on top of the RED family (which keeps
+#: DURATION_BUCKETS_S). 1 ms: waited for nothing; 5 ms: `routes suggest`'s CPU-heavy
+#: threshold (one such request holds the hub that long); 20 ms: the io pool's loop-lag
+#: target; 50 ms; 200 ms: the io pool's p99 target; 1 s; 10 s: the longest route timeout.
+ROUTE_TIMING_BUCKETS_S: Final = (0.001, 0.005, 0.02, 0.05, 0.2, 1.0, 10.0)
 #: Upper bounds of the loop-lag histogram (seconds). The io pool's HPA targets a p99
 #: of 20 ms (deploy/kubernetes): 0.02 is a bound, with 15 and 25 ms either side, so the
 #: p99 near the target is read between close bounds.
@@ -141,7 +147,14 @@ ROUTE_CULPRIT: Final = "pricing_route_culprit_seconds_total"
 CULPRIT_TOP_K: Final = 5
 #: The culprit that stands for the folded ones; "<...>" like ``<hub>``: never placed.
 CULPRIT_OTHER: Final = "<other>"
-#: Counts the (culprit, victim) pairs a worker folded into CULPRIT_OTHER, per family.
+#: The per-route timing histograms (ROUTE_TIMING_BUCKETS_S) keep their own series for
+#: at most this many routes per worker: the ones with the most requests when it first
+#: had room; every other route's observations go to route=CULPRIT_OTHER. The RED
+#: family and the route CPU, network and culprit counters stay per route (what
+#: `routes suggest` counts requests and CPU by).
+ROUTE_TIMING_TOP_K: Final = 16
+#: Counts the label sets a worker folded into CULPRIT_OTHER, per family: (culprit,
+#: victim) pairs of the culprit family, routes of the timing histograms.
 SERIES_FOLDED: Final = "pricing_metric_series_folded_total"
 
 __all__ = ["CONTENT_TYPE", "ENDPOINT", "PoolMetrics", "flush", "pool_metrics", "render"]
@@ -210,14 +223,60 @@ class _Family:
                 if not any(gained):
                     continue
                 self._flushed[values] = (counts, total)
-                prometheus_adapter.add_to_histogram(self._target(values), gained, total - before[1])
+                prometheus_adapter.add_to_histogram(
+                    self._target(self._exposed(values)), gained, total - before[1]
+                )
             else:
                 now = child.value
                 gained = now - self._flushed.get(values, 0.0)
                 if not gained:
                     continue
                 self._flushed[values] = now
-                self._target(values).inc(gained)
+                self._target(self._exposed(values)).inc(gained)
+
+    def _exposed(self, values: tuple[str, ...]) -> tuple[str, ...]:
+        """The label values *values*' gains are exposed under (their own here)."""
+        return values
+
+
+class _TopRoutesFamily(_Family):
+    """A per-route histogram (one label: the route) that exposes at most *top_k* routes
+    per worker by name. The request path is the plain family's. At each flush, while
+    there is room, the unnamed routes with the most observations so far are named, for
+    good (a series never moves); every other route's gains go to ``(CULPRIT_OTHER,)``,
+    so the family's count and sum stay the worker's whole, and each route folded for
+    the first time counts once in *folded*."""
+
+    __slots__ = ("_folded", "_folded_routes", "_named", "_top_k")
+
+    def __init__(
+        self, metric: Any, bounds: Sequence[float], top_k: int, folded: LocalCounter
+    ) -> None:
+        super().__init__(metric, bounds)
+        self._top_k = top_k
+        self._named: set[tuple[str, ...]] = set()
+        self._folded = folded
+        self._folded_routes: set[tuple[str, ...]] = set()
+
+    def flush(self) -> None:
+        if len(self._named) < self._top_k:
+            unnamed = [
+                (sum(child.counts), values)
+                for values, child in list(self._by.items())
+                if values not in self._named
+            ]
+            unnamed.sort(key=lambda pair: (-pair[0], pair[1]))
+            for _, values in unnamed[: self._top_k - len(self._named)]:
+                self._named.add(values)
+        super().flush()
+
+    def _exposed(self, values: tuple[str, ...]) -> tuple[str, ...]:
+        if values in self._named:
+            return values
+        if values not in self._folded_routes:
+            self._folded_routes.add(values)
+            self._folded.inc()
+        return (CULPRIT_OTHER,)
 
 
 class _TopKFamily(_Family):
@@ -274,6 +333,7 @@ class PoolMetrics:
         pool: str | None = None,
         *,
         culprit_top_k: int = CULPRIT_TOP_K,
+        route_timing_top_k: int = ROUTE_TIMING_TOP_K,
     ) -> None:
         self.families: list[_Family] = []
         #: Called on the hub before every flush: bring in counts kept elsewhere
@@ -291,6 +351,27 @@ class PoolMetrics:
 
         def counter(name: str, text: str, labels: Sequence[str]) -> _Family:
             self.families.append(_Family(Counter(name, text, labels, registry=registry)))
+            return self.families[-1]
+
+        # Folded series, by family. Flushed after every family that folds (appended
+        # last but the loop lag's), so a flush carries a fold and its count together.
+        self.series_folded = _Family(
+            Counter(
+                SERIES_FOLDED.removesuffix("_total"),
+                "Label sets a worker folded into an '<other>' series to keep the family "
+                "bounded, by family.",
+                ("family",),
+                registry=registry,
+            )
+        )
+
+        def per_route(name: str, text: str) -> _Family:
+            metric = PromHistogram(
+                name, text, ("route",), registry=registry, buckets=ROUTE_TIMING_BUCKETS_S
+            )
+            bounds = prometheus_adapter.histogram_bounds(metric)[:-1]
+            folded = self.series_folded(name)
+            self.families.append(_TopRoutesFamily(metric, bounds, route_timing_top_k, folded))
             return self.families[-1]
 
         buckets = DURATION_BUCKETS_S
@@ -329,23 +410,17 @@ class PoolMetrics:
         )
         # The gevent timing (PRICING_TRACING=full): every request and call, whatever
         # the span sampling.
-        self.inbound_delay = histogram(
+        self.inbound_delay = per_route(
             INBOUND_DELAY,
             "From a request's first bytes in the pool's kernel until its handler started.",
-            ("route",),
-            buckets,
         )
-        self.inbound_cpu_wait = histogram(
+        self.inbound_cpu_wait = per_route(
             "pricing_inbound_cpu_wait_seconds",
             "Of the inbound delay, time the process waited for a CPU.",
-            ("route",),
-            buckets,
         )
-        self.handler = histogram(
+        self.handler = per_route(
             HANDLER,
             "From the handler's start until its end (the server span's time).",
-            ("route",),
-            buckets,
         )
         self.network = histogram(
             "pricing_upstream_network_seconds",
@@ -366,12 +441,10 @@ class PoolMetrics:
             buckets,
         )
         # What each route costs the hub and suffers from it (routes suggest).
-        self.hub_wait = histogram(
+        self.hub_wait = per_route(
             ROUTE_HUB_WAIT,
             "Time a request was ready but waited for the hub along its critical path "
             "(inbound delay, the critical call's pre-send wait, scheduling delay, wake).",
-            ("route",),
-            buckets,
         )
         self.route_cpu = counter(
             ROUTE_CPU.removesuffix("_total"),
@@ -384,17 +457,6 @@ class PoolMetrics:
             "Time the route's requests waited on the network (their critical upstream "
             "call's network time).",
             ("route",),
-        )
-        # Folded series, by family (the culprit family only, for now). Flushed after the
-        # family that folds, so a flush carries a fold and its count together.
-        self.series_folded = _Family(
-            Counter(
-                SERIES_FOLDED.removesuffix("_total"),
-                "Label sets a worker folded into an 'other' series to keep the family "
-                "bounded, by family.",
-                ("family",),
-                registry=registry,
-            )
         )
         self.route_culprit = _TopKFamily(
             Counter(
