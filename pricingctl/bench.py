@@ -1065,7 +1065,7 @@ def _timing_cost(args: argparse.Namespace) -> int:
     return _measure_and_report(planned_s, measure)
 
 
-SCALE_FULL = {"routes": 300, "offers_s": 20, "window_s": 30}
+SCALE_FULL = {"routes": 300, "offers_s": 20, "window_s": 60}
 SCALE_QUICK = {"routes": 20, "offers_s": 5, "window_s": 8}
 
 
@@ -1080,7 +1080,7 @@ def _routes_scale(args: argparse.Namespace) -> int:
         window_s=base["window_s"],
     )
     # Two stacks each started, loaded (offers, then the synthetic load) and one rolled.
-    planned_s = 2 * (STACK_START_EST_S + settings.offers_s + 3) + settings.window_s + 40
+    planned_s = 2 * (STACK_START_EST_S + settings.offers_s + 3) + settings.window_s + 50
 
     def measure(progress: Progress, machine: dict[str, object]) -> str:
         progress.step(f"routes-scale: six routes, then {settings.routes} more", planned_s)
