@@ -256,3 +256,86 @@ def test_at_300_routes_the_culprit_family_grows_with_routes_not_routes_squared()
     assert len(culprits) == 300 * 6  # top 5 and <other> per victim, not 300 x 299
     # suggest still sees every victim's whole delay: the folded seconds are not lost.
     assert sum(v for (n, _), v in seen.items() if n == CULPRIT) == pytest.approx(300 * 299 * 0.002)
+
+
+HANDLER_COUNT = "pricing_handler_duration_seconds_count"
+
+
+def handler_counts(seen: dict) -> dict[str, float]:
+    return {dict(labels)["route"]: v for (name, labels), v in seen.items() if name == HANDLER_COUNT}
+
+
+def test_timing_histograms_name_the_busiest_routes_and_fold_the_rest_into_other() -> None:
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry, route_timing_top_k=2)
+    # Route i is asked i + 1 times: r4 and r3 are the busiest.
+    for i in range(5):
+        for _ in range(i + 1):
+            metrics.observe_timing(f"GET /r{i}", offer_delayed_by_quotes())
+            metrics.observe_request("GET", f"/r{i}", 200, 0.15)
+    metrics.flush()
+    seen = scraped(registry)
+    assert handler_counts(seen) == {"GET /r4": 5, "GET /r3": 4, "<other>": 6}
+    hub_wait = {
+        dict(labels)["route"]
+        for (name, labels) in seen
+        if name == "pricing_route_hub_wait_seconds_count"
+    }
+    assert hub_wait == {"GET /r4", "GET /r3", "<other>"}
+    for family in (
+        "pricing_handler_duration_seconds",
+        "pricing_inbound_delay_seconds",
+        "pricing_inbound_cpu_wait_seconds",
+        "pricing_route_hub_wait_seconds",
+    ):
+        assert value(seen, FOLDED, family=family) == 3, family
+    # RED and the route's CPU and network counters stay per route: suggest counts by them.
+    assert value(seen, DURATION + "_count", **{**BIKE_200, "http_route": "/r0", "pool": ""}) == 1
+    network = {
+        dict(labels)["route"] for (n, labels) in seen if n == "pricing_route_network_seconds_total"
+    }
+    assert len(network) == 5
+
+    # A named route keeps its series; a newcomer, however busy, is folded, counted once.
+    for _ in range(20):
+        metrics.observe_timing("GET /new", offer_delayed_by_quotes())
+    metrics.observe_timing("GET /r4", offer_delayed_by_quotes())
+    metrics.flush()
+    seen = scraped(registry)
+    assert handler_counts(seen) == {"GET /r4": 6, "GET /r3": 4, "<other>": 26}
+    assert value(seen, FOLDED, family="pricing_handler_duration_seconds") == 4
+
+
+def test_per_route_timing_buckets_bracket_what_suggest_and_the_hpa_read() -> None:
+    from routing.suggest import Thresholds
+    from tracing.metrics import LOOP_LAG_BUCKETS_S, ROUTE_TIMING_BUCKETS_S
+
+    assert len(ROUTE_TIMING_BUCKETS_S) <= 8
+    assert Thresholds().cpu_heavy_ms / 1000 in ROUTE_TIMING_BUCKETS_S
+    assert 0.02 in ROUTE_TIMING_BUCKETS_S and 0.02 in LOOP_LAG_BUCKETS_S
+    assert 0.2 in ROUTE_TIMING_BUCKETS_S  # the io pool's p99 target
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry)
+    metrics.observe_timing(ROUTE, offer_delayed_by_quotes())
+    metrics.flush()
+    text = generate_latest(registry).decode()
+    bounds = {
+        line.split('le="')[1].split('"')[0]
+        for line in text.splitlines()
+        if line.startswith("pricing_handler_duration_seconds_bucket")
+    }
+    assert len(bounds) == len(ROUTE_TIMING_BUCKETS_S) + 1
+
+
+def test_at_300_routes_a_worker_exposes_each_timing_histogram_for_the_top_k_only() -> None:
+    from tracing.metrics import ROUTE_TIMING_BUCKETS_S, ROUTE_TIMING_TOP_K
+
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry)
+    for i in range(300):
+        metrics.observe_timing(f"GET /v1/synth/r{i:03d}", offer_delayed_by_quotes())
+    metrics.flush()
+    seen = scraped(registry)
+    buckets = [n for (n, _) in seen if n == "pricing_handler_duration_seconds_bucket"]
+    assert len(buckets) == (ROUTE_TIMING_TOP_K + 1) * (len(ROUTE_TIMING_BUCKETS_S) + 1)
+    assert sum(handler_counts(seen).values()) == 300  # nothing lost in the fold

@@ -160,3 +160,36 @@ def test_a_scrape_that_times_out_is_a_quiet_try_not_the_end() -> None:
         return answer
 
     assert set(scrape("http://pool/metrics", fetch=fetch)) == {"11", "12"}
+
+
+def test_requests_of_a_route_past_the_timing_cap_come_from_the_red_family() -> None:
+    """A worker names only its busiest routes in the timing histograms (the rest in
+    ``<other>``): a route named by one worker and folded by another must not look like
+    fewer requests for the same CPU (a CPU-heavy verdict from a partial count)."""
+    red_labels = (
+        'http_request_method="GET",http_route="/v1/offers/bike",'
+        'http_response_status_code="200",pool="io"'
+    )
+    red = f"{metrics.HTTP_SERVER_DURATION}_count{{{red_labels}}}"
+    red_sum = red.replace("_count{", "_sum{")
+    base = 'pool="io"'
+
+    def text(bikes: int, named: int) -> str:
+        return "\n".join(
+            [
+                f"# TYPE {metrics.HTTP_SERVER_DURATION} histogram",
+                f"{red} {bikes}",
+                f"{red_sum} {bikes * 0.1}",
+                f"# TYPE {metrics.HANDLER} histogram",
+                f'{metrics.HANDLER}_count{{{base},route="{BIKE}"}} {named}',
+                f'{metrics.HANDLER}_sum{{{base},route="{BIKE}"}} {named * 0.142}',
+                f'{metrics.HANDLER}_count{{{base},route="<other>"}} {bikes - named}',
+                f'{metrics.ROUTE_CPU}{{{base},route="{BIKE}"}} {bikes * 0.002}',
+            ]
+        )
+
+    counts = delta(parse_text(text(0, 0)), parse_text(text(100, 40)))
+    (bike,) = usage_from_metrics(counts, 10.0)
+    assert bike.route == BIKE and bike.requests == 100
+    assert abs(bike.cpu_s / bike.requests - 0.002) < 1e-9
+    assert abs(bike.wall_s - 100 * 0.1) < 1e-9  # the RED time, not 40 handlers' worth
