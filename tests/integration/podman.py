@@ -21,19 +21,26 @@ containers.conf of the test's own (CONTAINERS_CONF), never the machine's.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from routing.container import ENVOY_IMAGE, IMAGE, JAEGER_IMAGE
+import yaml
+
+from routing.compose import COMPOSE_FILE
+from routing.container import ENVOY_IMAGE, IMAGE, JAEGER_IMAGE, JAEGER_UI_PORT
 from stack import jaeger
 from stack.envoy import envoy_binary
+from stack.procs import free_port, http_ok, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCK = REPO_ROOT / "requirements.lock"
@@ -161,8 +168,15 @@ def base_image(engine: Podman) -> str:
         rootfs.parent.mkdir(parents=True, exist_ok=True)
         partial = rootfs.with_suffix(f".tmp{os.getpid()}")
         result = subprocess.run(
-            ["mmdebstrap", "--quiet", "--format=tar", "--variant=minbase", f"--include={BASE_PACKAGES}"]
-            + [BASE_SUITE, str(partial)],
+            [
+                "mmdebstrap",
+                "--quiet",
+                "--format=tar",
+                "--variant=minbase",
+                f"--include={BASE_PACKAGES}",
+                BASE_SUITE,
+                str(partial),
+            ],
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -184,8 +198,20 @@ def wheelhouse(lock: Path = LOCK) -> Path:
         return folder
     partial = folder.with_name(f"{digest}.tmp{os.getpid()}")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--require-hashes"]
-        + ["--only-binary", ":all:", "-r", str(lock), "-w", str(partial)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--require-hashes",
+            "--only-binary",
+            ":all:",
+            "-r",
+            str(lock),
+            "-w",
+            str(partial),
+        ],
         capture_output=True,
         text=True,
         timeout=COMMAND_TIMEOUT_S,
@@ -269,3 +295,113 @@ def build_stand_in(engine: Podman, image: StandIn, workdir: Path) -> str:
     finally:
         shutil.rmtree(context, ignore_errors=True)
     return image.tag
+
+
+# --- the compose topology ----------------------------------------------------------
+
+
+@dataclass
+class Topology:
+    """The rendered compose file running under podman-compose."""
+
+    engine: Podman
+    project: str
+    compose_file: Path
+    document: dict[str, Any]
+    url: str  # Envoy's listener, published on 127.0.0.1
+    jaeger_url: str  # Jaeger's query API, published on 127.0.0.1
+
+    def containers(self, service: str) -> list[str]:
+        """The service's containers, one per replica (podman-compose's names)."""
+        replicas = int(self.document["services"][service].get("deploy", {}).get("replicas", 1))
+        return [f"{self.project}_{service}_{n}" for n in range(1, replicas + 1)]
+
+    def all_containers(self) -> list[str]:
+        return [c for service in self.document["services"] for c in self.containers(service)]
+
+    def unhealthy(self) -> list[str]:
+        """Containers whose health check fails now; Jaeger (no health check in the
+        compose file: its image has no client) counts when its API answers."""
+        bad = [
+            name
+            for service, spec in self.document["services"].items()
+            if "healthcheck" in spec
+            for name in self.containers(service)
+            if not self.engine.health(name)
+        ]
+        if not http_ok(f"{self.jaeger_url}/api/services"):
+            bad += self.containers("jaeger")
+        return bad
+
+    def logs(self, names: Sequence[str], lines: int = 20) -> str:
+        parts = []
+        for name in names:
+            result = self.engine.run("logs", "--tail", str(lines), name, check=False)
+            parts.append(f"--- {name}\n{_tail(result.stdout + result.stderr, lines)}")
+        return "\n".join(parts)
+
+
+def for_podman(
+    document: dict[str, Any], internal: str, edge: str, host_ports: dict[int, int]
+) -> dict[str, Any]:
+    """The rendered compose document with the test's addressing, nothing else changed:
+    every container on the test's internal network (no way out; services by name), the
+    services that publish a port also on `edge` (podman forwards no port into an
+    internal network), each published port moved to a free one on 127.0.0.1."""
+    document = copy.deepcopy(document)
+    document["networks"] = {
+        "default": {"external": True, "name": internal},
+        "edge": {"external": True, "name": edge},
+    }
+    for spec in document["services"].values():
+        if "ports" not in spec:
+            continue
+        spec["networks"] = ["default", "edge"]
+        moved = []
+        for mapping in spec["ports"]:
+            host, _, container = mapping.rpartition(":")
+            address = host.rpartition(":")[0]
+            assert address == "127.0.0.1", f"published beyond loopback: {mapping}"
+            moved.append(f"{address}:{host_ports[int(container)]}:{container}")
+        spec["ports"] = moved
+    return document
+
+
+@contextlib.contextmanager
+def compose_up(
+    engine: Podman, rendered: Path, listener_port: int, ready_timeout_s: float = 240.0
+) -> Iterator[Topology]:
+    """Runs the compose file in `rendered` on two networks the test creates (and removes
+    afterwards, with every container), waits until every service is healthy."""
+    project = f"pricingtest{os.getpid()}"
+    internal, edge = f"{project}-internal", f"{project}-edge"
+    document = yaml.safe_load((rendered / COMPOSE_FILE).read_text(encoding="utf-8"))
+    host_ports = {listener_port: free_port(), JAEGER_UI_PORT: free_port()}
+    compose_file = rendered / "podman-compose.yml"
+    compose_file.write_text(
+        yaml.safe_dump(for_podman(document, internal, edge, host_ports), sort_keys=False),
+        encoding="utf-8",
+    )
+    topology = Topology(
+        engine,
+        project,
+        compose_file,
+        document,
+        url=f"http://127.0.0.1:{host_ports[listener_port]}",
+        jaeger_url=f"http://127.0.0.1:{host_ports[JAEGER_UI_PORT]}",
+    )
+    engine.run("network", "create", "--internal", internal)
+    try:
+        engine.run("network", "create", edge)
+        # --no-build: the image is built beforehand (the rendered build context is
+        # relative to deploy/compose/, not to this folder).
+        engine.compose(project, compose_file, "up", "-d", "--no-build")
+        if not wait_until(lambda: not topology.unhealthy(), ready_timeout_s, interval_s=2.0):
+            bad = topology.unhealthy()
+            logs = topology.logs(bad)
+            raise RuntimeError(f"not healthy after {ready_timeout_s:.0f} s: {bad}\n{logs}")
+        yield topology
+    finally:
+        engine.compose(project, compose_file, "down", check=False)
+        # -f also removes any container still attached.
+        engine.run("network", "rm", "--force", internal, edge, check=False)

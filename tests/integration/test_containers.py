@@ -1,0 +1,182 @@
+"""The image and the compose topology for real, under podman: the real Dockerfile built
+(offline, on a local Debian base), `pricingctl deploy render compose` run with
+podman-compose, traffic through Envoy by service name, a pool replica killed.
+
+Skipped, with the reason in one line, where podman or podman-compose is missing or
+cannot start a container. The first run builds the base image, the wheelhouse and the
+images (a few minutes); later runs reuse them (tests/integration/podman.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from routing.container import IMAGE, POOL_PORT, SERVICE_NAMES
+from routing.model import RouteConfig
+from tests.integration import podman
+from tests.integration.conftest import http
+from tests.integration.test_stack import OFFER_QUERY, call_endpoint
+from tracing.spans import Span, from_jaeger
+
+pytestmark = pytest.mark.integration
+
+NON_ROOT_UID = "10001"  # the Dockerfile's USER
+KILLED_POOL = "io"  # its GETs retry on another replica on connect failure
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> podman.Podman:
+    try:
+        return podman.podman(tmp_path_factory.mktemp("podman"))
+    except podman.Unavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def images(engine: podman.Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The service image from the real Dockerfile, and the Envoy and Jaeger stand-ins."""
+    workdir = tmp_path_factory.mktemp("images")
+    try:
+        stand_ins = podman.stand_ins()
+    except podman.Unavailable as exc:
+        pytest.skip(str(exc))
+    for stand_in in stand_ins:
+        podman.build_stand_in(engine, stand_in, workdir)
+    return podman.build_service_image(engine)
+
+
+@pytest.fixture(scope="module")
+def topology(
+    engine: podman.Podman,
+    images: str,
+    all_traced_routes: RouteConfig,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[podman.Topology]:
+    """The compose folder as `pricingctl deploy render compose` writes it, from the
+    committed routes with Envoy sampling every request (so one request makes a trace)."""
+    rendered = tmp_path_factory.mktemp("compose")
+    render = ["deploy", "render", "compose", "--config", str(all_traced_routes.source)]
+    subprocess.run(
+        [sys.executable, "-m", "pricingctl", *render, "--output", str(rendered)],
+        check=True,
+        capture_output=True,
+        cwd=podman.REPO_ROOT,
+    )
+    with podman.compose_up(engine, rendered, all_traced_routes.listener.address.port) as running:
+        yield running
+
+
+def test_the_image_runs_as_its_non_root_user(engine: podman.Podman, images: str) -> None:
+    assert images == IMAGE
+    uid = engine.run("run", "--rm", "--entrypoint", "id", IMAGE, "-u").stdout.strip()
+    assert uid == NON_ROOT_UID
+
+
+def test_every_service_is_healthy_and_pools_run_unprivileged(
+    engine: podman.Podman, topology: podman.Topology, routes: RouteConfig
+) -> None:
+    assert topology.unhealthy() == []
+    running = engine.run(
+        "ps", "--filter", f"label=io.podman.compose.project={topology.project}",
+        "--format", "{{.Names}}",
+    ).stdout.split()  # fmt: skip
+    assert sorted(running) == sorted(topology.all_containers())
+    for pool in routes.pools:
+        replicas = topology.containers(SERVICE_NAMES.pool(pool.name))
+        assert len(replicas) >= 2
+        for name in replicas:
+            assert engine.exec(name, "id", "-u").strip() == NON_ROOT_UID
+
+
+def test_every_route_is_served_by_its_pool_through_envoy(
+    topology: podman.Topology, routes: RouteConfig
+) -> None:
+    """Offers (io pool) and rideshare quotes (cpu pool) among them: Envoy reaches each
+    pool by its compose service name."""
+    for route in routes.routes:
+        status, pool = call_endpoint(topology.url, route)
+        assert (route.endpoint, status, pool) == (route.endpoint, 200, route.pool)
+
+
+def _complete_trace(jaeger_url: str) -> list[Span] | None:
+    traces: dict[str, list[Span]] = {}
+    for span in from_jaeger(jaeger_url, service="envoy", limit=20):
+        traces.setdefault(span.trace_id, []).append(span)
+    for trace in traces.values():
+        services = {s.service for s in trace}
+        if {"envoy", "pricingservice"} <= services and any(s.kind == "client" for s in trace):
+            return trace
+    return None
+
+
+def test_a_request_through_envoy_makes_one_trace_in_jaeger(topology: podman.Topology) -> None:
+    """Envoy's span (OTLP gRPC to jaeger:4317) and the pool's server and client spans
+    (OTLP HTTP to jaeger:4318) under one trace id."""
+    reply = http("GET", f"{topology.url}/v1/offers/bike?{OFFER_QUERY}")
+    assert reply.status == 200
+    deadline = time.monotonic() + 30
+    trace = None
+    while trace is None and time.monotonic() < deadline:
+        time.sleep(1.0)
+        trace = _complete_trace(topology.jaeger_url)
+    assert trace is not None, "no trace with Envoy's and the pool's spans in Jaeger"
+    server = [s for s in trace if s.service == "pricingservice" and s.kind == "server"]
+    envoy = [s for s in trace if s.service == "envoy"]
+    assert len(server) == 1 and len(envoy) == 1
+    assert server[0].parent_id == envoy[0].span_id
+
+
+def test_each_pool_replica_serves_its_metrics(
+    engine: podman.Podman, topology: podman.Topology, routes: RouteConfig
+) -> None:
+    """Read inside each container (the pools publish no port): what Prometheus scrapes."""
+    fetch = (
+        "import urllib.request; print(urllib.request.urlopen("
+        f"'http://127.0.0.1:{POOL_PORT}{routes.meta.metrics}', timeout=5).read().decode())"
+    )
+    for pool in routes.pools:
+        for name in topology.containers(SERVICE_NAMES.pool(pool.name)):
+            text = engine.exec(name, "python", "-c", fetch)
+            assert "# TYPE pricing_loop_lag_seconds histogram" in text, name
+            assert f'pool="{pool.name}"' in text, name
+
+
+def _envoy_hosts(
+    engine: podman.Podman, topology: podman.Topology, routes: RouteConfig, cluster: str
+) -> list[str]:
+    """The addresses Envoy's DNS cluster holds now (its admin, inside its container)."""
+    admin = (
+        "import urllib.request; print(urllib.request.urlopen("
+        f"'http://127.0.0.1:{routes.admin.port}/clusters?format=json', timeout=5).read().decode())"
+    )
+    text = engine.exec(topology.containers("envoy")[0], "python3", "-c", admin)
+    statuses = json.loads(text)["cluster_statuses"]
+    (status,) = [s for s in statuses if s["name"] == cluster]
+    return sorted(h["address"]["socket_address"]["address"] for h in status["host_statuses"])
+
+
+def test_a_killed_pool_replica_leaves_envoy_serving_from_the_other(
+    engine: podman.Podman, topology: podman.Topology, routes: RouteConfig
+) -> None:
+    """SIGKILL one io replica: offers keep answering 200 (a GET retries on another host
+    on connect failure), and Envoy's DNS cluster drops the dead address."""
+    cluster = f"{KILLED_POOL}_pool"
+    before = _envoy_hosts(engine, topology, routes, cluster)
+    assert len(before) == 2, before
+    victim, survivor = topology.containers(SERVICE_NAMES.pool(KILLED_POOL))[:2]
+    engine.run("kill", "--signal", "KILL", victim)
+    statuses = []
+    deadline = time.monotonic() + 12  # beyond Envoy's DNS refresh (5 s by default)
+    while time.monotonic() < deadline:
+        statuses.append(http("GET", f"{topology.url}/v1/offers/bike?{OFFER_QUERY}").status)
+        time.sleep(0.1)
+    assert statuses and set(statuses) == {200}, statuses
+    after = _envoy_hosts(engine, topology, routes, cluster)
+    assert len(after) == 1 and after[0] in before, (before, after)
+    assert engine.health(survivor)
