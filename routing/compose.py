@@ -112,14 +112,15 @@ def compose_document(
         "volumes": [f"./{ENVOY_FILE}:{ENVOY_CONFIG_PATH}:ro"],
         "ports": [f"127.0.0.1:{port}:{port}"],
         # Envoy's admin answers /ready on loopback inside its container; bash is in the
-        # official image, curl is not.
+        # official image, curl is not. HTTP/1.1: Envoy answers HTTP/1.0 with 426.
         "healthcheck": _health(
             [
                 "CMD",
                 "bash",
                 "-c",
-                f"exec 3<>/dev/tcp/127.0.0.1/{config.admin.port} && "
-                "printf 'GET /ready HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q LIVE <&3",
+                f"exec 3<>/dev/tcp/127.0.0.1/{config.admin.port} && printf 'GET /ready "
+                "HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n' >&3 && "
+                "grep -q LIVE <&3",
             ],
             5,
         ),

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""An OCI runtime for podman on machines that deny setrlimit: it deletes
-`process.rlimits` from the bundle's config.json, then runs runc (or crun) with the
-same arguments. Given to podman by tests/integration/podman.py only when a container
-cannot start without it (`error setting rlimit ...: operation not permitted`).
+"""An OCI runtime for podman on machines that deny setrlimit: it deletes the rlimits
+from the bundle's config.json (a container's start) or from the process spec (an exec,
+which health checks use too), then runs runc (or crun) with the same arguments.
+Given to podman by tests/integration/podman.py only when a container cannot start
+without it (`error setting rlimit ...: operation not permitted`).
 
 Without the limits a container keeps the ones conmon has (the machine's own), which is
 what every other process here runs with.
@@ -14,25 +15,34 @@ import shutil
 import sys
 
 
-def bundle(args: list[str]) -> str | None:
+def option(args: list[str], name: str) -> str | None:
     for i, arg in enumerate(args):
-        if arg in ("--bundle", "-b") and i + 1 < len(args):
+        if arg == name and i + 1 < len(args):
             return args[i + 1]
-        if arg.startswith("--bundle="):
+        if arg.startswith(name + "="):
             return arg.split("=", 1)[1]
     return None
 
 
+def drop_rlimits(path: str, process_key: bool) -> None:
+    with open(path, encoding="utf-8") as f:
+        spec = json.load(f)
+    process = spec.get("process", {}) if process_key else spec
+    if process.pop("rlimits", None) is not None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(spec, f)
+
+
 def main() -> None:
     args = sys.argv[1:]
-    folder = bundle(args)
-    if folder is not None:
-        path = os.path.join(folder, "config.json")
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-        if config.get("process", {}).pop("rlimits", None) is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(config, f)
+    # `create`/`run`: the bundle's config.json; `exec` (podman exec, health checks): the
+    # process spec given on its own.
+    bundle = option(args, "--bundle") or option(args, "-b")
+    if bundle is not None:
+        drop_rlimits(os.path.join(bundle, "config.json"), process_key=True)
+    process = option(args, "--process")
+    if process is not None:
+        drop_rlimits(process, process_key=False)
     runtime = shutil.which("runc") or shutil.which("crun")
     if runtime is None:
         sys.exit("oci-runtime-no-rlimits: neither runc nor crun is installed")

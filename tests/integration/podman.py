@@ -26,6 +26,7 @@ import copy
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -347,13 +348,20 @@ def for_podman(
     """The rendered compose document with the test's addressing, nothing else changed:
     every container on the test's internal network (no way out; services by name), the
     services that publish a port also on `edge` (podman forwards no port into an
-    internal network), each published port moved to a free one on 127.0.0.1."""
+    internal network), each published port moved to a free one on 127.0.0.1; health
+    checks as strings."""
     document = copy.deepcopy(document)
     document["networks"] = {
         "default": {"external": True, "name": internal},
         "edge": {"external": True, "name": edge},
     }
     for spec in document["services"].values():
+        test = spec.get("healthcheck", {}).get("test")
+        if test and test[0] == "CMD":
+            # podman-compose 1.0.3 pops "CMD" off the list, which the replicas share
+            # (the second one fails), and mis-quotes CMD's arguments; a string, which
+            # compose runs with the shell (as CMD-SHELL), passes through intact.
+            spec["healthcheck"]["test"] = shlex.join(test[1:])
         if "ports" not in spec:
             continue
         spec["networks"] = ["default", "edge"]
