@@ -46,8 +46,8 @@ HEADER = """\
 #   service: http://127.0.0.1:{listener_port}   Jaeger's UI: http://127.0.0.1:{jaeger_ui}
 # Published on the host's loopback only; inside the compose network every process
 # listens on 0.0.0.0 (its container's own network namespace).
-# NOT RUN on the project's machines (no Docker engine): `docker-compose config`
-# validates it in the tests.
+# Run on the project's machines under podman, with stand-in Envoy and Jaeger images
+# (tests/integration/test_containers.py); `docker-compose config` validates it too.
 """
 
 
