@@ -119,10 +119,14 @@ def render_routes_toml(config: RouteConfig, header: str = DERIVED_HEADER) -> str
 def write_atomic(path: Path, text: str) -> None:
     """Write `path` so that a reader (a booting worker, Envoy watching the directory)
     sees the old file or the new one, never half of one, and a crash leaves one of the
-    two on disk: a temporary file in the same directory, flushed to disk, renamed."""
+    two on disk: a temporary file in the same directory, flushed to disk, renamed.
+    The file keeps its mode, or gets 0644 (not mkstemp's 0600): the compose files are
+    mounted into containers whose processes are not their owner."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()

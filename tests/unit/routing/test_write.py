@@ -46,3 +46,16 @@ def test_write_atomic_leaves_the_old_file_when_a_write_fails(
         write_atomic(target, "new\n")
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["pool.toml"]  # no temporary left
+
+
+def test_write_atomic_makes_a_file_others_can_read_and_keeps_a_set_mode(tmp_path: Path) -> None:
+    """`deploy render`'s files are mounted into containers whose user is not their owner
+    (Envoy's, Jaeger's): mkstemp's 0600 made them unreadable there."""
+    from routing.write import write_atomic
+
+    target = tmp_path / "envoy.yaml"
+    write_atomic(target, "one\n")
+    assert target.stat().st_mode & 0o777 == 0o644
+    target.chmod(0o640)
+    write_atomic(target, "two\n")
+    assert target.stat().st_mode & 0o777 == 0o640
