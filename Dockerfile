@@ -12,6 +12,7 @@
 # BASE: any image with Python 3.11 (python3) and the venv module. The tests build on a
 # local Debian bookworm image instead (tests/integration/test_containers.py).
 ARG BASE=python:3.11.15-slim-trixie
+# checkov:skip=CKV_DOCKER_7: the FROMs name build arguments, which checkov does not resolve: BASE defaults to a release tag, WHEELHOUSE to scratch or a local build context
 # WHEELHOUSE: where pip finds the wheels. Default: nowhere (an empty stage), and pip
 # downloads from PyPI. Offline, from wheels built on the host from the same lock:
 #   pip wheel --require-hashes --only-binary :all: -r requirements.lock -w wheelhouse
