@@ -10,10 +10,12 @@ images (a few minutes); later runs reuse them (tests/integration/podman.py).
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +31,46 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NON_ROOT_UID = "10001"  # the Dockerfile's USER
 KILLED_POOL = "io"  # its GETs retry on another replica on connect failure
+
+
+def test_the_runtime_wrapper_drops_rlimits_from_a_bundle_and_an_exec(tmp_path: Path) -> None:
+    """No podman needed: what the wrapper changes before it runs runc."""
+    from tests.integration import oci_runtime_no_rlimits as wrapper
+
+    rlimits = [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576}]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"process": {"args": ["true"], "rlimits": rlimits}}))
+    process = tmp_path / "exec.json"
+    process.write_text(json.dumps({"args": ["id"], "rlimits": rlimits}))
+    args = ["--root", "/run/runc", "create", "--bundle", str(tmp_path), "ctr"]
+    wrapper.drop_rlimits(str(tmp_path / "config.json"), process_key=True)
+    wrapper.drop_rlimits(str(process), process_key=False)
+    assert wrapper.option(args, "--bundle") == str(tmp_path)
+    assert wrapper.option(["exec", f"--process={process}"], "--process") == str(process)
+    assert json.loads(config.read_text()) == {"process": {"args": ["true"]}}
+    assert json.loads(process.read_text()) == {"args": ["id"]}
+
+
+def test_the_podman_copy_changes_only_addresses_and_health_check_form() -> None:
+    """No podman needed: the compose document the test runs, against the committed one."""
+    import yaml
+
+    rendered = yaml.safe_load((podman.REPO_ROOT / "deploy/compose/docker-compose.yml").read_text())
+    copy = podman.for_podman(rendered, "net-a", "net-b", {8080: 18080, 16686: 26686})
+    assert copy["networks"]["default"] == {"external": True, "name": "net-a"}
+    for name, spec in copy["services"].items():
+        original = rendered["services"][name]
+        changed = {k for k in {*spec, *original} if spec.get(k) != original.get(k)}
+        assert changed <= {"networks", "ports", "healthcheck"}, (name, changed)
+        if "ports" in original:
+            assert spec["networks"] == ["default", "edge"]
+            assert all(p.startswith("127.0.0.1:") for p in spec["ports"])
+        else:
+            assert "networks" not in spec  # the internal network only
+        if "healthcheck" in original:
+            assert isinstance(spec["healthcheck"]["test"], str)
+            assert shlex.split(spec["healthcheck"]["test"]) == original["healthcheck"]["test"][1:]
+    assert copy["services"]["envoy"]["ports"] == ["127.0.0.1:18080:8080"]
 
 
 @pytest.fixture(scope="module")
