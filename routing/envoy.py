@@ -471,7 +471,7 @@ def _route(config: RouteConfig, route: Route, layout: Layout) -> dict[str, Any]:
                 }
             ],
         }
-        if pool.replicas > 1:
+        if _several_hosts(pool):
             action["retry_policy"].update(_replica_retry(route))
             action["hedge_policy"] = {"hedge_on_per_try_timeout": True}
     return {
@@ -829,7 +829,7 @@ def _outlier_detection(pool: Pool) -> dict[str, Any]:
     before its health checks fail, and comes back after the ejection time or its
     next passed health check; at most MAX_EJECTION_PERCENT of them at a time.
     """
-    several = pool.replicas > 1
+    several = _several_hosts(pool)
     return {
         "split_external_local_origin_errors": True,
         "consecutive_local_origin_failure": 5 if not several else 3,
@@ -841,6 +841,13 @@ def _outlier_detection(pool: Pool) -> dict[str, Any]:
         "base_ejection_time": "5s",
         "max_ejection_percent": MAX_EJECTION_PERCENT if several else 100,
     }
+
+
+def _several_hosts(pool: Pool) -> bool:
+    """Several replicas listed, or a name that resolves to several (a compose service
+    with replicas, a headless Service): retry and hedge on another host, eject a dead
+    one. Only a pool on one IP address is known to be one host."""
+    return pool.replicas > 1 or not all(_is_ip(b.host) for b in pool.binds)
 
 
 def _is_ip(host: str) -> bool:

@@ -119,3 +119,19 @@ def test_container_envoy_configs_pass_envoys_validation(path: Path, tmp_path: Pa
     )
     assert text is not None
     assert validate(text) is None
+
+
+def test_compose_pools_by_service_name_retry_hedge_and_eject_per_replica() -> None:
+    """A compose service name resolves to every replica: Envoy treats it as several
+    hosts (a killed container is retried around and ejected), as for listed replicas."""
+    envoy = yaml.safe_load((COMPOSE_DIR / "envoy.yaml").read_text())
+    resources = envoy["static_resources"]
+    io = next(c for c in resources["clusters"] if c["name"] == "io_pool")
+    assert io["type"] == "STRICT_DNS"
+    assert io["outlier_detection"]["enforcing_consecutive_local_origin_failure"] == 100
+    routes = resources["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
+        "route_config"
+    ]["virtual_hosts"][0]["routes"]
+    bike = next(r for r in routes if r.get("name") == "offers.bike")["route"]
+    assert bike["hedge_policy"] == {"hedge_on_per_try_timeout": True}
+    assert bike["retry_policy"]["retry_host_predicate"]
