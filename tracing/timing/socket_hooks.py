@@ -27,7 +27,7 @@ from typing import Any
 
 from greenlet import getcurrent
 
-from tracing.timing import kernel_rx
+from tracing.timing import kernel_rx, native
 from tracing.timing.call_state import CallState, measuring
 from tracing.timing.hook_errors import swallow
 from tracing.timing.labels import TAG_ATTR
@@ -77,6 +77,11 @@ def _account_wait(
 
 
 def _make_wait(original: Callable[..., Any]) -> Callable[..., Any]:
+    compiled = native.active()
+    if compiled is not None:
+        # The same, compiled (_native.c: WaitHook); this function is its reference.
+        return compiled.WaitHook(original)  # type: ignore[no-any-return]
+
     def _wait(self: Any, watcher: Any, timeout_exc: Any = None) -> Any:
         if not measuring[0]:
             return original(self, watcher, timeout_exc)

@@ -10,7 +10,9 @@ naming (see ``CULPRIT_THRESHOLD_S``).
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
+from tracing.timing import native
 from tracing.timing.labels import UNKNOWN_LABEL
 
 #: Default capacity (entries). At ~20k switches/s under load this covers ~0.4 s; a delay
@@ -43,6 +45,10 @@ class SwitchLog:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def entries(self) -> list[tuple[int, str | None]]:
+        """Every entry, oldest first."""
+        return list(self._entries)
+
     def last(self) -> tuple[int, str | None] | None:
         """Return the newest entry, or None. Safe to call from another OS thread."""
         try:
@@ -73,3 +79,10 @@ class SwitchLog:
                 return
             segment_end = switched_at
         into[UNRECORDED_LABEL] = into.get(UNRECORDED_LABEL, 0) + (segment_end - start_ns)
+
+
+def new_log(size: int = DEFAULT_SIZE) -> Any:
+    """A switch log: the compiled one where the compiled path runs (the compiled switch
+    tracer writes only into that kind), else :class:`SwitchLog`."""
+    compiled = native.active()
+    return SwitchLog(size) if compiled is None else compiled.SwitchLog(size)

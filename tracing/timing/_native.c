@@ -1,0 +1,1032 @@
+/* The timing core's hot path, compiled: what runs on every greenlet switch and around
+ * every socket wait. The Python modules are the reference (switch_tracer, switchlog,
+ * socket_hooks, kernel_rx, call_state); this file follows them line for line, and
+ * tests/unit/tracing/timing/test_native.py replays the same switch and wait sequences
+ * through both and compares every number.
+ *
+ * Never raise into the code it observes: a hook that finds a state it cannot handle
+ * (a missing attribute, a non-integer, a failed syscall) counts it in bad_states, clears
+ * the error and carries on, exactly where the Python reference would call swallow().
+ * The one exception is the previously installed greenlet tracer, which is chained to
+ * as is: its errors are its own, as in the reference.
+ *
+ * Objects the C code reads (greenlet tags, CallState, RequestState) stay Python objects
+ * with __slots__: attribute access through interned names costs tens of ns, against a
+ * Python frame per switch (0.4 us) in the reference.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stddef.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+/* kernel_rx: SO_TIMESTAMPNS_OLD, whose payload is a native struct timespec. */
+#define RX_SO_TIMESTAMPNS 35
+#define TCP_INFO_LAST_ACK_RECV_OFFSET 56
+#define TCP_INFO_LEN 64
+#define TCP_INFO_RESOLUTION_NS 4000000LL
+/* switchlog.MAX_WALK */
+#define MAX_WALK 512
+
+/* -- module state (one interpreter, the hub's thread) ---------------------------------- */
+
+static unsigned long long bad_states = 0;
+
+static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
+    *s_out_since_send, *s_last_in_ns, *s_out_ns, *s_on_switch_out, *s_on_switch_in,
+    *s_switch, *s_throw, *s_in_ns, *s_running_ns, *s_waits, *s_reply_pending, *s_sent_ns,
+    *s_read_event, *s_sock, *s_reply_arrived_unix_ns, *s_realtime_offset_ns,
+    *s_socket_waits, *s_awaiting_first_read, *s_network_ns, *s_delay_ns, *s_cpu_wait_ns,
+    *s_culprits_ns, *s_add_network, *s_add_delay, *s_explain_delay,
+    *s_culprit_threshold_ns, *s_unknown, *s_unrecorded;
+
+/* Set by configure(): what the C code needs from the Python side, passed down (the
+ * timing core's modules, never imported from here). */
+static PyObject *g_getcurrent, *g_measuring, *g_tag_of, *g_call_state, *g_request_type;
+static Py_ssize_t g_max_waits = 64;
+/* A replacement for CLOCK_MONOTONIC (tests replay recorded sequences); NULL: the clock. */
+static PyObject *g_clock;
+
+static void drop(void) {
+    bad_states++;
+    PyErr_Clear();
+}
+
+static int64_t now_ns(void) {
+    if (g_clock != NULL) {
+        PyObject *r = PyObject_CallNoArgs(g_clock);
+        if (r == NULL) {
+            drop();
+            return 0;
+        }
+        int64_t v = PyLong_AsLongLong(r);
+        Py_DECREF(r);
+        if (v == -1 && PyErr_Occurred()) drop();
+        return v;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int get_i64(PyObject *obj, PyObject *name, int64_t *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int set_i64(PyObject *obj, PyObject *name, int64_t value) {
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL) return -1;
+    int r = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int add_i64(PyObject *obj, PyObject *name, int64_t delta) {
+    int64_t v;
+    if (get_i64(obj, name, &v) < 0) return -1;
+    return set_i64(obj, name, v + delta);
+}
+
+/* 1 true, 0 false, -1 error */
+static int get_truth(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* getattr(obj, name, None) as a new reference; NULL with an error set on failure. */
+static PyObject *get_optional(PyObject *obj, PyObject *name) {
+    PyObject *v;
+    int found = _PyObject_LookupAttr(obj, name, &v);
+    if (found < 0) return NULL;
+    if (found == 0) Py_RETURN_NONE;
+    return v;
+}
+
+/* measuring[0] != 0; errors count as "not measuring". */
+static int measuring_now(void) {
+    if (g_measuring == NULL || !PyList_Check(g_measuring) || PyList_GET_SIZE(g_measuring) < 1)
+        return 0;
+    PyObject *v = PyList_GET_ITEM(g_measuring, 0);
+    int r = PyObject_IsTrue(v);
+    if (r < 0) {
+        drop();
+        return 0;
+    }
+    return r;
+}
+
+static int dict_add_ns(PyObject *into, PyObject *key, int64_t ns) {
+    PyObject *cur = PyDict_GetItemWithError(into, key);
+    int64_t base = 0;
+    if (cur != NULL) {
+        base = PyLong_AsLongLong(cur);
+        if (base == -1 && PyErr_Occurred()) return -1;
+    } else if (PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *v = PyLong_FromLongLong(base + ns);
+    if (v == NULL) return -1;
+    int r = PyDict_SetItem(into, key, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* == SwitchLog ========================================================================== */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t size;
+    Py_ssize_t count;
+    Py_ssize_t head; /* next slot written */
+    int64_t *times;
+    PyObject **labels; /* strong references; NULL is the label None */
+} SwitchLogObject;
+
+static PyTypeObject SwitchLogType;
+
+static void log_push(SwitchLogObject *self, int64_t t, PyObject *label) {
+    Py_ssize_t i = self->head;
+    PyObject *old = self->labels[i];
+    PyObject *keep = (label == Py_None) ? NULL : label;
+    Py_XINCREF(keep);
+    self->labels[i] = keep;
+    self->times[i] = t;
+    self->head = (i + 1 == self->size) ? 0 : i + 1;
+    if (self->count < self->size) self->count++;
+    Py_XDECREF(old);
+}
+
+static int SwitchLog_init(SwitchLogObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"size", NULL};
+    Py_ssize_t size = 8192;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|n", kwlist, &size)) return -1;
+    if (size < 2) {
+        PyErr_Format(PyExc_ValueError, "switch log size must be at least 2, got %zd", size);
+        return -1;
+    }
+    if (self->times != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "SwitchLog already initialised");
+        return -1;
+    }
+    self->times = PyMem_Calloc((size_t)size, sizeof(int64_t));
+    self->labels = PyMem_Calloc((size_t)size, sizeof(PyObject *));
+    if (self->times == NULL || self->labels == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->size = size;
+    self->count = 0;
+    self->head = 0;
+    return 0;
+}
+
+static int SwitchLog_clear(SwitchLogObject *self) {
+    if (self->labels != NULL) {
+        for (Py_ssize_t i = 0; i < self->size; i++) Py_CLEAR(self->labels[i]);
+    }
+    self->count = 0;
+    return 0;
+}
+
+static int SwitchLog_traverse(SwitchLogObject *self, visitproc visit, void *arg) {
+    if (self->labels != NULL) {
+        for (Py_ssize_t i = 0; i < self->size; i++) Py_VISIT(self->labels[i]);
+    }
+    return 0;
+}
+
+static void SwitchLog_dealloc(SwitchLogObject *self) {
+    PyObject_GC_UnTrack(self);
+    SwitchLog_clear(self);
+    PyMem_Free(self->times);
+    PyMem_Free(self->labels);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t SwitchLog_len(SwitchLogObject *self) { return self->count; }
+
+static Py_ssize_t log_index(SwitchLogObject *self, Py_ssize_t back) {
+    /* back = 0: newest */
+    Py_ssize_t i = self->head - 1 - back;
+    while (i < 0) i += self->size;
+    return i;
+}
+
+static PyObject *SwitchLog_append(SwitchLogObject *self, PyObject *entry) {
+    PyObject *t_obj, *label;
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a switch log entry is (time_ns, label)");
+        return NULL;
+    }
+    t_obj = PyTuple_GET_ITEM(entry, 0);
+    label = PyTuple_GET_ITEM(entry, 1);
+    int64_t t = PyLong_AsLongLong(t_obj);
+    if (t == -1 && PyErr_Occurred()) return NULL;
+    log_push(self, t, label);
+    Py_RETURN_NONE;
+}
+
+static PyObject *entry_tuple(SwitchLogObject *self, Py_ssize_t i) {
+    PyObject *label = self->labels[i] ? self->labels[i] : Py_None;
+    return Py_BuildValue("(LO)", (long long)self->times[i], label);
+}
+
+static PyObject *SwitchLog_last(SwitchLogObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->count == 0) Py_RETURN_NONE;
+    return entry_tuple(self, log_index(self, 0));
+}
+
+static PyObject *SwitchLog_entries(SwitchLogObject *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New(self->count);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < self->count; k++) {
+        PyObject *e = entry_tuple(self, log_index(self, self->count - 1 - k));
+        if (e == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, e);
+    }
+    return out;
+}
+
+/* switchlog.SwitchLog.attribute */
+static int log_attribute(SwitchLogObject *self, int64_t start, int64_t end, PyObject *into) {
+    if (end <= start) return 0;
+    int64_t segment_end = end;
+    Py_ssize_t budget = MAX_WALK;
+    for (Py_ssize_t back = 0; back < self->count; back++) {
+        budget -= 1;
+        if (budget < 0) break;
+        Py_ssize_t i = log_index(self, back);
+        int64_t switched_at = self->times[i];
+        if (switched_at >= segment_end) continue;
+        int64_t segment_start = switched_at > start ? switched_at : start;
+        PyObject *name = self->labels[i] ? self->labels[i] : s_unknown;
+        if (dict_add_ns(into, name, segment_end - segment_start) < 0) return -1;
+        if (switched_at <= start) return 0;
+        segment_end = switched_at;
+    }
+    return dict_add_ns(into, s_unrecorded, segment_end - start);
+}
+
+static PyObject *SwitchLog_attribute(SwitchLogObject *self, PyObject *args) {
+    long long start, end;
+    PyObject *into;
+    if (!PyArg_ParseTuple(args, "LLO!", &start, &end, &PyDict_Type, &into)) return NULL;
+    if (log_attribute(self, start, end, into) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef SwitchLog_methods[] = {
+    {"append", (PyCFunction)SwitchLog_append, METH_O, "Append one (time_ns, label) entry."},
+    {"last", (PyCFunction)SwitchLog_last, METH_NOARGS, "The newest entry, or None."},
+    {"entries", (PyCFunction)SwitchLog_entries, METH_NOARGS, "Every entry, oldest first."},
+    {"attribute", (PyCFunction)SwitchLog_attribute, METH_VARARGS,
+     "attribute(start_ns, end_ns, into): add who ran during the interval to into."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods SwitchLog_as_sequence = {
+    .sq_length = (lenfunc)SwitchLog_len,
+};
+
+static PyTypeObject SwitchLogType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.SwitchLog",
+    .tp_doc = "switchlog.SwitchLog, compiled: a ring of (time_ns, label) switch entries.",
+    .tp_basicsize = sizeof(SwitchLogObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)SwitchLog_init,
+    .tp_dealloc = (destructor)SwitchLog_dealloc,
+    .tp_traverse = (traverseproc)SwitchLog_traverse,
+    .tp_clear = (inquiry)SwitchLog_clear,
+    .tp_methods = SwitchLog_methods,
+    .tp_as_sequence = &SwitchLog_as_sequence,
+};
+
+/* == Tracer: the greenlet trace function ================================================ */
+
+typedef struct {
+    PyObject_HEAD
+    SwitchLogObject *log;
+    PyObject *previous;  /* or NULL */
+    PyObject *sample;    /* sampler.sample, or NULL */
+    PyObject *due;       /* sampler.due_ns: a one-element list, or NULL */
+    PyObject *since;     /* route_cpu.since: [time_ns, label] */
+    PyObject *by_label;  /* route_cpu.by_label_ns */
+    PyObject *charge_long;
+    int64_t long_ns;
+    int enabled;
+} TracerObject;
+
+static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"log", "previous", "route_cpu", "sampler", NULL};
+    PyObject *log, *previous, *route_cpu, *sampler = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO|O", kwlist, &SwitchLogType, &log,
+                                     &previous, &route_cpu, &sampler))
+        return -1;
+    PyObject *since = PyObject_GetAttrString(route_cpu, "since");
+    PyObject *by_label = PyObject_GetAttrString(route_cpu, "by_label_ns");
+    PyObject *charge_long = PyObject_GetAttrString(route_cpu, "charge_long");
+    int64_t long_ns = 0;
+    PyObject *long_obj = PyObject_GetAttrString(route_cpu, "long_ns");
+    if (long_obj != NULL) {
+        long_ns = PyLong_AsLongLong(long_obj);
+        Py_DECREF(long_obj);
+    }
+    if (since == NULL || by_label == NULL || charge_long == NULL || PyErr_Occurred()) goto fail;
+    if (!PyList_Check(since) || PyList_GET_SIZE(since) != 2 || !PyDict_Check(by_label)) {
+        PyErr_SetString(PyExc_TypeError, "route_cpu.since must be a 2-list, by_label_ns a dict");
+        goto fail;
+    }
+    PyObject *sample = NULL, *due = NULL;
+    if (sampler != Py_None) {
+        sample = PyObject_GetAttrString(sampler, "sample");
+        due = PyObject_GetAttrString(sampler, "due_ns");
+        if (sample == NULL || due == NULL || !PyList_Check(due) || PyList_GET_SIZE(due) < 1) {
+            Py_XDECREF(sample);
+            Py_XDECREF(due);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "sampler.due_ns must be a one-element list");
+            goto fail;
+        }
+    }
+    Py_INCREF(log);
+    Py_XSETREF(self->log, (SwitchLogObject *)log);
+    Py_XSETREF(self->previous, previous == Py_None ? NULL : Py_NewRef(previous));
+    Py_XSETREF(self->sample, sample);
+    Py_XSETREF(self->due, due);
+    Py_XSETREF(self->since, since);
+    Py_XSETREF(self->by_label, by_label);
+    Py_XSETREF(self->charge_long, charge_long);
+    self->long_ns = long_ns;
+    self->enabled = 1;
+    return 0;
+fail:
+    Py_XDECREF(since);
+    Py_XDECREF(by_label);
+    Py_XDECREF(charge_long);
+    return -1;
+}
+
+static int Tracer_traverse(TracerObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->log);
+    Py_VISIT(self->previous);
+    Py_VISIT(self->sample);
+    Py_VISIT(self->due);
+    Py_VISIT(self->since);
+    Py_VISIT(self->by_label);
+    Py_VISIT(self->charge_long);
+    return 0;
+}
+
+static int Tracer_clear(TracerObject *self) {
+    Py_CLEAR(self->log);
+    Py_CLEAR(self->previous);
+    Py_CLEAR(self->sample);
+    Py_CLEAR(self->due);
+    Py_CLEAR(self->since);
+    Py_CLEAR(self->by_label);
+    Py_CLEAR(self->charge_long);
+    return 0;
+}
+
+static void Tracer_dealloc(TracerObject *self) {
+    PyObject_GC_UnTrack(self);
+    Tracer_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* request_state.RequestState.on_switch_out / on_switch_in, inline for that exact type. */
+static int request_switch_out(PyObject *request, int64_t now) {
+    if (Py_TYPE(request) != (PyTypeObject *)g_request_type) {
+        PyObject *n = PyLong_FromLongLong(now);
+        if (n == NULL) return -1;
+        PyObject *r = PyObject_CallMethodOneArg(request, s_on_switch_out, n);
+        Py_DECREF(n);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    int64_t in_ns;
+    if (get_i64(request, s_in_ns, &in_ns) < 0) return -1;
+    if (add_i64(request, s_running_ns, now - in_ns) < 0) return -1;
+    return set_i64(request, s_out_ns, now);
+}
+
+static int request_switch_in(PyObject *request, int64_t now) {
+    if (Py_TYPE(request) != (PyTypeObject *)g_request_type) {
+        PyObject *n = PyLong_FromLongLong(now);
+        if (n == NULL) return -1;
+        PyObject *r = PyObject_CallMethodOneArg(request, s_on_switch_in, n);
+        Py_DECREF(n);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    PyObject *waits = PyObject_GetAttr(request, s_waits);
+    if (waits == NULL) return -1;
+    int rc = 0;
+    if (PyList_Check(waits) && PyList_GET_SIZE(waits) < g_max_waits) {
+        PyObject *out = PyObject_GetAttr(request, s_out_ns);
+        PyObject *pair = out == NULL ? NULL : Py_BuildValue("(OL)", out, (long long)now);
+        Py_XDECREF(out);
+        rc = (pair == NULL) ? -1 : PyList_Append(waits, pair);
+        Py_XDECREF(pair);
+    }
+    Py_DECREF(waits);
+    if (rc < 0) return -1;
+    return set_i64(request, s_in_ns, now);
+}
+
+static int call_method_i64(PyObject *obj, PyObject *name, PyObject *first, int64_t now) {
+    PyObject *n = PyLong_FromLongLong(now);
+    if (n == NULL) return -1;
+    PyObject *r = first == NULL ? PyObject_CallMethodOneArg(obj, name, n)
+                                : PyObject_CallMethodObjArgs(obj, name, first, n, NULL);
+    Py_DECREF(n);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The measured side of a switch (switch_tracer: `if active[0]: ...`). */
+static int trace_measured(PyObject *origin, PyObject *target_tag, int64_t now) {
+    PyObject *origin_tag = get_optional(origin, s_tag_attr);
+    if (origin_tag == NULL) return -1;
+    if (origin_tag != Py_None) {
+        PyObject *call = PyObject_GetAttr(origin_tag, s_call);
+        if (call == NULL) goto fail_origin;
+        if (call != Py_None) {
+            int in_wait = get_truth(call, s_in_socket_wait);
+            int rc;
+            if (in_wait < 0)
+                rc = -1;
+            else if (in_wait)
+                rc = PyObject_SetAttr(call, s_out_since_send, Py_True);
+            else
+                rc = call_method_i64(call, s_on_switch_out, origin, now);
+            if (rc < 0) {
+                Py_DECREF(call);
+                goto fail_origin;
+            }
+        }
+        Py_DECREF(call);
+        PyObject *request = PyObject_GetAttr(origin_tag, s_request);
+        if (request == NULL) goto fail_origin;
+        if (request != Py_None && request_switch_out(request, now) < 0) {
+            Py_DECREF(request);
+            goto fail_origin;
+        }
+        Py_DECREF(request);
+    }
+    Py_DECREF(origin_tag);
+
+    PyObject *call = PyObject_GetAttr(target_tag, s_call);
+    if (call == NULL) return -1;
+    if (call != Py_None) {
+        if (set_i64(call, s_last_in_ns, now) < 0) {
+            Py_DECREF(call);
+            return -1;
+        }
+        PyObject *out = PyObject_GetAttr(call, s_out_ns);
+        if (out == NULL) {
+            Py_DECREF(call);
+            return -1;
+        }
+        int rc = 0;
+        if (out != Py_None) rc = call_method_i64(call, s_on_switch_in, NULL, now);
+        Py_DECREF(out);
+        if (rc < 0) {
+            Py_DECREF(call);
+            return -1;
+        }
+    }
+    Py_DECREF(call);
+    PyObject *request = PyObject_GetAttr(target_tag, s_request);
+    if (request == NULL) return -1;
+    int rc = (request != Py_None) ? request_switch_in(request, now) : 0;
+    Py_DECREF(request);
+    return rc;
+fail_origin:
+    Py_DECREF(origin_tag);
+    return -1;
+}
+
+static int trace_switch(TracerObject *self, PyObject *pair) {
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_SetString(PyExc_TypeError, "switch arguments must be (origin, target)");
+        return -1;
+    }
+    PyObject *origin = PyTuple_GET_ITEM(pair, 0);
+    PyObject *target = PyTuple_GET_ITEM(pair, 1);
+    int64_t now = now_ns();
+    PyObject *target_tag = get_optional(target, s_tag_attr);
+    if (target_tag == NULL) return -1;
+    if (target_tag == Py_None) {
+        Py_DECREF(target_tag);
+        target_tag = PyObject_CallOneArg(g_tag_of, target);
+        if (target_tag == NULL) return -1;
+    }
+    PyObject *label = PyObject_GetAttr(target_tag, s_label);
+    if (label == NULL) {
+        Py_DECREF(target_tag);
+        return -1;
+    }
+    log_push(self->log, now, label);
+
+    /* route_cpu: charge the run that just ended to its label */
+    PyObject *since = self->since;
+    int64_t since_ns = PyLong_AsLongLong(PyList_GET_ITEM(since, 0));
+    if (since_ns == -1 && PyErr_Occurred()) goto fail;
+    PyObject *ran_label = Py_NewRef(PyList_GET_ITEM(since, 1));
+    int64_t ran = now - since_ns;
+    int rc;
+    if (ran < self->long_ns) {
+        rc = dict_add_ns(self->by_label, ran_label, ran);
+    } else {
+        PyObject *r = PyObject_CallFunction(self->charge_long, "OLL", ran_label,
+                                            (long long)since_ns, (long long)now);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(ran_label);
+    if (rc < 0) goto fail;
+    PyObject *now_obj = PyLong_FromLongLong(now);
+    if (now_obj == NULL) goto fail;
+    PyList_SetItem(since, 0, now_obj); /* steals */
+    PyList_SetItem(since, 1, Py_NewRef(label));
+
+    if (self->due != NULL) {
+        int64_t due = PyLong_AsLongLong(PyList_GET_ITEM(self->due, 0));
+        if (due == -1 && PyErr_Occurred()) goto fail;
+        if (now >= due) {
+            PyObject *n = PyLong_FromLongLong(now);
+            PyObject *r = n == NULL ? NULL : PyObject_CallOneArg(self->sample, n);
+            Py_XDECREF(n);
+            if (r == NULL) goto fail;
+            Py_DECREF(r);
+        }
+    }
+    if (measuring_now() && trace_measured(origin, target_tag, now) < 0) goto fail;
+    Py_DECREF(label);
+    Py_DECREF(target_tag);
+    return 0;
+fail:
+    Py_DECREF(label);
+    Py_DECREF(target_tag);
+    return -1;
+}
+
+static int is_switch_event(PyObject *event) {
+    if (event == s_switch || event == s_throw) return 1;
+    if (!PyUnicode_Check(event)) return 0;
+    return PyUnicode_Compare(event, s_switch) == 0 || PyUnicode_Compare(event, s_throw) == 0;
+}
+
+static PyObject *Tracer_call(TracerObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *event, *pair;
+    if (!PyArg_UnpackTuple(args, "trace", 2, 2, &event, &pair)) return NULL;
+    if (self->enabled && self->log != NULL && is_switch_event(event)) {
+        if (trace_switch(self, pair) < 0) drop();
+    }
+    if (self->previous != NULL) return PyObject_Call(self->previous, args, kwds);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tracer_get_enabled(TracerObject *self, void *closure) {
+    return PyBool_FromLong(self->enabled);
+}
+
+static int Tracer_set_enabled(TracerObject *self, PyObject *value, void *closure) {
+    int r = value == NULL ? 0 : PyObject_IsTrue(value);
+    if (r < 0) return -1;
+    self->enabled = r;
+    return 0;
+}
+
+static PyGetSetDef Tracer_getset[] = {
+    {"enabled", (getter)Tracer_get_enabled, (setter)Tracer_set_enabled,
+     "False: forward to the previous tracer only.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TracerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.Tracer",
+    .tp_doc = "switch_tracer's trace function, compiled: Tracer(log, previous, route_cpu, "
+              "sampler=None).",
+    .tp_basicsize = sizeof(TracerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Tracer_init,
+    .tp_dealloc = (destructor)Tracer_dealloc,
+    .tp_traverse = (traverseproc)Tracer_traverse,
+    .tp_clear = (inquiry)Tracer_clear,
+    .tp_call = (ternaryfunc)Tracer_call,
+    .tp_getset = Tracer_getset,
+};
+
+/* == kernel_rx, on the descriptor ======================================================= */
+
+/* peek_arrival_ns: 1 with *arrival set, 0 none (and the option switched on when data
+ * was queued without a stamp). Never fails: a failed peek is "none". */
+static int peek_arrival(int fd, int64_t *arrival) {
+    char byte;
+    char control[CMSG_SPACE(sizeof(struct timespec))];
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = recvmsg(fd, &msg, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0) return 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == RX_SO_TIMESTAMPNS &&
+            c->cmsg_len >= CMSG_LEN(16)) {
+            long parts[2];
+            memcpy(parts, CMSG_DATA(c), sizeof(parts));
+            *arrival = (int64_t)parts[0] * 1000000000LL + parts[1];
+            return 1;
+        }
+    }
+    if (n > 0) {
+        int on = 1;
+        (void)setsockopt(fd, SOL_SOCKET, RX_SO_TIMESTAMPNS, &on, sizeof(on));
+    }
+    return 0;
+}
+
+/* last_ack_age_ns: 1 with *age set, 0 unknown. */
+static int last_ack_age(int fd, int64_t *age) {
+    unsigned char info[TCP_INFO_LEN];
+    socklen_t len = sizeof(info);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, info, &len) < 0) return 0;
+    if (len < TCP_INFO_LAST_ACK_RECV_OFFSET + 4) return 0;
+    uint32_t ms;
+    memcpy(&ms, info + TCP_INFO_LAST_ACK_RECV_OFFSET, sizeof(ms));
+    *age = (int64_t)ms * 1000000LL;
+    return 1;
+}
+
+static int fd_of_raw(PyObject *sock) {
+    PyObject *raw = PyObject_GetAttr(sock, s_sock);
+    if (raw == NULL) return -1;
+    int fd = PyObject_AsFileDescriptor(raw);
+    Py_DECREF(raw);
+    return fd;
+}
+
+static PyObject *py_peek_arrival_ns(PyObject *mod, PyObject *raw) {
+    int fd = PyObject_AsFileDescriptor(raw);
+    if (fd < 0) return NULL;
+    int64_t arrival;
+    if (!peek_arrival(fd, &arrival)) Py_RETURN_NONE;
+    return PyLong_FromLongLong(arrival);
+}
+
+/* == socket wait hook ==================================================================== */
+
+/* socket_hooks._ready_ns: 1 with *ready set, 0 unknown, -1 error. */
+static int ready_ns(PyObject *call, PyObject *sock, int is_read, int64_t resumed,
+                    int64_t *ready) {
+    int fd = fd_of_raw(sock);
+    if (fd < 0) return -1;
+    if (is_read) {
+        int64_t arrival;
+        if (!peek_arrival(fd, &arrival)) return 0;
+        if (set_i64(call, s_reply_arrived_unix_ns, arrival) < 0) return -1;
+        int64_t offset;
+        if (get_i64(call, s_realtime_offset_ns, &offset) < 0) return -1;
+        *ready = arrival - offset;
+        return 1;
+    }
+    int64_t age;
+    if (!last_ack_age(fd, &age)) return 0;
+    int64_t age_at_resume = age - (now_ns() - resumed);
+    if (age_at_resume <= TCP_INFO_RESOLUTION_NS) return 0;
+    *ready = resumed - (age_at_resume - TCP_INFO_RESOLUTION_NS);
+    return 1;
+}
+
+static int call_method_2(PyObject *call, PyObject *name, int64_t a, int64_t b) {
+    PyObject *r = PyObject_CallMethod(call, PyUnicode_AsUTF8(name), "LL", (long long)a,
+                                      (long long)b);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* CallState.add_network, inline unless the piece must be remembered (awaiting_first_read). */
+static int add_network(PyObject *call, int64_t start, int64_t end, int awaiting) {
+    if (awaiting) return call_method_2(call, s_add_network, start, end);
+    if (end > start) return add_i64(call, s_network_ns, end - start);
+    return 0;
+}
+
+/* call_state.explain_delay through the module (its switch log, clock and threshold). */
+static int explain_delay(PyObject *call, int64_t start, int64_t end) {
+    PyObject *culprits = PyObject_GetAttr(call, s_culprits_ns);
+    if (culprits == NULL) return -1;
+    PyObject *fn = PyObject_GetAttr(g_call_state, s_explain_delay);
+    PyObject *r = fn == NULL ? NULL
+                             : PyObject_CallFunction(fn, "LLO", (long long)start,
+                                                     (long long)end, culprits);
+    Py_XDECREF(fn);
+    Py_DECREF(culprits);
+    if (r == NULL) return -1;
+    int64_t cpu_wait = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (cpu_wait == -1 && PyErr_Occurred()) return -1;
+    return cpu_wait ? add_i64(call, s_cpu_wait_ns, cpu_wait) : 0;
+}
+
+/* CallState.on_socket_wait */
+static int on_socket_wait(PyObject *call, int64_t started, int64_t resumed, int known,
+                          int64_t ready) {
+    if (add_i64(call, s_socket_waits, 1) < 0) return -1;
+    int awaiting = get_truth(call, s_awaiting_first_read);
+    if (awaiting < 0) return -1;
+    if (!known || ready >= resumed) return add_network(call, started, resumed, awaiting);
+    if (ready <= started) return call_method_2(call, s_add_delay, started, resumed);
+    if (awaiting) {
+        if (add_network(call, started, ready, 1) < 0) return -1;
+        return call_method_2(call, s_add_delay, ready, resumed);
+    }
+    if (add_i64(call, s_network_ns, ready - started) < 0) return -1;
+    int64_t delay = resumed - ready;
+    if (add_i64(call, s_delay_ns, delay) < 0) return -1;
+    int64_t threshold;
+    if (get_i64(g_call_state, s_culprit_threshold_ns, &threshold) < 0) return -1;
+    if (delay >= threshold) return explain_delay(call, ready, resumed);
+    return 0;
+}
+
+/* socket_hooks._account_wait; never leaves an error set. */
+static void account_wait(PyObject *call, PyObject *sock, int64_t started, int is_read,
+                         int succeeded) {
+    if (PyObject_SetAttr(call, s_in_socket_wait, Py_False) < 0) goto fail;
+    int64_t resumed;
+    if (get_i64(call, s_last_in_ns, &resumed) < 0) goto fail;
+    if (resumed <= started) resumed = now_ns();
+    int known = 0;
+    int64_t ready = 0;
+    if (succeeded) {
+        known = ready_ns(call, sock, is_read, resumed, &ready);
+        if (known < 0) {
+            drop(); /* still count the wait, undivided (as network) */
+            known = 0;
+        }
+    }
+    if (on_socket_wait(call, started, resumed, known, ready) < 0) goto fail;
+    return;
+fail:
+    drop();
+}
+
+/* The current greenlet's CallState (new reference), or NULL (none, or a bad state). */
+static PyObject *current_call(void) {
+    PyObject *current = PyObject_CallNoArgs(g_getcurrent);
+    if (current == NULL) goto fail;
+    PyObject *tag = get_optional(current, s_tag_attr);
+    Py_DECREF(current);
+    if (tag == NULL) goto fail;
+    if (tag == Py_None) {
+        Py_DECREF(tag);
+        return NULL;
+    }
+    PyObject *call = PyObject_GetAttr(tag, s_call);
+    Py_DECREF(tag);
+    if (call == NULL) goto fail;
+    if (call == Py_None) {
+        Py_DECREF(call);
+        return NULL;
+    }
+    return call;
+fail:
+    drop();
+    return NULL;
+}
+
+/* CallState.wait_start_ns, inline. -1 on error. */
+static int wait_start(PyObject *call, int64_t now, int is_read, int64_t *started) {
+    *started = now;
+    if (!is_read) return 0;
+    int pending = get_truth(call, s_reply_pending);
+    if (pending <= 0) return pending;
+    if (PyObject_SetAttr(call, s_reply_pending, Py_False) < 0) return -1;
+    int out_since_send = get_truth(call, s_out_since_send);
+    if (out_since_send < 0) return -1;
+    if (out_since_send) return 0;
+    int64_t sent;
+    if (get_i64(call, s_sent_ns, &sent) < 0) return -1;
+    if (0 < sent && sent <= now) *started = sent;
+    return 0;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *original;
+    PyObject *dict;
+} WaitHookObject;
+
+static PyObject *WaitHook_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    /* (sock, watcher[, timeout_exc]); gevent.ssl passes timeout_exc by keyword. */
+    if (n < 2 || n > 3 || !measuring_now())
+        return PyObject_Call(self->original, args, kwds);
+    PyObject *call = current_call();
+    if (call == NULL) return PyObject_Call(self->original, args, kwds);
+    PyObject *sock = PyTuple_GET_ITEM(args, 0);
+    PyObject *watcher = PyTuple_GET_ITEM(args, 1);
+    int is_read = 0;
+    int64_t started = 0;
+    PyObject *read_event = PyObject_GetAttr(sock, s_read_event);
+    if (read_event == NULL) goto start_failed;
+    is_read = watcher == read_event;
+    Py_DECREF(read_event);
+    if (wait_start(call, now_ns(), is_read, &started) < 0) goto start_failed;
+    if (PyObject_SetAttr(call, s_in_socket_wait, Py_True) < 0) goto start_failed;
+
+    PyObject *result = PyObject_Call(self->original, args, kwds);
+    if (result == NULL) {
+        /* Timeout, cancel_wait, GreenletExit: the wait never saw its data. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        account_wait(call, sock, started, is_read, 0);
+        PyErr_Restore(type, value, tb);
+    } else {
+        account_wait(call, sock, started, is_read, 1);
+    }
+    Py_DECREF(call);
+    return result;
+
+start_failed:
+    drop();
+    if (PyObject_SetAttr(call, s_in_socket_wait, Py_False) < 0) drop();
+    Py_DECREF(call);
+    return PyObject_Call(self->original, args, kwds);
+}
+
+static PyObject *WaitHook_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static int WaitHook_init(WaitHookObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *original;
+    if (!PyArg_ParseTuple(args, "O:WaitHook", &original)) return -1;
+    Py_XSETREF(self->original, Py_NewRef(original));
+    return 0;
+}
+
+static int WaitHook_traverse(WaitHookObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->original);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int WaitHook_clear(WaitHookObject *self) {
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void WaitHook_dealloc(WaitHookObject *self) {
+    PyObject_GC_UnTrack(self);
+    WaitHook_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject WaitHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.WaitHook",
+    .tp_doc = "socket_hooks' _wait replacement, compiled: WaitHook(original).",
+    .tp_basicsize = sizeof(WaitHookObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)WaitHook_init,
+    .tp_dealloc = (destructor)WaitHook_dealloc,
+    .tp_traverse = (traverseproc)WaitHook_traverse,
+    .tp_clear = (inquiry)WaitHook_clear,
+    .tp_call = (ternaryfunc)WaitHook_call,
+    .tp_descr_get = WaitHook_get,
+    .tp_dictoffset = offsetof(WaitHookObject, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+};
+
+/* == module ============================================================================== */
+
+static PyObject *py_configure(PyObject *mod, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"getcurrent", "measuring", "tag_of", "call_state",
+                             "request_type", "max_waits", NULL};
+    PyObject *getcurrent, *measuring, *tag_of, *call_state, *request_type;
+    Py_ssize_t max_waits;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOO!n", kwlist, &getcurrent,
+                                     &PyList_Type, &measuring, &tag_of, &call_state,
+                                     &PyType_Type, &request_type, &max_waits))
+        return NULL;
+    Py_XSETREF(g_getcurrent, Py_NewRef(getcurrent));
+    Py_XSETREF(g_measuring, Py_NewRef(measuring));
+    Py_XSETREF(g_tag_of, Py_NewRef(tag_of));
+    Py_XSETREF(g_call_state, Py_NewRef(call_state));
+    Py_XSETREF(g_request_type, Py_NewRef(request_type));
+    g_max_waits = max_waits;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_clock(PyObject *mod, PyObject *clock) {
+    Py_XSETREF(g_clock, clock == Py_None ? NULL : Py_NewRef(clock));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_bad_states(PyObject *mod, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromUnsignedLongLong(bad_states);
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
+     "Hand the C code what it needs from the timing core (once, at import)."},
+    {"set_clock", (PyCFunction)py_set_clock, METH_O,
+     "Replace CLOCK_MONOTONIC with a callable (tests); None restores the clock."},
+    {"bad_states", (PyCFunction)py_bad_states, METH_NOARGS,
+     "How many hook calls found a bad state, and were dropped."},
+    {"peek_arrival_ns", (PyCFunction)py_peek_arrival_ns, METH_O,
+     "kernel_rx.peek_arrival_ns on a socket (or descriptor)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "The timing core's per-switch and per-wait hot path, compiled (see native.py).", -1,
+    module_methods, NULL, NULL, NULL, NULL,
+};
+
+#define INTERN(var, text)                                  \
+    do {                                                   \
+        var = PyUnicode_InternFromString(text);            \
+        if (var == NULL) return NULL;                      \
+    } while (0)
+
+PyMODINIT_FUNC PyInit__native(void) {
+    INTERN(s_tag_attr, "_gevent_timing_tag");
+    INTERN(s_label, "label");
+    INTERN(s_call, "call");
+    INTERN(s_request, "request");
+    INTERN(s_in_socket_wait, "in_socket_wait");
+    INTERN(s_out_since_send, "out_since_send");
+    INTERN(s_last_in_ns, "last_in_ns");
+    INTERN(s_out_ns, "out_ns");
+    INTERN(s_on_switch_out, "on_switch_out");
+    INTERN(s_on_switch_in, "on_switch_in");
+    INTERN(s_switch, "switch");
+    INTERN(s_throw, "throw");
+    INTERN(s_in_ns, "in_ns");
+    INTERN(s_running_ns, "running_ns");
+    INTERN(s_waits, "waits");
+    INTERN(s_reply_pending, "reply_pending");
+    INTERN(s_sent_ns, "sent_ns");
+    INTERN(s_read_event, "_read_event");
+    INTERN(s_sock, "_sock");
+    INTERN(s_reply_arrived_unix_ns, "reply_arrived_unix_ns");
+    INTERN(s_realtime_offset_ns, "realtime_offset_ns");
+    INTERN(s_socket_waits, "socket_waits");
+    INTERN(s_awaiting_first_read, "awaiting_first_read");
+    INTERN(s_network_ns, "network_ns");
+    INTERN(s_delay_ns, "delay_ns");
+    INTERN(s_cpu_wait_ns, "cpu_wait_ns");
+    INTERN(s_culprits_ns, "culprits_ns");
+    INTERN(s_add_network, "add_network");
+    INTERN(s_add_delay, "add_delay");
+    INTERN(s_explain_delay, "explain_delay");
+    INTERN(s_culprit_threshold_ns, "_culprit_threshold_ns");
+    INTERN(s_unknown, "<unknown>");
+    INTERN(s_unrecorded, "<unrecorded>");
+    if (PyType_Ready(&SwitchLogType) < 0 || PyType_Ready(&TracerType) < 0 ||
+        PyType_Ready(&WaitHookType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&native_module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "SwitchLog", (PyObject *)&SwitchLogType) < 0 ||
+        PyModule_AddObjectRef(m, "Tracer", (PyObject *)&TracerType) < 0 ||
+        PyModule_AddObjectRef(m, "WaitHook", (PyObject *)&WaitHookType) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_WALK", MAX_WALK) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
