@@ -20,6 +20,7 @@ after the fork.
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections import deque
 from typing import Final
@@ -34,6 +35,9 @@ DEFAULT_SAMPLE_INTERVAL_NS: Final = 2_000_000
 #: Samples kept: at one per 2 ms, about four seconds of history; a delay that began
 #: earlier is charged from the oldest sample (an over-estimate, clamped).
 DEFAULT_SAMPLES: Final = 2048
+
+# Sorts after any run-queue wait sampled at the same time.
+_LATEST: Final = 1 << 63
 
 
 class RunQueueClock:
@@ -90,10 +94,13 @@ class RunQueueClock:
         return wait
 
     def _wait_at_or_before(self, at_ns: int) -> int | None:
-        for sampled_at, wait in reversed(self._samples):
-            if sampled_at <= at_ns:
-                return wait
-        return self._samples[0][1] if self._samples else None
+        # A binary search: a scan back from the newest sample would grow with the delay
+        # being explained (one sample per 2 ms of it).
+        samples = self._samples
+        if not samples:
+            return None
+        index = bisect.bisect_right(samples, (at_ns, _LATEST)) - 1
+        return samples[max(index, 0)][1]
 
     def wait_between(self, start_ns: int, end_ns: int, wait_at_end: int | None = None) -> int:
         """Run-queue ns within ``[start_ns, end_ns)``, clamped to the interval.
