@@ -32,6 +32,7 @@ from opentelemetry.semconv.attributes.network_attributes import NETWORK_PROTOCOL
 from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
 from opentelemetry.semconv.attributes.url_attributes import URL_PATH, URL_SCHEME
 from opentelemetry.semconv.attributes.user_agent_attributes import USER_AGENT_ORIGINAL
+from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 TRACEPARENT: Final = "traceparent"
@@ -55,7 +56,7 @@ def propagator_reads_traceparent() -> bool:
     return TRACEPARENT in propagate.get_global_textmap().fields
 
 
-class _EnvironGetter:
+class _EnvironGetter(Getter[Mapping[str, Any]]):
     """Reads carrier keys from a WSGI environ (``traceparent`` -> ``HTTP_TRACEPARENT``)."""
 
     def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:

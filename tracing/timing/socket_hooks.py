@@ -80,7 +80,7 @@ def _make_wait(original: Callable[..., Any]) -> Callable[..., Any]:
     compiled = native.active()
     if compiled is not None:
         # The same, compiled (_native.c: WaitHook); this function is its reference.
-        return compiled.WaitHook(original)  # type: ignore[no-any-return]
+        return compiled.WaitHook(original)
 
     def _wait(self: Any, watcher: Any, timeout_exc: Any = None) -> Any:
         if not measuring[0]:
