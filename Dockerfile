@@ -10,8 +10,11 @@
 # and Kubernetes manifests that use it are validated offline. See the README,
 # "Running beyond one machine".
 
-# --- build: a venv from the runtime lock (wheels only: no compiler needed) ----------
-# The project's own code is not installed into it: it runs from /app (PYTHONPATH).
+# --- build: a venv from the runtime lock (wheels only), and the project's wheel ------
+# The project's own code is not installed into the venv: it runs from /app (PYTHONPATH).
+# The project's wheel is built here for the one compiled module it carries, the timing
+# core's hot path (tracing/timing/_native.c); the runtime stage copies that module and
+# gets no compiler.
 FROM python:3.11.15-slim-trixie AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -24,6 +27,18 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY requirements.lock .
 RUN pip install --require-hashes -r requirements.lock
+
+# The compiler exists only in this stage, so its exact version is not pinned (it never
+# reaches the image; the wheel's build fails loudly if the C code does not compile).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+COPY pyproject.toml setup.py ./
+COPY tracing ./tracing
+# PIP_ONLY_BINARY=:none: here: this is the one thing built from source.
+RUN PIP_ONLY_BINARY=:none: pip wheel --no-deps --wheel-dir /wheels . \
+    && python -m zipfile -e /wheels/pricingservice-*.whl /wheels/unpacked
 
 # --- runtime: the venv and the route config, run as a user without privileges ------
 FROM python:3.11.15-slim-trixie
@@ -49,6 +64,9 @@ COPY routes.toml simulator.toml ./
 COPY pricing ./pricing
 COPY routing ./routing
 COPY tracing ./tracing
+# The compiled hot path from the wheel (a missing file fails the build: no silent
+# fallback to the Python reference in the image).
+COPY --from=build /wheels/unpacked/tracing/timing/_native*.so ./tracing/timing/
 COPY simulator ./simulator
 COPY gunicorn_conf ./gunicorn_conf
 COPY deploy/container/entrypoint.sh /usr/local/bin/pricing-entrypoint
