@@ -132,7 +132,12 @@ def run_tracing_overhead(
         doc["capacity"] = _capacities(config, settings, capacity, deadline_s, run_dir, progress)
         capacity_rps = doc["capacity"]["off"]["capacity_rps"] or None
     points: list[dict[str, Any]] = []
-    for rate in _resolved_rates(offer_rates, capacity_rps):
+    rates = _resolved_rates(offer_rates, capacity_rps)
+    if offer_rates is not None and len(rates) < len(offer_rates):
+        doc["note_rates"] = (
+            "the untraced capacity was 0 (no step passed): the N % rate points were skipped"
+        )
+    for rate in rates:
         point_settings = settings
         name = "mixed"
         if rate is not None:
@@ -179,7 +184,7 @@ def _resolved_rates(
     for text in offer_rates:
         if text.endswith("%"):
             if capacity_rps is None:
-                raise ValueError(f"rate {text} needs the untraced capacity (drop --no-capacity)")
+                continue  # no step passed (or no capacity run): said in the results
             out.append(round(capacity_rps * float(text[:-1]) / 100.0, 1))
         else:
             out.append(float(text))
