@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from opentelemetry import context, propagate, trace
+from opentelemetry.propagators.textmap import Getter
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_REQUEST_METHOD,
@@ -32,7 +33,6 @@ from opentelemetry.semconv.attributes.network_attributes import NETWORK_PROTOCOL
 from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
 from opentelemetry.semconv.attributes.url_attributes import URL_PATH, URL_SCHEME
 from opentelemetry.semconv.attributes.user_agent_attributes import USER_AGENT_ORIGINAL
-from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 TRACEPARENT: Final = "traceparent"
@@ -70,14 +70,12 @@ class _EnvironGetter(Getter[Mapping[str, Any]]):
 _getter = _EnvironGetter()
 
 
-def start_server_span(
-    tracer: trace.Tracer, route: str, request: Any
-) -> tuple[trace.Span, object]:
+def start_server_span(tracer: trace.Tracer, route: str, request: Any) -> tuple[trace.Span, object]:
     """Start and attach the server span of a Flask *request* whose parent the propagator
     extracts; returns the span and the token to detach."""
     environ = request.environ
     parent = propagate.extract(environ, getter=_getter)
-    method, _, template = route.partition(" ")
+    template = route.partition(" ")[2]
     attrs: dict[str, Any] = {
         HTTP_REQUEST_METHOD: request.method,
         URL_PATH: request.path,
