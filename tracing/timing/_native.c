@@ -43,7 +43,8 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
     *s_read_event, *s_sock, *s_reply_arrived_unix_ns, *s_realtime_offset_ns,
     *s_socket_waits, *s_awaiting_first_read, *s_network_ns, *s_delay_ns, *s_cpu_wait_ns,
     *s_culprits_ns, *s_add_network, *s_add_delay, *s_explain_delay,
-    *s_culprit_threshold_ns, *s_unknown, *s_unrecorded;
+    *s_culprit_threshold_ns, *s_unknown, *s_unrecorded, *s_since_send, *s_inbound, *s_armed,
+    *s_watched_sock;
 
 /* Set by configure(): what the C code needs from the Python side, passed down (the
  * timing core's modules, never imported from here). */
@@ -995,13 +996,133 @@ static int wait_start(PyObject *call, int64_t now, int is_read, int64_t *started
     return 0;
 }
 
+enum { HOOK_WAIT, HOOK_SENDALL, HOOK_READ };
+
 typedef struct {
     PyObject_HEAD
     PyObject *original;
     PyObject *dict;
+    int kind;
+    /* HOOK_READ: server_timing.watching, server_timing.stamp_arrival,
+     * socket_hooks._check_queued_reply */
+    PyObject *watching, *stamp_arrival, *check_queued_reply;
 } WaitHookObject;
 
+static int list_flag(PyObject *list) {
+    if (list == NULL || !PyList_Check(list) || PyList_GET_SIZE(list) < 1) return 0;
+    int r = PyObject_IsTrue(PyList_GET_ITEM(list, 0));
+    if (r < 0) {
+        drop();
+        return 0;
+    }
+    return r;
+}
+
+/* socket_hooks' sendall: note when the request was handed to the kernel (on_send). */
+static PyObject *sendall_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
+    if (!measuring_now()) return PyObject_Call(self->original, args, kwds);
+    int64_t started = now_ns();
+    PyObject *result = PyObject_Call(self->original, args, kwds);
+    if (result == NULL) return NULL;
+    PyObject *call = current_call();
+    if (call == NULL) return result;
+    /* CallState.on_send */
+    int64_t last_in;
+    if (get_i64(call, s_last_in_ns, &last_in) < 0) goto fail;
+    int64_t now = now_ns();
+    if (set_i64(call, s_sent_ns, last_in > started ? now : started) < 0 ||
+        PyObject_SetAttr(call, s_reply_pending, Py_True) < 0 ||
+        PyObject_SetAttr(call, s_awaiting_first_read, Py_True) < 0 ||
+        PyObject_SetAttr(call, s_out_since_send, Py_False) < 0)
+        goto fail;
+    PyObject *pieces = PyObject_GetAttr(call, s_since_send);
+    if (pieces == NULL) goto fail;
+    int rc = PyList_Check(pieces) ? PyList_SetSlice(pieces, 0, PyList_GET_SIZE(pieces), NULL)
+                                  : 0;
+    Py_DECREF(pieces);
+    if (rc < 0) goto fail;
+    Py_DECREF(call);
+    return result;
+fail:
+    drop();
+    Py_DECREF(call);
+    return result;
+}
+
+/* socket_hooks' recv / recv_into / SSL read: the inbound stamp of a watched connection's
+ * first read of a request, and the first read after a send. */
+static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
+    if ((!measuring_now() && !list_flag(self->watching)) || PyTuple_GET_SIZE(args) < 1)
+        return PyObject_Call(self->original, args, kwds);
+    PyObject *sock = PyTuple_GET_ITEM(args, 0);
+    PyObject *current = PyObject_CallNoArgs(g_getcurrent);
+    PyObject *tag = current == NULL ? NULL : get_optional(current, s_tag_attr);
+    Py_XDECREF(current);
+    if (tag == NULL) {
+        drop();
+        return PyObject_Call(self->original, args, kwds);
+    }
+    if (tag == Py_None) {
+        Py_DECREF(tag);
+        return PyObject_Call(self->original, args, kwds);
+    }
+    PyObject *watch = PyObject_GetAttr(tag, s_inbound);
+    if (watch == NULL) {
+        drop();
+    } else if (watch != Py_None) {
+        int armed = get_truth(watch, s_armed);
+        PyObject *watched = armed > 0 ? PyObject_GetAttr(watch, s_watched_sock) : NULL;
+        if (armed < 0) drop();
+        if (armed > 0 && watched == NULL) drop();
+        if (watched != NULL && watched == sock) {
+            PyObject *r = PyObject_CallFunctionObjArgs(self->stamp_arrival, watch, sock, NULL);
+            if (r == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_TimeoutError)) {
+                    /* the socket's own timeout: the read would have raised it */
+                    Py_DECREF(watched);
+                    Py_DECREF(watch);
+                    Py_DECREF(tag);
+                    return NULL;
+                }
+                if (!PyErr_ExceptionMatches(PyExc_OSError)) bad_states++;
+                PyErr_Clear(); /* an OSError: the read itself reports the failure */
+                if (PyObject_SetAttr(watch, s_armed, Py_False) < 0) drop();
+            }
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(watched);
+    }
+    Py_XDECREF(watch);
+    PyObject *call = PyObject_GetAttr(tag, s_call);
+    Py_DECREF(tag);
+    if (call == NULL) {
+        drop();
+    } else if (call != Py_None) {
+        int awaiting = get_truth(call, s_awaiting_first_read);
+        if (awaiting > 0) {
+            int out = get_truth(call, s_out_since_send);
+            if (out > 0) {
+                PyObject *r = PyObject_CallFunctionObjArgs(self->check_queued_reply, call, sock,
+                                                           NULL);
+                if (r == NULL) drop();
+                Py_XDECREF(r);
+            } else if (out == 0) {
+                /* Ran without pause since the send: no delay to find. */
+                if (PyObject_SetAttr(call, s_awaiting_first_read, Py_False) < 0) drop();
+            } else {
+                drop();
+            }
+        } else if (awaiting < 0) {
+            drop();
+        }
+    }
+    Py_XDECREF(call);
+    return PyObject_Call(self->original, args, kwds);
+}
+
 static PyObject *WaitHook_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
+    if (self->kind == HOOK_SENDALL) return sendall_call(self, args, kwds);
+    if (self->kind == HOOK_READ) return read_call(self, args, kwds);
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     /* (sock, watcher[, timeout_exc]); gevent.ssl passes timeout_exc by keyword. */
     if (n < 2 || n > 3 || !measuring_now())
@@ -1045,21 +1166,51 @@ static PyObject *WaitHook_get(PyObject *self, PyObject *obj, PyObject *type) {
 }
 
 static int WaitHook_init(WaitHookObject *self, PyObject *args, PyObject *kwds) {
-    PyObject *original;
-    if (!PyArg_ParseTuple(args, "O:WaitHook", &original)) return -1;
+    static char *kwlist[] = {"original", "kind", "watching", "stamp_arrival",
+                             "check_queued_reply", NULL};
+    PyObject *original, *watching = NULL, *stamp = NULL, *check = NULL;
+    const char *kind = "wait";
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|sOOO:Hook", kwlist, &original, &kind,
+                                     &watching, &stamp, &check))
+        return -1;
+    if (strcmp(kind, "wait") == 0) {
+        self->kind = HOOK_WAIT;
+    } else if (strcmp(kind, "sendall") == 0) {
+        self->kind = HOOK_SENDALL;
+    } else if (strcmp(kind, "read") == 0) {
+        if (watching == NULL || !PyList_Check(watching) || stamp == NULL || check == NULL) {
+            PyErr_SetString(PyExc_TypeError,
+                            "a read hook needs watching (a list), stamp_arrival and "
+                            "check_queued_reply");
+            return -1;
+        }
+        self->kind = HOOK_READ;
+    } else {
+        PyErr_Format(PyExc_ValueError, "kind must be wait, sendall or read, got %s", kind);
+        return -1;
+    }
     Py_XSETREF(self->original, Py_NewRef(original));
+    Py_XSETREF(self->watching, Py_XNewRef(watching));
+    Py_XSETREF(self->stamp_arrival, Py_XNewRef(stamp));
+    Py_XSETREF(self->check_queued_reply, Py_XNewRef(check));
     return 0;
 }
 
 static int WaitHook_traverse(WaitHookObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->original);
     Py_VISIT(self->dict);
+    Py_VISIT(self->watching);
+    Py_VISIT(self->stamp_arrival);
+    Py_VISIT(self->check_queued_reply);
     return 0;
 }
 
 static int WaitHook_clear(WaitHookObject *self) {
     Py_CLEAR(self->original);
     Py_CLEAR(self->dict);
+    Py_CLEAR(self->watching);
+    Py_CLEAR(self->stamp_arrival);
+    Py_CLEAR(self->check_queued_reply);
     return 0;
 }
 
@@ -1069,9 +1220,15 @@ static void WaitHook_dealloc(WaitHookObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static PyGetSetDef WaitHook_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject WaitHookType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.WaitHook",
-    .tp_doc = "socket_hooks' _wait replacement, compiled: WaitHook(original).",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.Hook",
+    .tp_doc = "socket_hooks' replacements, compiled: Hook(original, kind='wait'|'sendall'|"
+              "'read', watching=, stamp_arrival=, check_queued_reply=) (the last three for read).",
     .tp_basicsize = sizeof(WaitHookObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -1081,6 +1238,7 @@ static PyTypeObject WaitHookType = {
     .tp_clear = (inquiry)WaitHook_clear,
     .tp_call = (ternaryfunc)WaitHook_call,
     .tp_descr_get = WaitHook_get,
+    .tp_getset = WaitHook_getset,
     .tp_dictoffset = offsetof(WaitHookObject, dict),
     .tp_getattro = PyObject_GenericGetAttr,
     .tp_setattro = PyObject_GenericSetAttr,
@@ -1173,6 +1331,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_culprit_threshold_ns, "_culprit_threshold_ns");
     INTERN(s_unknown, "<unknown>");
     INTERN(s_unrecorded, "<unrecorded>");
+    INTERN(s_since_send, "since_send");
+    INTERN(s_inbound, "inbound");
+    INTERN(s_armed, "armed");
+    INTERN(s_watched_sock, "sock");
     if (PyType_Ready(&SwitchLogType) < 0 || PyType_Ready(&TracerType) < 0 ||
         PyType_Ready(&WaitHookType) < 0)
         return NULL;
@@ -1180,6 +1342,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "SwitchLog", (PyObject *)&SwitchLogType) < 0 ||
         PyModule_AddObjectRef(m, "Tracer", (PyObject *)&TracerType) < 0 ||
+        PyModule_AddObjectRef(m, "Hook", (PyObject *)&WaitHookType) < 0 ||
         PyModule_AddObjectRef(m, "WaitHook", (PyObject *)&WaitHookType) < 0 ||
         PyModule_AddIntConstant(m, "CHECKPOINT_EVERY", CHECKPOINT_EVERY) < 0) {
         Py_DECREF(m);

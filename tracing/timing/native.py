@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from greenlet import getcurrent
 
-from tracing.timing import call_state, labels, request_state
+from tracing.timing import call_state, kernel_rx, labels, request_state
 
 #: Set to 0 (or off/false/no) to run the Python reference even where the C path was built.
 ENV: Final = "PRICING_TIMING_NATIVE"
@@ -56,6 +56,14 @@ def use(compiled: bool) -> None:
     if compiled and module is None:
         raise RuntimeError(reason or "the compiled extension is not built")
     reason = None if compiled else "the Python reference was asked for"
+
+
+def peek_arrival_ns(raw_sock: Any) -> int | None:
+    """``kernel_rx.peek_arrival_ns``, compiled where the compiled path runs (one
+    ``recvmsg`` without the Python socket method, its ancillary list and struct)."""
+    if reason is None:
+        return module.peek_arrival_ns(raw_sock)
+    return kernel_rx.peek_arrival_ns(raw_sock)
 
 
 def bad_states() -> int:

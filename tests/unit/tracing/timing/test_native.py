@@ -21,8 +21,9 @@ from greenlet import getcurrent
 from tracing.timing import call_state, kernel_rx, native, socket_hooks
 from tracing.timing.call_state import CallState
 from tracing.timing.labels import TAG_ATTR, GreenletTag, tag_of
-from tracing.timing.request_state import RequestState
+from tracing.timing.request_state import InboundWatch, RequestState
 from tracing.timing.route_cpu import RouteCpu
+from tracing.timing.server_timing import watching
 from tracing.timing.switch_tracer import SwitchTracer
 from tracing.timing.switchlog import SwitchLog
 
@@ -233,6 +234,10 @@ def _wait_events(seed: int, steps: int) -> list[dict[str, Any]]:
                 "awaiting_first_read": rng.random() < 0.2,
                 "switches": rng.random() < 0.9,  # False: no tracer saw the wait
                 "fails": rng.random() < 0.1,
+                "send": rng.random() < 0.5,  # a sendall before the wait
+                "send_waits": rng.random() < 0.3,  # ... that switched out inside
+                "read_first": rng.random() < 0.6,  # a read before the wait
+                "inbound": rng.random() < 0.15,  # a watched connection's first read
             }
         )
     return out
@@ -275,6 +280,16 @@ def _replay_waits(
     writer = types.SimpleNamespace(_read_event=object(), _sock=unix)
     event: dict[str, Any] = {}
 
+    def original_send(self: Any, data: bytes, flags: int = 0) -> None:
+        if event["send_waits"]:
+            trace("switch", (me, hub))
+            clock.now += 70 * US
+            trace("switch", (hub, me))
+        clock.now += 2 * US
+
+    def original_read(self: Any, *args: Any) -> bytes:
+        return b"data"
+
     def original(self: Any, watcher: Any, timeout_exc: Any = None) -> str:
         if event["switches"]:
             trace("switch", (me, hub))
@@ -290,7 +305,11 @@ def _replay_waits(
         trace = tracer._trace
         assert trace is not None
         hook = socket_hooks._make_wait(original)
-        assert (type(hook) is compiled.WaitHook) == use_compiled
+        sendall = socket_hooks._make_sendall(original_send)
+        read = socket_hooks._make_read(original_read)
+        assert (type(hook) is compiled.Hook) == use_compiled
+        assert (type(sendall) is compiled.Hook) == use_compiled
+        assert (type(read) is compiled.Hook) == use_compiled
         waits = []
         for event in events:
             clock.now += event["before"]
@@ -301,6 +320,19 @@ def _replay_waits(
             # ready (monotonic) = arrival - offset: place readiness where the event says
             ready = clock.now + int(event["ready_at"] * event["out"])
             state.realtime_offset_ns = arrival - ready
+            if event["send"]:
+                sendall(reader, b"x")
+            watch = None
+            if event["inbound"]:
+                watch = InboundWatch(reader)
+                tag.inbound = watch
+                watching[0] += 1
+            if event["read_first"] or watch is not None:
+                assert read(reader, 64) == b"data"
+            if watch is not None:
+                tag.inbound = None
+                watching[0] -= 1
+                waits.append(("inbound", watch.armed, watch.arrival_unix_ns))
             sock = reader if event["read"] else writer
             watcher = reader._read_event if event["read"] else object()
             try:
@@ -317,6 +349,9 @@ def _replay_waits(
                     state.reply_arrived_unix_ns,
                     state.reply_pending,
                     state.in_socket_wait,
+                    state.sent_ns,
+                    state.awaiting_first_read,
+                    state.out_since_send,
                     list(state.since_send),
                     dict(state.culprits_ns),
                 )
@@ -335,14 +370,17 @@ def _replay_waits(
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_the_wait_hook_gives_the_reference_numbers(
+def test_the_socket_hooks_give_the_reference_numbers(
     seed: int, stamped_socket: socket.socket, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events = _wait_events(seed, steps=150)
     reference = _replay_waits(False, events, stamped_socket, monkeypatch)
-    assert reference["waits"][-1][2] > 0, "the sequence had no scheduling delay"
-    assert reference["waits"][-1][-1], "no delay was long enough to name its culprits"
-    assert {w[0] for w in reference["waits"]} == {"ok", "timeout"}
+    waits = [w for w in reference["waits"] if w[0] != "inbound"]
+    assert waits[-1][2] > 0, "the sequence had no scheduling delay"
+    assert waits[-1][-1], "no delay was long enough to name its culprits"
+    assert {w[0] for w in waits} == {"ok", "timeout"}
+    inbound = [w for w in reference["waits"] if w[0] == "inbound"]
+    assert inbound and all(w[1] is False and w[2] is not None for w in inbound)
     assert _replay_waits(True, events, stamped_socket, monkeypatch) == reference
 
 
@@ -388,7 +426,7 @@ def test_a_bad_state_in_the_wait_hook_is_counted_and_the_wait_still_runs() -> No
         calls.append(watcher)
         return "ok"
 
-    hook: Callable[..., Any] = compiled.WaitHook(original)
+    hook: Callable[..., Any] = compiled.Hook(original, "wait")
     before = compiled.bad_states()
     try:
         # No _read_event: the start fails; no _sock: readiness fails. The wait runs once.
