@@ -10,7 +10,9 @@ percentage from the route config the stack's pools and Envoy read):
   sample_percent`` (routes.toml: 1 %), what `pricingctl up` runs in production;
 - ``100``: PRICING_TRACING=full with sample_percent = 100 (a derived routes.toml):
   a span for every request and every upstream call;
-- ``spans`` (only with ``--modes``): the old spans-only switch, default sampling.
+- ``spans`` (only with ``--modes``): the old spans-only switch, default sampling;
+- ``reference`` (only with ``--modes``): as ``default``, with the timing core's Python
+  reference instead of its compiled hot path (``PRICING_TIMING_NATIVE=0``).
 
 Runs alternate the modes on the split layout, offers only (one io worker), at each
 rate point: 40 offers/s and 80 % of the io worker's untraced capacity by default. That
@@ -46,7 +48,10 @@ MODE_SETTINGS: dict[str, tuple[str, float | None]] = {
     "default": ("full", None),
     "100": ("full", 100.0),
     "spans": ("spans", None),
+    "reference": ("full", None),
 }
+# More of the pools' environment, per mode.
+MODE_ENV: dict[str, dict[str, str]] = {"reference": {"PRICING_TIMING_NATIVE": "0"}}
 DEFAULT_MODES = ("off", "default", "100")
 # Upstream calls per offer (vehicles, routing, promotions).
 CALLS_PER_OFFER = 3
@@ -102,6 +107,7 @@ def arms(modes: Sequence[str] = DEFAULT_MODES) -> tuple[Arm, ...]:
                 f"tracing {name}, repeat {{repeat}}/{{repeats}}",
                 f"tracing-{mode}-r{{repeat}}",
                 sample_percent=percent,
+                env=MODE_ENV.get(mode, {}),
             )
         )
     return tuple(out)
@@ -157,6 +163,7 @@ def run_tracing_overhead(
                     m: {
                         "PRICING_TRACING": MODE_SETTINGS[m][0],
                         "sample_percent": MODE_SETTINGS[m][1] or config.tracing.sample_percent,
+                        **MODE_ENV.get(m, {}),
                     }
                     for m in modes
                 },

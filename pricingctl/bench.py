@@ -367,8 +367,8 @@ def _tracing_overhead_parser(sub: _Parts) -> None:
         default=None,
         metavar="M,M",
         help="tracing modes to compare, off among them: off, default (full, the route "
-        "config's sampling), 100 (full, every request), spans (spans only); "
-        "default off,default,100",
+        "config's sampling), 100 (full, every request), spans (spans only), reference "
+        "(default with the timing core's Python reference); default off,default,100",
     )
     tr.add_argument(
         "--offer-rates",
