@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* kernel_rx: SO_TIMESTAMPNS_OLD, whose payload is a native struct timespec. */
 #define RX_SO_TIMESTAMPNS 35
@@ -43,7 +44,7 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
     *s_read_event, *s_sock, *s_reply_arrived_unix_ns, *s_realtime_offset_ns,
     *s_socket_waits, *s_awaiting_first_read, *s_network_ns, *s_delay_ns, *s_cpu_wait_ns,
     *s_culprits_ns, *s_add_network, *s_add_delay, *s_explain_delay,
-    *s_culprit_threshold_ns, *s_unknown, *s_unrecorded, *s_since_send, *s_inbound, *s_armed,
+    *s_culprit_threshold_ns, *s_unknown, *s_unrecorded, *s_since_send, *s_inbound, *s_armed, *s_fd,
     *s_watched_sock;
 
 /* Set by configure(): what the C code needs from the Python side, passed down (the
@@ -483,6 +484,9 @@ typedef struct {
     PyObject *previous;  /* or NULL */
     PyObject *sample;    /* sampler.sample, or NULL */
     PyObject *due;       /* sampler.due_ns: a one-element list, or NULL */
+    PyObject *sampler;   /* for runqueue.RunQueueClock: read here, without a Python call */
+    PyObject *samples_append;
+    int64_t sample_interval_ns;
     PyObject *since;     /* route_cpu.since: [time_ns, label] */
     PyObject *by_label;  /* route_cpu.by_label_ns */
     PyObject *charge_long;
@@ -527,6 +531,26 @@ static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->previous, previous == Py_None ? NULL : Py_NewRef(previous));
     Py_XSETREF(self->sample, sample);
     Py_XSETREF(self->due, due);
+    Py_CLEAR(self->sampler);
+    Py_CLEAR(self->samples_append);
+    self->sample_interval_ns = 0;
+    if (sampler != Py_None) {
+        /* A RunQueueClock (its _fd, _samples, sample_interval_ns): sampled in C. */
+        PyObject *samples = PyObject_GetAttrString(sampler, "_samples");
+        PyObject *interval = samples == NULL ? NULL
+                                             : PyObject_GetAttrString(sampler, "sample_interval_ns");
+        PyObject *fd = interval == NULL ? NULL : PyObject_GetAttrString(sampler, "_fd");
+        if (fd != NULL && PyLong_Check(fd) && PyLong_Check(interval)) {
+            self->samples_append = PyObject_GetAttrString(samples, "append");
+            self->sample_interval_ns = PyLong_AsLongLong(interval);
+            if (self->samples_append != NULL && !PyErr_Occurred())
+                self->sampler = Py_NewRef(sampler);
+        }
+        PyErr_Clear(); /* not a RunQueueClock: its sample() is called instead */
+        Py_XDECREF(samples);
+        Py_XDECREF(interval);
+        Py_XDECREF(fd);
+    }
     Py_XSETREF(self->since, since);
     Py_XSETREF(self->by_label, by_label);
     Py_XSETREF(self->charge_long, charge_long);
@@ -545,6 +569,8 @@ static int Tracer_traverse(TracerObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->previous);
     Py_VISIT(self->sample);
     Py_VISIT(self->due);
+    Py_VISIT(self->sampler);
+    Py_VISIT(self->samples_append);
     Py_VISIT(self->since);
     Py_VISIT(self->by_label);
     Py_VISIT(self->charge_long);
@@ -556,6 +582,8 @@ static int Tracer_clear(TracerObject *self) {
     Py_CLEAR(self->previous);
     Py_CLEAR(self->sample);
     Py_CLEAR(self->due);
+    Py_CLEAR(self->sampler);
+    Py_CLEAR(self->samples_append);
     Py_CLEAR(self->since);
     Py_CLEAR(self->by_label);
     Py_CLEAR(self->charge_long);
@@ -684,6 +712,36 @@ fail_origin:
     return -1;
 }
 
+/* runqueue.RunQueueClock.sample, for that class: 1 done, 0 not possible here (the Python
+ * method runs instead), -1 error. */
+static int sample_runqueue(TracerObject *self, int64_t now) {
+    int64_t fd_value;
+    if (get_i64(self->sampler, s_fd, &fd_value) < 0) return -1;
+    if (fd_value < 0 || fd_value > INT32_MAX) return 0;
+    char buf[97];
+    ssize_t n = pread((int)fd_value, buf, 96, 0);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    /* the second whitespace-separated field */
+    char *p = buf;
+    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+    while (*p && *p != ' ' && *p != '\t' && *p != '\n') p++;
+    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+    if (*p < '0' || *p > '9') return 0;
+    int64_t wait = 0;
+    while (*p >= '0' && *p <= '9') wait = wait * 10 + (*p++ - '0');
+    PyObject *entry = Py_BuildValue("(LL)", (long long)now, (long long)wait);
+    if (entry == NULL) return -1;
+    PyObject *r = PyObject_CallOneArg(self->samples_append, entry);
+    Py_DECREF(entry);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    PyObject *next = PyLong_FromLongLong(now + self->sample_interval_ns);
+    if (next == NULL) return -1;
+    PyList_SetItem(self->due, 0, next); /* steals */
+    return 1;
+}
+
 static int trace_switch(TracerObject *self, PyObject *pair) {
     if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
         PyErr_SetString(PyExc_TypeError, "switch arguments must be (origin, target)");
@@ -731,6 +789,11 @@ static int trace_switch(TracerObject *self, PyObject *pair) {
     if (self->due != NULL) {
         int64_t due = PyLong_AsLongLong(PyList_GET_ITEM(self->due, 0));
         if (due == -1 && PyErr_Occurred()) goto fail;
+        if (now >= due && self->sampler != NULL) {
+            int rc = sample_runqueue(self, now);
+            if (rc < 0) goto fail;
+            if (rc > 0) due = INT64_MAX; /* done here */
+        }
         if (now >= due) {
             PyObject *n = PyLong_FromLongLong(now);
             PyObject *r = n == NULL ? NULL : PyObject_CallOneArg(self->sample, n);
@@ -1334,6 +1397,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_since_send, "since_send");
     INTERN(s_inbound, "inbound");
     INTERN(s_armed, "armed");
+    INTERN(s_fd, "_fd");
     INTERN(s_watched_sock, "sock");
     if (PyType_Ready(&SwitchLogType) < 0 || PyType_Ready(&TracerType) < 0 ||
         PyType_Ready(&WaitHookType) < 0)

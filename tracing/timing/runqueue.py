@@ -43,7 +43,7 @@ _LATEST: Final = 1 << 63
 class RunQueueClock:
     """Run-queue wait of the calling thread, read cheaply and remembered over time."""
 
-    __slots__ = ("_fd", "_last_sample_ns", "_samples", "due_ns", "sample_interval_ns")
+    __slots__ = ("_fd", "_samples", "due_ns", "sample_interval_ns")
 
     def __init__(
         self,
@@ -56,7 +56,6 @@ class RunQueueClock:
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self.sample_interval_ns = sample_interval_ns
         self._samples: deque[tuple[int, int]] = deque(maxlen=samples)
-        self._last_sample_ns = 0
         #: When the next periodic sample is due (monotonic ns); the switch tracer checks
         #: it inline, so a switch costs a compare, not a call, until then.
         self.due_ns = [0]
@@ -86,9 +85,10 @@ class RunQueueClock:
             self.sample(now_ns)
 
     def sample(self, now_ns: int) -> int:
-        """Read now, remember it, and return the wait."""
+        """Read now, remember it, and return the wait. (The compiled switch tracer does
+        the same for its periodic samples without calling this: ``_native.c``,
+        ``sample_runqueue``; it reads ``_fd``, ``_samples`` and ``sample_interval_ns``.)"""
         wait = self.read_ns()
-        self._last_sample_ns = now_ns
         self.due_ns[0] = now_ns + self.sample_interval_ns
         self._samples.append((now_ns, wait))
         return wait

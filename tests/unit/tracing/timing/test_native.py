@@ -13,6 +13,7 @@ import socket
 import time
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from tracing.timing.call_state import CallState
 from tracing.timing.labels import TAG_ATTR, GreenletTag, tag_of
 from tracing.timing.request_state import InboundWatch, RequestState
 from tracing.timing.route_cpu import RouteCpu
+from tracing.timing.runqueue import RunQueueClock
 from tracing.timing.server_timing import watching
 from tracing.timing.switch_tracer import SwitchTracer
 from tracing.timing.switchlog import SwitchLog
@@ -92,8 +94,14 @@ def _events(seed: int, greenlets: int, steps: int) -> list[tuple[Any, ...]]:
     return out
 
 
-def _replay_switches(use_compiled: bool, events: list[tuple[Any, ...]]) -> dict[str, Any]:
+def _replay_switches(
+    use_compiled: bool, events: list[tuple[Any, ...]], schedstat: Path | None = None
+) -> dict[str, Any]:
     clock = Clock()
+    sampler = None
+    if schedstat is not None:
+        # A run-queue clock on a fake schedstat whose wait grows with every read.
+        sampler = RunQueueClock(sample_interval_ns=700 * US, path=str(schedstat))
     greenlets = [FakeGreenlet(LABELS[i % len(LABELS)]) for i in range(6)]
     if use_compiled:
         log: Any = compiled.SwitchLog(128)
@@ -108,12 +116,14 @@ def _replay_switches(use_compiled: bool, events: list[tuple[Any, ...]]) -> dict[
     call_state.configure(log, 0.001)
     measuring = call_state.measuring[0]
     try:
-        tracer.install(route_cpu=route_cpu)
+        tracer.install(sampler, route_cpu=route_cpu)
         trace = tracer._trace
         assert trace is not None
         assert (type(trace) is compiled.Tracer) == use_compiled
-        for event in events:
+        for step, event in enumerate(events):
             clock.now += event[1]
+            if schedstat is not None:
+                schedstat.write_text(f"{step * 7} {step * 1000 + 5} {step}\n")
             if event[0] == "switch":
                 trace("switch", (greenlets[event[2]], greenlets[event[3]]))
             elif event[0] == "relabel":
@@ -161,22 +171,32 @@ def _replay_switches(use_compiled: bool, events: list[tuple[Any, ...]]) -> dict[
                 else (request.running_ns, request.in_ns, request.out_ns, list(request.waits)),
             )
         )
+    if sampler is not None:
+        sampler.close()
     return {
         "log": log.entries(),
         "route_cpu": dict(route_cpu.by_label_ns),
         "since": list(route_cpu.since),
         "calls": calls,
+        "runqueue": None if sampler is None else (list(sampler._samples), sampler.due_ns[0]),
     }
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_the_switch_tracer_gives_the_reference_numbers(seed: int) -> None:
+def test_the_switch_tracer_gives_the_reference_numbers(seed: int, tmp_path: Path) -> None:
     events = _events(seed, greenlets=6, steps=600)
-    reference = _replay_switches(False, events)
+    schedstat = tmp_path / "schedstat" if seed % 2 else None
+    if schedstat is not None:
+        schedstat.write_text("0 0 0\n")
+    reference = _replay_switches(False, events, schedstat)
+    if schedstat is not None:
+        assert len(reference["runqueue"][0]) > 10, "the run-queue clock was never sampled"
     assert any(c[0] is not None for c in reference["calls"]), "the sequence measured nothing"
     assert any(c[0] is not None and c[0][1] + c[0][2] > 0 for c in reference["calls"])
     assert any(c[1] is not None and c[1][3] for c in reference["calls"]), "no request waits"
-    assert _replay_switches(True, events) == reference
+    if schedstat is not None:
+        schedstat.write_text("0 0 0\n")
+    assert _replay_switches(True, events, schedstat) == reference
 
 
 def test_the_recorded_switch_sequences_contain_culprits_of_delays() -> None:
