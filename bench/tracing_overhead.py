@@ -234,6 +234,10 @@ def _capacities(
         }
     off, default = out["off"]["capacity_rps"], out["default"]["capacity_rps"]
     out["default_over_off"] = _ratio(default, off)
+    if default:
+        out["load_growth"] = _load_growth(
+            config, settings, search, default, deadline_s, run_dir, progress
+        )
     out["settings"] = {
         "start_rps": search.start_rps,
         "step_rps": search.step_rps,
@@ -243,6 +247,51 @@ def _capacities(
         "p99_limit_ms": search.p99_limit_ms,
     }
     return out
+
+
+#: Below and past the traced capacity: the instrumentation's CPU per offer must not
+#: grow with the backlog (issue 19: no walk or scan whose length grows with the delay).
+LOAD_GROWTH_SHARES = (0.8, 1.5)
+
+
+def _load_growth(
+    config: RouteConfig,
+    settings: LoadSettings,
+    search: CapacitySearch,
+    capacity_rps: float,
+    deadline_s: float,
+    run_dir: Path,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """io CPU per offer at the default, at 0.8 x and 1.5 x its capacity (one step each,
+    the step run twice when it fails, as io-capacity does: their mean)."""
+    from bench.io_capacity import run_io_capacity
+
+    per_share: dict[str, Any] = {}
+    for share in LOAD_GROWTH_SHARES:
+        rate = round(capacity_rps * share, 1)
+        doc = run_io_capacity(
+            config,
+            replace(settings, tracing=True, duration_s=search.duration_s, warmup_s=search.warmup_s),
+            start_rps=rate,
+            step_rps=rate,
+            max_rps=rate,
+            p99_limit_ms=search.p99_limit_ms,
+            direct=False,
+            deadline_s=deadline_s,
+            run_dir=run_dir / f"load-growth-{share:g}",
+            progress=progress,
+        )
+        cpu = [s["io_worker_cpu_ms_per_offer"] for s in doc["steps"]]
+        cpu = [c for c in cpu if c is not None]
+        per_share[f"{share:g}"] = {
+            "rate_rps": rate,
+            "io_cpu_ms_per_offer": round(sum(cpu) / len(cpu), 3) if cpu else None,
+            "steps": doc["steps"],
+        }
+    low = per_share[f"{LOAD_GROWTH_SHARES[0]:g}"]["io_cpu_ms_per_offer"]
+    high = per_share[f"{LOAD_GROWTH_SHARES[1]:g}"]["io_cpu_ms_per_offer"]
+    return {"shares": per_share, "high_over_low": _ratio(high, low)}
 
 
 def _point(
@@ -338,6 +387,15 @@ def _targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             _target("capacity_default_over_off", capacity["default_over_off"], 0.9, below=False)
         )
+        growth = capacity.get("load_growth")
+        out.append(
+            _target(
+                "default_cpu_per_offer_at_1.5x_over_0.8x_capacity",
+                None if growth is None else growth["high_over_low"],
+                1.10,
+                below=True,
+            )
+        )
     return out
 
 
@@ -393,6 +451,13 @@ def write_tracing_overhead(doc: dict[str, Any], out: Path) -> str:
             f"{capacity['default']['capacity_rps']:g} offers/s "
             f"({capacity['default_over_off']} x off)"
         )
+        growth = capacity.get("load_growth")
+        if growth is not None:
+            shares = ", ".join(
+                f"{k} x capacity ({v['rate_rps']:g}/s): {v['io_cpu_ms_per_offer']} ms"
+                for k, v in growth["shares"].items()
+            )
+            lines.append(f"tracing default, io CPU per offer at {shares}")
     for point in doc["points"]:
         where = "mixed load" if point["offers_rps"] is None else f"{point['offers_rps']:g} offers/s"
         for mode, m in point["modes"].items():

@@ -904,8 +904,11 @@ def _planned_overhead(args: argparse.Namespace, settings: LoadSettings, d: Defau
     search = _overhead_capacity(args)
     if search is not None:
         steps = len(step_rates(search.start_rps, search.step_rps, search.max_rps))
-        # Roughly: half the steps pass, each with its warm-up, per arm.
-        planned += 2 * (STACK_START_EST_S + steps / 2 * (search.duration_s + search.warmup_s))
+        # Roughly: half the steps pass, each with its warm-up, per arm; then 0.8 x and
+        # 1.5 x the traced capacity (the latter run twice: it fails).
+        per_step = search.duration_s + search.warmup_s
+        planned += 2 * (STACK_START_EST_S + steps / 2 * per_step)
+        planned += 3 * (STACK_START_EST_S + per_step)
     return planned
 
 
