@@ -53,11 +53,26 @@ static PyObject *g_getcurrent, *g_measuring, *g_tag_of, *g_call_state, *g_reques
 static Py_ssize_t g_max_waits = 64;
 /* A replacement for CLOCK_MONOTONIC (tests replay recorded sequences); NULL: the clock. */
 static PyObject *g_clock;
-
 static void drop(void) {
     bad_states++;
     PyErr_Clear();
 }
+
+/* Told of every accounted wait and send (bench timing-accuracy compares the raw pieces
+ * with ground truth, as it spies on CallState's methods in the reference); NULL: none. */
+static PyObject *g_observer;
+
+static void observe(const char *what, PyObject *call, int64_t a, int64_t b, int known,
+                    int64_t ready) {
+    if (g_observer == NULL) return;
+    PyObject *r = known ? PyObject_CallFunction(g_observer, "sOLLL", what, call, (long long)a,
+                                                (long long)b, (long long)ready)
+                        : PyObject_CallFunction(g_observer, "sOLLO", what, call, (long long)a,
+                                                (long long)b, Py_None);
+    if (r == NULL) drop();
+    Py_XDECREF(r);
+}
+
 
 static int64_t now_ns(void) {
     if (g_clock != NULL) {
@@ -1013,6 +1028,7 @@ static void account_wait(PyObject *call, PyObject *sock, int64_t started, int is
             known = 0;
         }
     }
+    observe("wait", call, started, resumed, known, ready);
     if (on_socket_wait(call, started, resumed, known, ready) < 0) goto fail;
     return;
 fail:
@@ -1104,6 +1120,7 @@ static PyObject *sendall_call(WaitHookObject *self, PyObject *args, PyObject *kw
                                   : 0;
     Py_DECREF(pieces);
     if (rc < 0) goto fail;
+    observe("send", call, started, now, 0, 0);
     Py_DECREF(call);
     return result;
 fail:
@@ -1332,6 +1349,11 @@ static PyObject *py_set_clock(PyObject *mod, PyObject *clock) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_set_observer(PyObject *mod, PyObject *observer) {
+    Py_XSETREF(g_observer, observer == Py_None ? NULL : Py_NewRef(observer));
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_bad_states(PyObject *mod, PyObject *Py_UNUSED(ignored)) {
     return PyLong_FromUnsignedLongLong(bad_states);
 }
@@ -1341,6 +1363,10 @@ static PyMethodDef module_methods[] = {
      "Hand the C code what it needs from the timing core (once, at import)."},
     {"set_clock", (PyCFunction)py_set_clock, METH_O,
      "Replace CLOCK_MONOTONIC with a callable (tests); None restores the clock."},
+    {"set_observer", (PyCFunction)py_set_observer, METH_O,
+     "observer(kind, call, a, b, ready): told of each wait (kind 'wait': started, resumed, "
+     "ready or None, before it is accounted) and send ('send': started, now, after); None "
+     "removes it."},
     {"bad_states", (PyCFunction)py_bad_states, METH_NOARGS,
      "How many hook calls found a bad state, and were dropped."},
     {"peek_arrival_ns", (PyCFunction)py_peek_arrival_ns, METH_O,
