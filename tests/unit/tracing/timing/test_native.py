@@ -30,7 +30,7 @@ from tracing.timing.switch_tracer import SwitchTracer
 from tracing.timing.switchlog import SwitchLog
 
 compiled = native.module
-pytestmark = pytest.mark.skipif(compiled is None, reason=native.reason or "not built")
+needs_compiled = pytest.mark.skipif(compiled is None, reason=native.reason or "not built")
 
 LABELS = ["GET /v1/offers/bike", "POST /v1/offers/rideshare", None, "<hub>"]
 US = 1_000
@@ -182,6 +182,7 @@ def _replay_switches(
     }
 
 
+@needs_compiled
 @pytest.mark.parametrize("seed", range(12))
 def test_the_switch_tracer_gives_the_reference_numbers(seed: int, tmp_path: Path) -> None:
     events = _events(seed, greenlets=6, steps=600)
@@ -210,6 +211,7 @@ def test_the_recorded_switch_sequences_contain_culprits_of_delays() -> None:
     assert any(culprits)
 
 
+@needs_compiled
 @pytest.mark.parametrize("size", [2, 7, 64, 300])
 def test_the_switch_log_attributes_as_the_reference(size: int) -> None:
     """Appends and attributions interleaved; sometimes so many appends in between that
@@ -389,6 +391,7 @@ def _replay_waits(
     return {"waits": waits, "log": log.entries(), "route_cpu": dict(route_cpu.by_label_ns)}
 
 
+@needs_compiled
 @pytest.mark.parametrize("seed", range(8))
 def test_the_socket_hooks_give_the_reference_numbers(
     seed: int, stamped_socket: socket.socket, monkeypatch: pytest.MonkeyPatch
@@ -404,6 +407,7 @@ def test_the_socket_hooks_give_the_reference_numbers(
     assert _replay_waits(True, events, stamped_socket, monkeypatch) == reference
 
 
+@needs_compiled
 def test_the_compiled_peek_reads_the_same_stamp(stamped_socket: socket.socket) -> None:
     assert compiled.peek_arrival_ns(stamped_socket) == kernel_rx.peek_arrival_ns(stamped_socket)
 
@@ -418,6 +422,7 @@ class _Exploding:
         raise RuntimeError(f"{name} exploded")
 
 
+@needs_compiled
 def test_a_bad_state_in_the_tracer_is_counted_and_dropped() -> None:
     log = compiled.SwitchLog(16)
     route_cpu = RouteCpu()
@@ -434,6 +439,7 @@ def test_a_bad_state_in_the_tracer_is_counted_and_dropped() -> None:
     assert log.last()[1] == "GET /v1/offers/bike"
 
 
+@needs_compiled
 def test_a_bad_state_in_the_wait_hook_is_counted_and_the_wait_still_runs() -> None:
     me = getcurrent()
     tag = tag_of(me)
@@ -460,3 +466,38 @@ def test_a_bad_state_in_the_wait_hook_is_counted_and_the_wait_still_runs() -> No
     assert compiled.bad_states() == before + 2
     assert state.socket_waits == 1  # the second wait is counted, undivided
     assert state.in_socket_wait is False
+
+
+# -- which path runs --------------------------------------------------------------------------
+
+
+def test_the_compiled_path_is_what_runs_where_it_could_be_built() -> None:
+    """A machine with a C compiler and Python's headers (CI's) tests the compiled path:
+    a build that failed quietly (setup.py's extension is optional) would fail here."""
+    import os
+    import shutil
+    import sysconfig
+
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if shutil.which("cc") is None or not headers.exists():
+        pytest.skip("no compiler or no Python headers: the reference runs, by design")
+    assert native.module is not None, native.reason
+    if os.environ.get(native.ENV, "1") not in ("0", "off", "false", "no"):
+        assert native.active() is native.module
+
+
+def test_the_reference_is_announced_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    logger = logging.getLogger("tracing")
+    monkeypatch.setattr(native, "reason", "the compiled extension is not built (no module)")
+    with caplog.at_level(logging.INFO, logger="tracing"):
+        native.announce(logger)
+    (record,) = caplog.records
+    assert "Python reference" in record.getMessage() and "not built" in record.getMessage()
+    monkeypatch.setattr(native, "reason", None)
+    caplog.clear()
+    native.announce(logger)
+    assert caplog.records == []
