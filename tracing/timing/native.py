@@ -7,6 +7,11 @@ modules are the reference, ``_native.c`` follows them and is what runs when it w
 ``PRICING_TIMING_NATIVE=0`` forces the reference (tests run both and compare). Without a
 compiler the install builds no extension and the reference runs; :func:`announce` says so
 in one line when a worker instruments itself.
+
+Cost, compiled against the reference (``pricingctl bench timing-cost``, CPU time): the
+switch tracer adds 0.32 us to a greenlet switch (0.56 us), a measured send + read wait
+4.1 us (6.0 us), naming the culprits of a delay ~3-4 us whatever its length
+(``python -m bench.culprit_cost``; 8-11 us).
 """
 
 from __future__ import annotations
