@@ -13,7 +13,9 @@ DEV_STAMP := $(VENV)/.installed-dev
 # Two hash-pinned locks made by `make lock`: requirements.lock (what the service runs)
 # and requirements-dev.lock (that plus pytest, ruff, mypy, matplotlib, the bench's
 # other HTTP clients). Both go into the one .venv; the dev one is a superset.
-$(STAMP): requirements.lock pyproject.toml
+# setup.py builds the timing core's C hot path (tracing/timing/_native.c) in place;
+# without a compiler it says so and the Python reference runs.
+$(STAMP): requirements.lock pyproject.toml setup.py tracing/timing/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --require-hashes -r requirements.lock

@@ -203,6 +203,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     import gevent
     import urllib3
 
+    from tracing.timing import native
     from tracing.timing.call_state import CallState
     from tracing.timing.call_timing import measure_call
     from tracing.timing.instrumentor import GeventTimingInstrumentor
@@ -229,6 +230,20 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
     CallState.on_socket_wait = spy_wait  # type: ignore[method-assign]
     CallState.on_send = spy_send  # type: ignore[method-assign]
+    compiled = native.active()
+    if compiled is not None:
+        # The compiled hooks account waits and sends without those methods: they tell
+        # an observer instead, with the same pieces.
+        def observer(kind: str, call: CallState, a: int, b: int, ready: int | None) -> None:
+            record = current.get(gevent.getcurrent())
+            if record is None:
+                return
+            if kind == "wait":
+                record["waits"].append((a, b, ready, call.realtime_offset_ns))
+            else:
+                record["sent"] = call.sent_ns + call.realtime_offset_ns
+
+        compiled.set_observer(observer)
 
     log_fd, log_path = tempfile.mkstemp(suffix=".log")
     os.close(log_fd)

@@ -70,7 +70,7 @@ def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
     from tracing.timing.instrumentor import GeventTimingInstrumentor
     from tracing.timing.labels import set_greenlet_label
     from tracing.timing.switch_tracer import SwitchTracer
-    from tracing.timing.switchlog import SwitchLog
+    from tracing.timing.switchlog import new_log
 
     clock = time.thread_time  # CPU time of this thread: other processes' load drops out
 
@@ -89,7 +89,7 @@ def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
         ping_g.switch()
         return (clock() - start) / (2 * rounds) * 1e6
 
-    tracer = SwitchTracer(SwitchLog())
+    tracer = SwitchTracer(new_log())
 
     def traced(measuring: bool) -> Any:
         def run() -> float:
@@ -174,7 +174,7 @@ def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
 
         return run
 
-    log = SwitchLog()
+    log = new_log()
     for i in range(8192):
         log.append((i * 10_000, HOG_LABEL if i % 2 else None))  # a switch every 10 us
     end_ns = 8191 * 10_000

@@ -10,12 +10,18 @@ percentage from the route config the stack's pools and Envoy read):
   sample_percent`` (routes.toml: 1 %), what `pricingctl up` runs in production;
 - ``100``: PRICING_TRACING=full with sample_percent = 100 (a derived routes.toml):
   a span for every request and every upstream call;
-- ``spans`` (only with ``--modes``): the old spans-only switch, default sampling.
+- ``spans`` (only with ``--modes``): the old spans-only switch, default sampling;
+- ``reference`` (only with ``--modes``): as ``default``, with the timing core's Python
+  reference instead of its compiled hot path (``PRICING_TIMING_NATIVE=0``).
 
-Runs alternate the modes on the split layout. "default" minus "off" is the whole
-price of leaving tracing on: spans for the sampled 1 % (and slow requests), the
-Flask instrumentation of every request, the gevent timing of every call and the
-per-request histograms; it is reported per offer and per upstream call. Whether
+Runs alternate the modes on the split layout, offers only (one io worker), at each
+rate point: 40 offers/s and 80 % of the io worker's untraced capacity by default. That
+capacity comes from ``io-capacity`` run in the same command, once with tracing off
+and once at the default, which also gives the capacity ratio (traced / untraced).
+"default" minus "off" is the whole price of leaving tracing on: spans for the sampled
+1 % (and slow requests), the server span of sampled requests, the gevent timing of
+every call and the per-request histograms; it is reported per offer and per upstream
+call. (``--rates cpu=R,offers=R`` runs the old single mixed-load point instead.) Whether
 tracing was really on is checked, not assumed: at 1 % few spans are written, but
 every upstream call of a traced mode carries a traceparent (the pools propagate
 the trace id of unsampled requests too); a traced mode whose upstreams saw no
@@ -25,6 +31,7 @@ traceparent and wrote no span is reported as not active.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +41,57 @@ from bench.stats import GroupStats, Rows
 from bench.traffic import CPU_KINDS, OFFER_KINDS
 from routing.model import Layout, RouteConfig
 
-SCHEMA = "pricingservice.bench.tracing-overhead/2"
+SCHEMA = "pricingservice.bench.tracing-overhead/3"
 # Mode -> (PRICING_TRACING, Envoy's sample percent; None = the route config's).
 MODE_SETTINGS: dict[str, tuple[str, float | None]] = {
     "off": ("off", None),
     "default": ("full", None),
     "100": ("full", 100.0),
     "spans": ("spans", None),
+    "reference": ("full", None),
 }
+# More of the pools' environment, per mode.
+MODE_ENV: dict[str, dict[str, str]] = {"reference": {"PRICING_TIMING_NATIVE": "0"}}
 DEFAULT_MODES = ("off", "default", "100")
 # Upstream calls per offer (vehicles, routing, promotions).
 CALLS_PER_OFFER = 3
+#: The rate points: offers/s, or a share of the untraced capacity measured in the run.
+DEFAULT_OFFER_RATES: tuple[str, ...] = ("40", "80%")
+#: The issue's targets (issue 20), as ratios to tracing off.
+TARGETS = {
+    "default_cpu_per_offer_over_off": 1.10,
+    "default_us_per_upstream_call": 20.0,
+    "capacity_default_over_off": 0.9,
+    "100_cpu_per_offer_over_off": 1.5,
+}
+
+
+@dataclass(frozen=True)
+class CapacitySearch:
+    """io-capacity's steps (offers/s) and its per-step load (seconds)."""
+
+    start_rps: float
+    step_rps: float
+    max_rps: float
+    duration_s: float
+    warmup_s: float
+    p99_limit_ms: float = 200.0
+
+
+def parse_offer_rates(text: str) -> tuple[str, ...]:
+    """``40,80%``: offers/s, or a percentage of the untraced capacity. Raises ValueError."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        number = part[:-1] if part.endswith("%") else part
+        try:
+            value = float(number)
+        except ValueError:
+            raise ValueError(f"expected offers/s or a percentage, got {part!r}") from None
+        if not 0 < value <= 10_000:
+            raise ValueError(f"a rate must be above 0 (and at most 10000), got {part!r}")
+        out.append(part)
+    return tuple(out)
 
 
 def arms(modes: Sequence[str] = DEFAULT_MODES) -> tuple[Arm, ...]:
@@ -60,6 +107,7 @@ def arms(modes: Sequence[str] = DEFAULT_MODES) -> tuple[Arm, ...]:
                 f"tracing {name}, repeat {{repeat}}/{{repeats}}",
                 f"tracing-{mode}-r{{repeat}}",
                 sample_percent=percent,
+                env=MODE_ENV.get(mode, {}),
             )
         )
     return tuple(out)
@@ -78,9 +126,185 @@ def run_tracing_overhead(
     run_dir: Path,
     modes: Sequence[str] = DEFAULT_MODES,
     progress: Progress | None = None,
+    offer_rates: Sequence[str] | None = DEFAULT_OFFER_RATES,
+    capacity: CapacitySearch | None = None,
 ) -> dict[str, Any]:
+    """*offer_rates* None: one point at *settings*' own rates (cpu quotes included)."""
     if "off" not in modes:
         raise ValueError("the modes must include off (every difference is taken from it)")
+    doc: dict[str, Any] = {"schema": SCHEMA}
+    capacity_rps: float | None = None
+    if capacity is not None:
+        doc["capacity"] = _capacities(config, settings, capacity, deadline_s, run_dir, progress)
+        capacity_rps = doc["capacity"]["off"]["capacity_rps"] or None
+    points: list[dict[str, Any]] = []
+    rates = _resolved_rates(offer_rates, capacity_rps)
+    if offer_rates is not None and len(rates) < len(offer_rates):
+        doc["note_rates"] = (
+            "the untraced capacity was 0 (no step passed): the N % rate points were skipped"
+        )
+    for rate in rates:
+        point_settings = settings
+        name = "mixed"
+        if rate is not None:
+            point_settings = replace(settings, group_rates_rps={"offers": rate, "cpu": 0.0})
+            name = f"offers-{rate:g}"
+        point = _point(
+            config, point_settings, modes, workers, repeats, deadline_s, run_dir / name, progress
+        )
+        point["offers_rps"] = rate
+        points.append(point)
+    doc.update(
+        {
+            "settings": {
+                **settings.to_json(workers=workers, repeats=repeats),
+                "offer_rates": list(offer_rates) if offer_rates is not None else None,
+                "modes": {
+                    m: {
+                        "PRICING_TRACING": MODE_SETTINGS[m][0],
+                        "sample_percent": MODE_SETTINGS[m][1] or config.tracing.sample_percent,
+                        **MODE_ENV.get(m, {}),
+                    }
+                    for m in modes
+                },
+                "calls_per_offer": CALLS_PER_OFFER,
+            },
+            "points": points,
+            "tracing_active": all(p["tracing_active"] for p in points),
+            "overhead_contains": (
+                "mode minus off, on the io pool: spans for the sampled requests (and slow "
+                "ones) and their export, the server spans of sampled requests, the gevent "
+                "timing of every upstream call and inbound request, the per-request histograms"
+            ),
+        }
+    )
+    doc["targets"] = _targets(doc)
+    return doc
+
+
+def _resolved_rates(
+    offer_rates: Sequence[str] | None, capacity_rps: float | None
+) -> list[float | None]:
+    if offer_rates is None:
+        return [None]
+    out: list[float | None] = []
+    for text in offer_rates:
+        if text.endswith("%"):
+            if capacity_rps is None:
+                continue  # no step passed (or no capacity run): said in the results
+            out.append(round(capacity_rps * float(text[:-1]) / 100.0, 1))
+        else:
+            out.append(float(text))
+    return out
+
+
+def _capacities(
+    config: RouteConfig,
+    settings: LoadSettings,
+    search: CapacitySearch,
+    deadline_s: float,
+    run_dir: Path,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """io-capacity with tracing off, then at its default: the same steps, one run."""
+    from bench.io_capacity import run_io_capacity
+
+    out: dict[str, Any] = {}
+    for mode, traced in (("off", False), ("default", True)):
+        doc = run_io_capacity(
+            config,
+            replace(
+                settings,
+                tracing=traced,
+                duration_s=search.duration_s,
+                warmup_s=search.warmup_s,
+            ),
+            start_rps=search.start_rps,
+            step_rps=search.step_rps,
+            max_rps=search.max_rps,
+            p99_limit_ms=search.p99_limit_ms,
+            direct=False,
+            deadline_s=deadline_s,
+            run_dir=run_dir / f"capacity-{mode}",
+            progress=progress,
+        )
+        out[mode] = {
+            "capacity_rps": doc["capacity_rps"],
+            "steps": doc["steps"],
+        }
+    off, default = out["off"]["capacity_rps"], out["default"]["capacity_rps"]
+    out["default_over_off"] = _ratio(default, off)
+    if default:
+        out["load_growth"] = _load_growth(
+            config, settings, search, default, deadline_s, run_dir, progress
+        )
+    out["settings"] = {
+        "start_rps": search.start_rps,
+        "step_rps": search.step_rps,
+        "max_rps": search.max_rps,
+        "step_duration_s": search.duration_s,
+        "step_warmup_s": search.warmup_s,
+        "p99_limit_ms": search.p99_limit_ms,
+    }
+    return out
+
+
+#: Below and past the traced capacity: the instrumentation's CPU per offer must not
+#: grow with the backlog (issue 19: no walk or scan whose length grows with the delay).
+LOAD_GROWTH_SHARES = (0.8, 1.5)
+
+
+def _load_growth(
+    config: RouteConfig,
+    settings: LoadSettings,
+    search: CapacitySearch,
+    capacity_rps: float,
+    deadline_s: float,
+    run_dir: Path,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """io CPU per offer at the default, at 0.8 x and 1.5 x its capacity (one step each,
+    the step run twice when it fails, as io-capacity does: their mean)."""
+    from bench.io_capacity import run_io_capacity
+
+    per_share: dict[str, Any] = {}
+    for share in LOAD_GROWTH_SHARES:
+        rate = round(capacity_rps * share, 1)
+        doc = run_io_capacity(
+            config,
+            replace(settings, tracing=True, duration_s=search.duration_s, warmup_s=search.warmup_s),
+            start_rps=rate,
+            step_rps=rate,
+            max_rps=rate,
+            p99_limit_ms=search.p99_limit_ms,
+            direct=False,
+            deadline_s=deadline_s,
+            run_dir=run_dir / f"load-growth-{share:g}",
+            progress=progress,
+        )
+        cpu = [s["io_worker_cpu_ms_per_offer"] for s in doc["steps"]]
+        cpu = [c for c in cpu if c is not None]
+        per_share[f"{share:g}"] = {
+            "rate_rps": rate,
+            "io_cpu_ms_per_offer": round(sum(cpu) / len(cpu), 3) if cpu else None,
+            "steps": doc["steps"],
+        }
+    low = per_share[f"{LOAD_GROWTH_SHARES[0]:g}"]["io_cpu_ms_per_offer"]
+    high = per_share[f"{LOAD_GROWTH_SHARES[1]:g}"]["io_cpu_ms_per_offer"]
+    return {"shares": per_share, "high_over_low": _ratio(high, low)}
+
+
+def _point(
+    config: RouteConfig,
+    settings: LoadSettings,
+    modes: Sequence[str],
+    workers: int,
+    repeats: int,
+    deadline_s: float,
+    run_dir: Path,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """One rate point: every mode, interleaved."""
     runs: dict[str, list[RunResult]] = {m: [] for m in modes}
     for arm, result in run_interleaved(
         config,
@@ -124,37 +348,65 @@ def run_tracing_overhead(
             else round(diff * 1000 / CALLS_PER_OFFER, 2),
             "share_of_offer_cpu": None if diff is None or not cpu else round(diff / cpu, 4),
         }
-    settings_json = {
-        **settings.to_json(workers=workers, repeats=repeats),
-        "modes": {
-            m: {
-                "PRICING_TRACING": MODE_SETTINGS[m][0],
-                "sample_percent": MODE_SETTINGS[m][1] or config.tracing.sample_percent,
-            }
-            for m in modes
-        },
-        "calls_per_offer": CALLS_PER_OFFER,
-    }
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "settings": settings_json,
+    point: dict[str, Any] = {
+        "rates_rps": dict(settings.group_rates_rps),
         "tracing_active": active,
         "evidence": evidence,
         "modes": per_mode,
         "overhead": overhead,
-        "overhead_contains": (
-            "mode minus off, on the io pool: spans for the sampled requests (and slow ones) "
-            "and their export, the Flask instrumentation of every request, the gevent "
-            "timing of every upstream call and inbound request, the per-request histograms"
-        ),
     }
     if not active:
         inactive = [m for m, e in evidence.items() if not e["active"]]
-        doc["note"] = (
+        point["note"] = (
             f"tracing mode(s) {', '.join(inactive)} left no spans and no traceparent at the "
             "upstreams: the pools did not honour the switch, so those columns measured off."
         )
-    return doc
+    return point
+
+
+def _targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each issue-20 target against what this run measured (None: not measured)."""
+    out = []
+    for point in doc["points"]:
+        where = "mixed load" if point["offers_rps"] is None else f"{point['offers_rps']:g} offers/s"
+        default = point["overhead"].get("default", {})
+        full = point["overhead"].get("100", {})
+        for key, value, wanted, below in (
+            (
+                "default_cpu_per_offer_over_off",
+                default.get("io_cpu_per_offer_over_off"),
+                1.10,
+                True,
+            ),
+            ("default_us_per_upstream_call", default.get("us_per_upstream_call"), 20.0, True),
+            ("100_cpu_per_offer_over_off", full.get("io_cpu_per_offer_over_off"), 1.5, True),
+        ):
+            out.append(_target(f"{key} at {where}", value, wanted, below))
+    capacity = doc.get("capacity")
+    if capacity is not None:
+        out.append(
+            _target("capacity_default_over_off", capacity["default_over_off"], 0.9, below=False)
+        )
+        growth = capacity.get("load_growth")
+        out.append(
+            _target(
+                "default_cpu_per_offer_at_1.5x_over_0.8x_capacity",
+                None if growth is None else growth["high_over_low"],
+                1.10,
+                below=True,
+            )
+        )
+    return out
+
+
+def _target(name: str, value: float | None, wanted: float, below: bool) -> dict[str, Any]:
+    met = None if value is None else (value <= wanted if below else value >= wanted)
+    return {
+        "target": name,
+        "wanted": f"{'<=' if below else '>='} {wanted:g}",
+        "measured": value,
+        "met": met,
+    }
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -167,14 +419,16 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def _mode_json(runs: Sequence[RunResult], deadline_s: float) -> dict[str, Any]:
     offers = GroupStats.of(Rows.pooled([r.rows(OFFER_KINDS) for r in runs]), deadline_s)
-    cpu = GroupStats.of(
-        Rows.pooled([r.rows(CPU_KINDS) for r in runs]),
-        failure_floor_s=runs[0].settings.cpu_timeout_s,
+    cpu_rows = Rows.pooled([r.rows(CPU_KINDS) for r in runs])
+    cpu = (
+        GroupStats.of(cpu_rows, failure_floor_s=runs[0].settings.cpu_timeout_s)
+        if runs[0].settings.group_rates_rps.get("cpu")
+        else None
     )
     io_cpu_s = sum(r.cpu["pool-io"].cpu_s for r in runs if "pool-io" in r.cpu)
     return {
         "offers": offers.to_json(),
-        "cpu": cpu.to_json(),
+        "cpu": None if cpu is None else cpu.to_json(),
         "io_cpu_ms_per_offer": round(io_cpu_s / offers.ok * 1000, 3) if offers.ok else None,
         "cpu_use_pct": {
             name: round(sum(r.cpu[name].cpu_pct for r in runs) / len(runs), 2)
@@ -190,22 +444,42 @@ def write_tracing_overhead(doc: dict[str, Any], out: Path) -> str:
 
     write_json(out / "tracing_overhead.json", doc)
     lines = []
-    for mode, m in doc["modes"].items():
-        o = m["offers"]
-        ratio = doc["overhead"].get(mode, {}).get("io_cpu_per_offer_over_off")
+    capacity = doc.get("capacity")
+    if capacity is not None:
         lines.append(
-            f"tracing {mode}: offers p50 {o['p50_ms']:.1f} ms p99 {o['p99_ms']:.1f} ms, "
-            f"io CPU {m['io_cpu_ms_per_offer']} ms/offer"
-            + ("" if ratio is None else f" ({ratio:.3f} x off)")
+            f"io worker capacity: off {capacity['off']['capacity_rps']:g} offers/s, default "
+            f"{capacity['default']['capacity_rps']:g} offers/s "
+            f"({capacity['default_over_off']} x off)"
         )
-    for mode, o in doc["overhead"].items():
+        growth = capacity.get("load_growth")
+        if growth is not None:
+            shares = ", ".join(
+                f"{k} x capacity ({v['rate_rps']:g}/s): {v['io_cpu_ms_per_offer']} ms"
+                for k, v in growth["shares"].items()
+            )
+            lines.append(f"tracing default, io CPU per offer at {shares}")
+    for point in doc["points"]:
+        where = "mixed load" if point["offers_rps"] is None else f"{point['offers_rps']:g} offers/s"
+        for mode, m in point["modes"].items():
+            o = m["offers"]
+            ratio = point["overhead"].get(mode, {}).get("io_cpu_per_offer_over_off")
+            lines.append(
+                f"{where}, tracing {mode}: offers p50 {o['p50_ms']:.1f} ms p99 "
+                f"{o['p99_ms']:.1f} ms, io CPU {m['io_cpu_ms_per_offer']} ms/offer"
+                + ("" if ratio is None else f" ({ratio:.3f} x off)")
+            )
+        for mode, o in point["overhead"].items():
+            lines.append(
+                f"{where}, tracing {mode} - off: {o['io_cpu_ms_per_offer']} ms io CPU per offer, "
+                f"{o['us_per_upstream_call']} us per upstream call"
+            )
+        if not point["tracing_active"]:
+            lines.append(f"note: {point['note']}")
+    for target in doc["targets"]:
+        verdict = {True: "met", False: "NOT met", None: "not measured"}[target["met"]]
         lines.append(
-            f"tracing {mode} - off: {o['io_cpu_ms_per_offer']} ms io CPU per offer, "
-            f"{o['us_per_upstream_call']} us per upstream call, "
-            f"{o['share_of_offer_cpu']} of an offer's CPU"
+            f"target {target['target']} {target['wanted']}: {target['measured']} ({verdict})"
         )
     lines.append(f"(the difference contains {doc['overhead_contains']})")
-    if not doc["tracing_active"]:
-        lines.append(f"note: {doc['note']}")
     lines.append(f"wrote {out / 'tracing_overhead.json'}")
     return "\n".join(lines)

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from bench import suggest as suggest_part
 from bench.progress import Progress
@@ -40,6 +40,9 @@ from bench.traffic import GROUPS
 from routing.errors import RouteConfigError
 from routing.load import load_routes
 from routing.model import RouteConfig
+
+if TYPE_CHECKING:
+    from bench.tracing_overhead import CapacitySearch
 
 DEFAULT_OUT = Path("bench-out")
 DEFAULT_RUN_DIR = Path(".run/bench")
@@ -192,6 +195,15 @@ def _load_flags(p: argparse.ArgumentParser, defaults: Defaults) -> None:
         help="requests/s: cpu = rideshare quotes, offers = bike + scooter "
         f"(default cpu={DEFAULT_RATES['cpu']:g},offers={DEFAULT_RATES['offers']:g})",
     )
+
+
+def _offer_rates(text: str) -> tuple[str, ...]:
+    from bench.tracing_overhead import parse_offer_rates
+
+    try:
+        return parse_offer_rates(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _modes(text: str) -> tuple[str, ...]:
@@ -355,9 +367,27 @@ def _tracing_overhead_parser(sub: _Parts) -> None:
         default=None,
         metavar="M,M",
         help="tracing modes to compare, off among them: off, default (full, the route "
-        "config's sampling), 100 (full, every request), spans (spans only); "
-        "default off,default,100",
+        "config's sampling), 100 (full, every request), spans (spans only), reference "
+        "(default with the timing core's Python reference); default off,default,100",
     )
+    tr.add_argument(
+        "--offer-rates",
+        type=_offer_rates,
+        default=None,
+        metavar="R,R",
+        help="rate points, offers only: offers/s, or N%% of the io worker's untraced "
+        "capacity measured in the same run (default 40,80%%); --rates runs one mixed point",
+    )
+    tr.add_argument(
+        "--no-capacity",
+        action="store_true",
+        help="skip io-capacity with tracing off and at the default (then no N%% rates)",
+    )
+    tr.add_argument(
+        "--capacity-start-rps", type=_positive, default=None, help="first step (default 100)"
+    )
+    tr.add_argument("--capacity-step-rps", type=_positive, default=None, help="default 100")
+    tr.add_argument("--capacity-max-rps", type=_positive, default=None, help="default 1500")
     tr.set_defaults(handler=_handler(TRACING_OVERHEAD))
 
 
@@ -827,11 +857,59 @@ IO_CAPACITY = Part(
 )
 
 
+def _overhead_rates(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The rate points (None: one mixed point at --rates)."""
+    from bench.tracing_overhead import DEFAULT_OFFER_RATES
+
+    if args.offer_rates is not None:
+        return tuple(args.offer_rates)
+    if args.rates:
+        return None
+    if args.no_capacity:
+        return tuple(r for r in DEFAULT_OFFER_RATES if not r.endswith("%"))
+    return DEFAULT_OFFER_RATES
+
+
+def _overhead_capacity(args: argparse.Namespace) -> CapacitySearch | None:
+    from bench.tracing_overhead import CapacitySearch
+
+    if args.no_capacity:
+        return None
+    d = CAPACITY_QUICK if args.quick else CAPACITY_FULL
+    return CapacitySearch(
+        start_rps=args.capacity_start_rps or 100.0,
+        step_rps=args.capacity_step_rps or (200.0 if args.quick else 100.0),
+        max_rps=args.capacity_max_rps or (500.0 if args.quick else 1500.0),
+        duration_s=d.duration_s,
+        warmup_s=d.warmup_s,
+    )
+
+
+def _check_overhead(args: argparse.Namespace) -> str | None:
+    rates = _overhead_rates(args)
+    if args.no_capacity and rates is not None and any(r.endswith("%") for r in rates):
+        return "--offer-rates with N% needs the capacity run (drop --no-capacity)"
+    return None
+
+
 def _planned_overhead(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    from bench.io_capacity import step_rates
     from bench.run import run_order
     from bench.tracing_overhead import DEFAULT_MODES, arms
 
-    return planned_seconds(settings, len(run_order(arms(args.modes or DEFAULT_MODES), d.repeats)))
+    rates = _overhead_rates(args)
+    points = 1 if rates is None else len(rates)
+    runs = len(run_order(arms(args.modes or DEFAULT_MODES), d.repeats))
+    planned = points * planned_seconds(settings, runs)
+    search = _overhead_capacity(args)
+    if search is not None:
+        steps = len(step_rates(search.start_rps, search.step_rps, search.max_rps))
+        # Roughly: half the steps pass, each with its warm-up, per arm; then 0.8 x and
+        # 1.5 x the traced capacity (the latter run twice: it fails).
+        per_step = search.duration_s + search.warmup_s
+        planned += 2 * (STACK_START_EST_S + steps / 2 * per_step)
+        planned += 3 * (STACK_START_EST_S + per_step)
+    return planned
 
 
 def _measure_overhead(run: Run) -> str:
@@ -850,11 +928,13 @@ def _measure_overhead(run: Run) -> str:
         run_dir=run.args.run_dir,
         modes=run.args.modes or DEFAULT_MODES,
         progress=run.progress,
+        offer_rates=_overhead_rates(run.args),
+        capacity=_overhead_capacity(run.args),
     )
     return write_tracing_overhead({**run.header, **doc}, run.args.out)
 
 
-TRACING_OVERHEAD = Part(FULL, QUICK, _planned_overhead, _measure_overhead)
+TRACING_OVERHEAD = Part(FULL, QUICK, _planned_overhead, _measure_overhead, _check_overhead)
 
 
 OVERLOAD_FULL, OVERLOAD_QUICK = Defaults(10.0, 3.0, 1), Defaults(4.0, 2.0, 1)

@@ -64,12 +64,14 @@ class UpstreamCall:
 
 
 class RequestTotals:
-    """The measured upstream calls of one server request."""
+    """The measured upstream calls of one server request, and, for a request Envoy did
+    not sample (no server span: ``tracing.server_span``), its incoming traceparent."""
 
-    __slots__ = ("records",)
+    __slots__ = ("records", "traceparent")
 
-    def __init__(self) -> None:
+    def __init__(self, traceparent: str | None = None) -> None:
         self.records: list[UpstreamCall] = []
+        self.traceparent = traceparent
 
     @property
     def calls(self) -> int:
@@ -110,8 +112,10 @@ class TracingCallObserver:
     ) -> Iterator[_Observed]:
         observed = _Observed()
         record = UpstreamCall(upstream, method, host, port, path, time.time_ns())
+        totals = request_totals.get()
+        unsampled = totals.traceparent if totals is not None else None
         parent = trace.get_current_span().get_span_context()
-        if parent.trace_flags.sampled or not parent.is_valid:
+        if unsampled is None and (parent.trace_flags.sampled or not parent.is_valid):
             # Sampled, or outside any trace (the tracer's sampler decides).
             with self._tracer.start_as_current_span(
                 f"{method} {path.split('?', 1)[0]}",
@@ -132,7 +136,9 @@ class TracingCallObserver:
         # to the upstreams, and the call is measured for the histograms and, should the
         # request turn out slow, for a span exported afterwards.
         observed.headers["traceparent"] = (
-            f"00-{parent.trace_id:032x}-{parent.span_id:016x}-{int(parent.trace_flags):02x}"
+            unsampled
+            if unsampled is not None
+            else f"00-{parent.trace_id:032x}-{parent.span_id:016x}-{int(parent.trace_flags):02x}"
         )
         measurement = begin_call() if self._measure else None
         try:

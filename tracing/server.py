@@ -3,8 +3,8 @@
 `setup_worker(pool)` runs in gunicorn's `post_fork`, never in the master:
 the exporter thread and the gevent hooks must belong to the worker process.
 `init_app(app)` then instruments the Flask app the worker builds: a server
-span per request (opentelemetry-instrumentation-flask, W3C traceparent from
-Envoy), the greenlet labelled with its route template, and the request's
+span for each request Envoy sampled (``server_span``; an unsampled one gets
+none), the greenlet labelled with its route template, and the request's
 summed scheduling delay set on its server span.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from opentelemetry.semconv.attributes.service_attributes import (
 )
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from tracing import attributes, redact
+from tracing import attributes
 from tracing.client import (
     RequestTotals,
     TracingCallObserver,
@@ -48,6 +47,12 @@ from tracing.export import ThreadedSpanProcessor, span_processor
 from tracing.metrics import PoolMetrics, pool_metrics
 from tracing.redact import QueryRedactor
 from tracing.route import route_of
+from tracing.server_span import (
+    end_server_span,
+    propagator_reads_traceparent,
+    start_server_span,
+    unsampled_traceparent,
+)
 from tracing.settings import (
     DEFAULT_SERVICE_NAME,
     Mode,
@@ -72,6 +77,7 @@ DEFAULT_ENVIRONMENT = "development"
 HUB_BLOCK_THRESHOLD_S = 0.1
 
 _ENVIRON_MEASUREMENT = "pricing.request_measurement"
+_ENVIRON_SPAN = "pricing.server_span"
 # Largest plausible gap between Envoy's start and the pool's arrival stamp (ns): a
 # header from elsewhere (a client setting it, a clock step) is ignored past it.
 _MAX_ENVOY_BEFORE_NS = 60_000_000_000
@@ -321,30 +327,35 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
     if worker is None:
         return None
     from flask import g, request
-    from opentelemetry.instrumentation.flask import FlaskInstrumentor
 
     measure = worker.instrumentor is not None
-    FlaskInstrumentor().instrument_app(
-        app,
-        tracer_provider=worker.provider,
-        excluded_urls=",".join(re.escape(path) + r"(\?|$)" for path in untraced_paths) or None,
-        response_hook=redact.response_hook,  # no query value in the server span's URL
-    )
+    untraced = frozenset(untraced_paths)
+    # The sampled flag decides cheaply only where the propagator reads traceparent.
+    precheck = propagator_reads_traceparent()
+    tracer = worker.tracer
     if measure:
-        # Outermost, so the handler's time starts before Flask and its instrumentation.
-        instrumented = app.wsgi_app
+        # Outermost, so the handler's time starts before Flask runs.
+        inner = app.wsgi_app
 
         def timed_wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
             environ[_ENVIRON_MEASUREMENT] = server_timing.begin_request()
-            return instrumented(environ, start_response)
+            return inner(environ, start_response)
 
         app.wsgi_app = timed_wsgi_app
 
     @app.before_request
     def _begin() -> None:
         try:
-            set_greenlet_label(route_of(request))
+            route = route_of(request)
+            set_greenlet_label(route)
+            incoming = request.environ.get("HTTP_TRACEPARENT")
+            if precheck and unsampled_traceparent(incoming):
+                # Envoy did not sample it: no span; its trace id goes on to the upstreams.
+                request_totals.set(RequestTotals(incoming))
+                return
             request_totals.set(RequestTotals())
+            if request.path not in untraced:
+                request.environ[_ENVIRON_SPAN] = start_server_span(tracer, route, request)
         except Exception as exc:
             swallow("begin request", exc)
 
@@ -353,14 +364,13 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
         g.pricing_status = response.status_code
         return response
 
-    # Registered after the instrumentation's own teardown, so it runs before it: the
-    # server span is still open.
     @app.teardown_request
     def _end(exc: BaseException | None) -> None:
         try:
             totals = request_totals.get()
             measurement = request.environ.get(_ENVIRON_MEASUREMENT)
             route = route_of(request)
+            status = 500 if exc is not None else g.get("pricing_status")
             if isinstance(measurement, RequestMeasurement):
                 timing = measurement.finish(totals.timed() if totals is not None else ())
                 envoy_start = request.headers.get(worker.envoy_start_header or "", None)
@@ -371,12 +381,15 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
                         timing,
                         totals,
                         envoy_start_ns=_envoy_start_ns(envoy_start),
-                        status=500 if exc is not None else g.get("pricing_status"),
+                        status=status,
                         headers=request.headers,
                     ),
                 )
             request_totals.set(None)
             set_greenlet_label(None)
+            started = request.environ.pop(_ENVIRON_SPAN, None)
+            if started is not None:
+                end_server_span(started[0], started[1], status, exc)
         except Exception as err:
             swallow("end request", err)
 

@@ -224,14 +224,32 @@ def wheelhouse(lock: Path = LOCK) -> Path:
     return folder
 
 
-def build_service_image(engine: Podman, tag: str = IMAGE) -> str:
+def project_wheelhouse(work: Path) -> Path:
+    """The lock's wheelhouse plus the project's own wheel, built here on the host (it
+    carries the timing core's compiled module; the local base has no compiler, and a
+    build cannot reach Debian's mirrors)."""
+    folder = work / "wheelhouse"
+    shutil.copytree(wheelhouse(), folder, dirs_exist_ok=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "-w", str(folder), str(REPO_ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise RuntimeError("pip wheel of the project failed:\n" + _tail(result.stdout + result.stderr))
+    return folder
+
+
+def build_service_image(engine: Podman, work: Path, tag: str = IMAGE) -> str:
     """The real Dockerfile on the local base, offline from the wheelhouse. Docker format:
     the OCI format drops HEALTHCHECK."""
     engine.run(
         "build", "--format", "docker", "--tag", tag,
         "--build-arg", f"BASE={BASE_IMAGE}",
         "--build-arg", "WHEELHOUSE=wheelhouse",
-        "--build-context", f"wheelhouse={wheelhouse()}",
+        "--build-context", f"wheelhouse={project_wheelhouse(work)}",
         "--build-arg", "PIP_NO_INDEX=1",
         str(REPO_ROOT),
     )  # fmt: skip

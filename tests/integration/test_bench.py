@@ -113,36 +113,51 @@ def test_bench_parts_quick(tmp_path: Path) -> None:
 
 
 def test_tracing_overhead_quick(tmp_path: Path) -> None:
-    """off / production default / 100 %: each mode measured, traced modes shown active
-    (traceparents at the upstreams, even at 1 % sampling), costs taken from off."""
+    """off / production default / 100 %: each mode measured at each rate point, traced
+    modes shown active (traceparents at the upstreams, even at 1 % sampling), costs
+    taken from off; the capacity of tracing off and default from one io-capacity each,
+    and the second rate point a share of the untraced one."""
     out, run = tmp_path / "out", tmp_path / "run"
     done = pricingctl(
         "bench",
         "tracing-overhead",
-        *("--duration", "2", "--warmup", "1", "--repeats", "1"),
+        *("--duration", "2", "--warmup", "1", "--repeats", "1", "--quick"),
+        *("--offer-rates", "40,50%", "--capacity-start-rps", "50", "--capacity-max-rps", "50"),
         *("--out", str(out), "--run-dir", str(run)),
-        timeout_s=300,
+        timeout_s=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads((out / "tracing_overhead.json").read_text())
-    assert set(doc["modes"]) == {"off", "default", "100"}
+    capacity = doc["capacity"]
+    assert set(capacity) >= {"off", "default", "default_over_off"}
+    off_capacity = capacity["off"]["capacity_rps"]
+    if capacity["default"]["capacity_rps"]:
+        # CPU per offer below and past the traced capacity (instrumentation vs backlog).
+        assert set(capacity["load_growth"]["shares"]) == {"0.8", "1.5"}
+    assert [p["offers_rps"] for p in doc["points"]] == [40.0, round(off_capacity * 0.5, 1)]
     assert doc["settings"]["modes"]["100"]["sample_percent"] == 100.0
     assert doc["settings"]["modes"]["default"]["sample_percent"] < 100.0
     assert doc["tracing_active"] is True
+    point = doc["points"][0]
+    assert set(point["modes"]) == {"off", "default", "100"}
     for mode in ("default", "100"):
-        assert doc["evidence"][mode]["upstream_calls_with_traceparent"] > 0
-        overhead = doc["overhead"][mode]
+        assert point["evidence"][mode]["upstream_calls_with_traceparent"] > 0
+        overhead = point["overhead"][mode]
         assert overhead["io_cpu_per_offer_over_off"] > 0
         assert overhead["us_per_upstream_call"] is not None
-    for m in doc["modes"].values():
+    for m in point["modes"].values():
         assert_ordered(m["offers"])
         assert m["io_cpu_ms_per_offer"] > 0
+        assert m["cpu"] is None  # offers only
     # Every request of the 100 % mode has spans; the default samples few.
     assert (
-        doc["evidence"]["100"]["client_spans_in_span_file"]
-        > (doc["evidence"]["default"]["client_spans_in_span_file"])
+        point["evidence"]["100"]["client_spans_in_span_file"]
+        > (point["evidence"]["default"]["client_spans_in_span_file"])
     )
-    assert (run / "routes-sample-100.toml").exists()
+    assert {t["target"].split(" ")[0] for t in doc["targets"]} >= {
+        "default_cpu_per_offer_over_off",
+        "capacity_default_over_off",
+    }
 
 
 def test_http_client_quick(tmp_path: Path) -> None:
@@ -251,6 +266,8 @@ def test_timing_parts_quick(tmp_path: Path) -> None:
         ("bench", "overload", "--multiples", "2,1"),
         ("bench", "overload", "--pools", "io,db"),
         ("bench", "overload", "--admission", "guess"),
+        ("bench", "tracing-overhead", "--offer-rates", "40,fast"),
+        ("bench", "tracing-overhead", "--no-capacity", "--offer-rates", "80%"),
     ],
 )
 def test_bad_flag_is_one_line_and_exit_2(argv: tuple[str, ...]) -> None:

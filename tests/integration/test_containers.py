@@ -91,7 +91,7 @@ def images(engine: podman.Podman, tmp_path_factory: pytest.TempPathFactory) -> s
         pytest.skip(str(exc))
     for stand_in in stand_ins:
         podman.build_stand_in(engine, stand_in, workdir)
-    return podman.build_service_image(engine)
+    return podman.build_service_image(engine, workdir)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from tracing.timing import (
     hub_block,
     kernel_rx,
     loop_lag,
+    native,
     socket_hooks,
     switchlog,
     threadpool_hook,
@@ -79,7 +80,8 @@ class GeventTimingInstrumentor:
                 "blocked between two ticks"
             )
         self.culprit_threshold_s = culprit_threshold_s
-        self.switch_log = switchlog.SwitchLog(switch_log_size)
+        self._switch_log_size = switch_log_size
+        self.switch_log = switchlog.new_log(switch_log_size)
         self._tracer = SwitchTracer(self.switch_log)
         self._loop_lag_interval_s = loop_lag_interval_s
         self._hub_block_threshold_s = hub_block_threshold_s
@@ -107,6 +109,11 @@ class GeventTimingInstrumentor:
             logger.warning("another GeventTimingInstrumentor is active; not instrumenting")
             return
         self._thread_ident = _os_thread_ident()
+        native.announce(logger)
+        if native.active() is not None and type(self.switch_log) is switchlog.SwitchLog:
+            # Created while the reference was asked for; the compiled tracer needs its log.
+            self.switch_log = switchlog.new_log(self._switch_log_size)
+            self._tracer = SwitchTracer(self.switch_log)
         socket_hooks.install()
         problems = socket_hooks.verify()
         if problems:

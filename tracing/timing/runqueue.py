@@ -20,6 +20,7 @@ after the fork.
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections import deque
 from typing import Final
@@ -35,11 +36,14 @@ DEFAULT_SAMPLE_INTERVAL_NS: Final = 2_000_000
 #: earlier is charged from the oldest sample (an over-estimate, clamped).
 DEFAULT_SAMPLES: Final = 2048
 
+# Sorts after any run-queue wait sampled at the same time.
+_LATEST: Final = 1 << 63
+
 
 class RunQueueClock:
     """Run-queue wait of the calling thread, read cheaply and remembered over time."""
 
-    __slots__ = ("_fd", "_last_sample_ns", "_samples", "due_ns", "sample_interval_ns")
+    __slots__ = ("_fd", "_samples", "due_ns", "sample_interval_ns")
 
     def __init__(
         self,
@@ -52,7 +56,6 @@ class RunQueueClock:
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self.sample_interval_ns = sample_interval_ns
         self._samples: deque[tuple[int, int]] = deque(maxlen=samples)
-        self._last_sample_ns = 0
         #: When the next periodic sample is due (monotonic ns); the switch tracer checks
         #: it inline, so a switch costs a compare, not a call, until then.
         self.due_ns = [0]
@@ -82,18 +85,22 @@ class RunQueueClock:
             self.sample(now_ns)
 
     def sample(self, now_ns: int) -> int:
-        """Read now, remember it, and return the wait."""
+        """Read now, remember it, and return the wait. (The compiled switch tracer does
+        the same for its periodic samples without calling this: ``_native.c``,
+        ``sample_runqueue``; it reads ``_fd``, ``_samples`` and ``sample_interval_ns``.)"""
         wait = self.read_ns()
-        self._last_sample_ns = now_ns
         self.due_ns[0] = now_ns + self.sample_interval_ns
         self._samples.append((now_ns, wait))
         return wait
 
     def _wait_at_or_before(self, at_ns: int) -> int | None:
-        for sampled_at, wait in reversed(self._samples):
-            if sampled_at <= at_ns:
-                return wait
-        return self._samples[0][1] if self._samples else None
+        # A binary search: a scan back from the newest sample would grow with the delay
+        # being explained (one sample per 2 ms of it).
+        samples = self._samples
+        if not samples:
+            return None
+        index = bisect.bisect_right(samples, (at_ns, _LATEST)) - 1
+        return samples[max(index, 0)][1]
 
     def wait_between(self, start_ns: int, end_ns: int, wait_at_end: int | None = None) -> int:
         """Run-queue ns within ``[start_ns, end_ns)``, clamped to the interval.

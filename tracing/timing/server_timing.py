@@ -32,7 +32,7 @@ from typing import Any
 
 from greenlet import getcurrent
 
-from tracing.timing import call_state, kernel_rx
+from tracing.timing import call_state, kernel_rx, native
 from tracing.timing.call_state import NS_PER_S, CallTiming, explain_delay, realtime_offset_ns
 from tracing.timing.hook_errors import swallow
 from tracing.timing.labels import tag_of
@@ -75,10 +75,10 @@ def stamp_arrival(watch: InboundWatch, sock: Any) -> None:
     """Called by the read hook before the first read of a request on a watched socket:
     note when the request's first bytes reached the kernel, waiting for them if none
     are queued yet (exactly as the read itself would)."""
-    arrival = kernel_rx.peek_arrival_ns(sock._sock)
+    arrival = native.peek_arrival_ns(sock._sock)
     if arrival is None and sock.timeout != 0.0:
         sock._wait(sock._read_event)  # raises the socket's timeout as the read would
-        arrival = kernel_rx.peek_arrival_ns(sock._sock)
+        arrival = native.peek_arrival_ns(sock._sock)
     watch.armed = False
     watch.arrival_unix_ns = arrival
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from greenlet import getcurrent
 
-from tracing.timing import kernel_rx
+from tracing.timing import kernel_rx, native
 from tracing.timing.call_state import CallState, measuring
 from tracing.timing.hook_errors import swallow
 from tracing.timing.labels import TAG_ATTR
@@ -77,6 +77,11 @@ def _account_wait(
 
 
 def _make_wait(original: Callable[..., Any]) -> Callable[..., Any]:
+    compiled = native.active()
+    if compiled is not None:
+        # The same, compiled (_native.c: WaitHook_call); this function is its reference.
+        return compiled.Hook(original, "wait")
+
     def _wait(self: Any, watcher: Any, timeout_exc: Any = None) -> Any:
         if not measuring[0]:
             return original(self, watcher, timeout_exc)
@@ -117,6 +122,10 @@ def _make_connect(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _make_sendall(original: Callable[..., Any]) -> Callable[..., Any]:
+    compiled = native.active()
+    if compiled is not None:
+        return compiled.Hook(original, "sendall")  # _native.c: sendall_call
+
     def sendall(self: Any, data: Any, flags: int = 0) -> Any:
         if not measuring[0]:
             return original(self, data, flags)
@@ -138,7 +147,7 @@ def _make_sendall(original: Callable[..., Any]) -> Callable[..., Any]:
 def _check_queued_reply(call: CallState, sock: Any) -> None:
     call.awaiting_first_read = False
     try:
-        arrival = kernel_rx.peek_arrival_ns(sock._sock)
+        arrival = native.peek_arrival_ns(sock._sock)
         now = time.monotonic_ns()
         if arrival is not None:
             call.reply_arrived_unix_ns = arrival
@@ -150,6 +159,13 @@ def _check_queued_reply(call: CallState, sock: Any) -> None:
 
 
 def _make_read(original: Callable[..., Any]) -> Callable[..., Any]:
+    compiled = native.active()
+    if compiled is not None:
+        # _native.c: read_call
+        hook = compiled.Hook(original, "read", watching, stamp_arrival, _check_queued_reply)
+        functools.update_wrapper(hook, original)
+        return hook
+
     @functools.wraps(original)
     def read(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not measuring[0] and not watching[0]:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import greenlet
 
-from tracing.timing import labels
+from tracing.timing import labels, native
 from tracing.timing.call_state import measuring
 from tracing.timing.hook_errors import swallow
 from tracing.timing.labels import TAG_ATTR, tag_of
@@ -39,10 +39,10 @@ def _make_trace(
     enabled: list[bool],
     sampler: PeriodicSampler | None = None,
     route_cpu: RouteCpu | None = None,
+    clock: Callable[[], int] = time.monotonic_ns,
 ) -> Any:
     # Everything the hot path touches is bound to a local name here, once.
     append = log.append
-    clock = time.monotonic_ns
     find = getattr
     attr = TAG_ATTR
     active = measuring
@@ -105,10 +105,18 @@ def _make_trace(
 
 
 class SwitchTracer:
-    """Install/uninstall the switch tracer on the current OS thread."""
+    """Install/uninstall the switch tracer on the current OS thread.
 
-    def __init__(self, log: SwitchLog) -> None:
+    The compiled tracer (``native``) when the compiled path runs and *log* is a compiled
+    switch log (``switchlog.new_log``); this module's ``_make_trace`` otherwise. *clock*
+    replaces ``time.monotonic_ns`` in the Python tracer (tests replay recorded sequences;
+    the compiled one takes ``_native.set_clock``).
+    """
+
+    def __init__(self, log: Any, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.log = log
+        self._clock = clock
+        self._native: Any = None
         self._sampler: PeriodicSampler | None = None
         #: CPU time per label while installed (``route_cpu``).
         self.route_cpu: RouteCpu | None = None
@@ -134,15 +142,21 @@ class SwitchTracer:
         self._previous = greenlet.gettrace()
         # A fresh flag per install: a disabled tracer left in someone's chain stays off.
         self._enabled = [True]
-        self._trace = _make_trace(
-            self.log, self._previous, self._enabled, self._sampler, self.route_cpu
-        )
+        compiled = native.active()
+        if compiled is not None and isinstance(self.log, compiled.SwitchLog):
+            self._native = compiled.Tracer(self.log, self._previous, self.route_cpu, sampler)
+            self._trace = self._native
+        else:
+            self._native = None
+            self._trace = _make_trace(
+                self.log, self._previous, self._enabled, self._sampler, self.route_cpu, self._clock
+            )
         greenlet.settrace(self._trace)
         labels.current_label_listener = self._on_relabel
 
     def _on_relabel(self, label: str | None) -> None:
         if self._enabled[0]:
-            now = time.monotonic_ns()
+            now = self._clock()
             self.log.append((now, label))
             if self.route_cpu is not None:
                 self.route_cpu.switch(now, label)
@@ -153,6 +167,8 @@ class SwitchTracer:
         if self._trace is None:
             return True
         self._enabled[0] = False
+        if self._native is not None:
+            self._native.enabled = False
         if labels.current_label_listener == self._on_relabel:
             labels.current_label_listener = None
         restored = greenlet.gettrace() is self._trace

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from greenlet import getcurrent
 
-from tracing.timing import call_state, hook_errors
+from tracing.timing import call_state, hook_errors, native
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import TAG_ATTR
 
@@ -30,6 +30,18 @@ def _no_leaked_measurements() -> Iterator[None]:
         tag.call = None
         tag.label = None
     assert leaked == 0, "a test left a call measurement in progress"
+
+
+@pytest.fixture
+def python_reference() -> Iterator[None]:
+    """Hooks installed during the test are the Python reference, not the compiled path
+    (list it before ``instrumentor``)."""
+    previous = native.reason
+    native.use(False)
+    try:
+        yield
+    finally:
+        native.reason = previous
 
 
 @pytest.fixture

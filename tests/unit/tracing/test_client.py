@@ -299,3 +299,17 @@ def test_the_reply_arrival_is_an_event_on_the_client_span(
     (event,) = only_span(memory).events
     assert event.name == attributes.EVENT_REPLY_IN_KERNEL
     assert event.timestamp == 1_700_000_000_123_456_789
+
+
+def test_an_unsampled_request_passes_its_traceparent_on_without_a_span(
+    provider: TracerProvider, memory: InMemorySpanExporter
+) -> None:
+    incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+    token = request_totals.set(RequestTotals(incoming))
+    try:
+        with observer(provider).call("vehicles", "GET", "127.0.0.1", 8200, NEARBY) as observed:
+            observed.status = 200
+    finally:
+        request_totals.reset(token)
+    assert observed.headers["traceparent"] == incoming
+    assert memory.get_finished_spans() == ()

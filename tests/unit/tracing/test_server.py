@@ -326,3 +326,88 @@ def test_slow_exports_are_capped_per_worker(span_file: Path, config: RouteConfig
         assert gained == count, outcome
     exported = "pricing_spans_exported_total"
     assert value(after, exported) - value(before, exported) >= 2
+
+
+def test_an_unsampled_request_creates_no_span_object(
+    span_file: Path, config: RouteConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Envoy's 99 %: not even a non-recording span; a sampled request still gets one."""
+    from opentelemetry.sdk.trace import Tracer
+
+    started: list[str] = []
+    real_start = Tracer.start_span
+
+    def counting(self: Tracer, name: str, *args: object, **kwargs: object) -> object:
+        started.append(name)
+        return real_start(self, name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Tracer, "start_span", counting)
+    worker = full_worker(span_file, tracing.server.Sampling(ratio=1.0, default_slow_s=60))
+    client = io_app(config).test_client()
+    unsampled = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-00"
+    assert client.get(BIKE, headers={"traceparent": unsampled}).status_code == 200
+    assert started == []
+    sampled = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-01"
+    assert client.get(BIKE, headers={"traceparent": sampled}).status_code == 200
+    assert started == ["GET /v1/offers/bike"]
+    assert len(flushed(worker, span_file)) == 1
+
+
+def test_the_server_span_uses_the_stable_http_conventions(
+    worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
+) -> None:
+    client = io_app(config).test_client()
+    assert client.get(BIKE, headers={"User-Agent": "probe/1"}).status_code == 200
+    (span,) = flushed(worker, span_file)
+    attrs = span.attributes
+    assert attrs["http.request.method"] == "GET"
+    assert attrs["http.route"] == "/v1/offers/bike"
+    assert attrs["url.path"] == "/v1/offers/bike"
+    assert attrs["url.scheme"] == "http"
+    assert attrs["http.response.status_code"] == 200
+    assert attrs["user_agent.original"] == "probe/1"
+    assert attrs["network.protocol.version"] == "1.1"
+    assert "server.address" in attrs
+    for old in ("http.method", "http.status_code", "http.target", "http.scheme"):
+        assert old not in attrs
+
+
+def test_a_sampled_request_is_extracted_by_the_configured_propagator(
+    span_file: Path, config: RouteConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTEL_PROPAGATORS=b3: the traceparent precheck stands aside, B3 headers are read."""
+    from opentelemetry import propagate
+    from opentelemetry.propagators.textmap import TextMapPropagator
+
+    class OnlyB3Like(TextMapPropagator):  # a stand-in reading X-Trace: <trace>-<span>
+        def extract(self, carrier, context=None, getter=None):  # type: ignore[no-untyped-def]
+            from opentelemetry import trace
+            from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+            value = getter.get(carrier, "x-trace") if getter else None
+            if not value:
+                return context
+            trace_id, span_id = value[0].split("-")
+            parent = SpanContext(
+                int(trace_id, 16), int(span_id, 16), True, TraceFlags(TraceFlags.SAMPLED)
+            )
+            return trace.set_span_in_context(NonRecordingSpan(parent), context)
+
+        def inject(self, carrier, context=None, setter=None):  # type: ignore[no-untyped-def]
+            pass
+
+        @property
+        def fields(self) -> set[str]:
+            return {"x-trace"}
+
+    monkeypatch.setattr(propagate, "_HTTP_TEXT_FORMAT", OnlyB3Like())
+    worker = full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
+    client = io_app(config).test_client()
+    # An unsampled traceparent means nothing to this propagator: the X-Trace parent wins.
+    headers = {
+        "traceparent": f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-00",
+        "x-trace": f"{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}",
+    }
+    assert client.get(BIKE, headers=headers).status_code == 200
+    (span,) = flushed(worker, span_file)
+    assert span.trace_id == TRACEPARENT_TRACE and span.parent_id == TRACEPARENT_PARENT

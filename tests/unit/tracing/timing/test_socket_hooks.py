@@ -151,6 +151,7 @@ def test_connect_wait_is_measured(
 
 
 def test_an_exception_in_the_hook_does_not_break_the_read(
+    python_reference: None,
     instrumentor: GeventTimingInstrumentor,
     conn: Any,
     monkeypatch: pytest.MonkeyPatch,

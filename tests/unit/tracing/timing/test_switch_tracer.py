@@ -137,7 +137,7 @@ def test_the_log_records_labels_and_the_hub() -> None:
 
 
 def test_an_error_in_the_tracer_does_not_fail_the_switch(
-    instrumentor: GeventTimingInstrumentor, monkeypatch: pytest.MonkeyPatch
+    python_reference: None, instrumentor: GeventTimingInstrumentor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(*args: object) -> None:
         raise RuntimeError("log full of bees")

@@ -1,0 +1,503 @@
+"""The compiled hot path (``_native``) against its Python reference: the same recorded
+switch and socket-wait sequences through both, every number compared.
+
+The sequences are replayed by calling the trace function and the ``_wait`` hook
+directly, on a fake clock, with fake greenlets (anything that carries a tag); the
+socket is a real one with a queued, kernel-stamped byte, so both peek the same stamp.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from greenlet import getcurrent
+
+from tracing.timing import call_state, kernel_rx, native, socket_hooks
+from tracing.timing.call_state import CallState
+from tracing.timing.labels import TAG_ATTR, GreenletTag, tag_of
+from tracing.timing.request_state import InboundWatch, RequestState
+from tracing.timing.route_cpu import RouteCpu
+from tracing.timing.runqueue import RunQueueClock
+from tracing.timing.server_timing import watching
+from tracing.timing.switch_tracer import SwitchTracer
+from tracing.timing.switchlog import SwitchLog
+
+compiled = native.module
+needs_compiled = pytest.mark.skipif(compiled is None, reason=native.reason or "not built")
+
+LABELS = ["GET /v1/offers/bike", "POST /v1/offers/rideshare", None, "<hub>"]
+US = 1_000
+
+
+class FakeGreenlet:
+    """What the tracer reads of a greenlet: a tag, and a frame (None: blocked)."""
+
+    gr_frame = None
+
+    def __init__(self, label: str | None) -> None:
+        setattr(self, TAG_ATTR, GreenletTag(label))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def stamped_socket() -> Iterator[socket.socket]:
+    """A TCP socket with one byte queued and its kernel receive stamp."""
+    kernel_rx.hold_timestamping()
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    listener.close()
+    kernel_rx.enable_rx_timestamps(client)
+    server.sendall(b"x")
+    client.setblocking(False)
+    for _ in range(100):
+        if kernel_rx.peek_arrival_ns(client) is not None:
+            break
+        time.sleep(0.01)
+    yield client
+    client.close()
+    server.close()
+
+
+def _events(seed: int, greenlets: int, steps: int) -> list[tuple[Any, ...]]:
+    rng = random.Random(seed)
+    out: list[tuple[Any, ...]] = []
+    current = 0
+    for _ in range(steps):
+        dt = rng.choice([1, 5, 40, 300, 1500, 4000]) * US  # some past the culprit threshold
+        kind = rng.random()
+        if kind < 0.1:
+            out.append(("relabel", dt, rng.randrange(greenlets), rng.choice(LABELS)))
+        elif kind < 0.2:
+            out.append(("measure", dt, rng.randrange(greenlets), rng.random() < 0.5))
+        elif kind < 0.25:
+            out.append(("done", dt, rng.randrange(greenlets)))
+        else:
+            target = rng.randrange(greenlets)
+            if target != current:
+                out.append(("switch", dt, current, target))
+                current = target
+    return out
+
+
+def _replay_switches(
+    use_compiled: bool, events: list[tuple[Any, ...]], schedstat: Path | None = None
+) -> dict[str, Any]:
+    clock = Clock()
+    sampler = None
+    if schedstat is not None:
+        # A run-queue clock on a fake schedstat whose wait grows with every read.
+        sampler = RunQueueClock(sample_interval_ns=700 * US, path=str(schedstat))
+    greenlets = [FakeGreenlet(LABELS[i % len(LABELS)]) for i in range(6)]
+    if use_compiled:
+        log: Any = compiled.SwitchLog(128)
+        compiled.set_clock(clock)
+    else:
+        log = SwitchLog(128)
+    route_cpu = RouteCpu(long_ns=2_000_000)
+    route_cpu.since[0] = clock.now
+    tracer = SwitchTracer(log, clock=clock)
+    previous = native.reason
+    native.reason = None if use_compiled else "reference"
+    call_state.configure(log, 0.001)
+    measuring = call_state.measuring[0]
+    try:
+        tracer.install(sampler, route_cpu=route_cpu)
+        trace = tracer._trace
+        assert trace is not None
+        assert (type(trace) is compiled.Tracer) == use_compiled
+        for step, event in enumerate(events):
+            clock.now += event[1]
+            if schedstat is not None:
+                schedstat.write_text(f"{step * 7} {step * 1000 + 5} {step}\n")
+            if event[0] == "switch":
+                trace("switch", (greenlets[event[2]], greenlets[event[3]]))
+            elif event[0] == "relabel":
+                getattr(greenlets[event[2]], TAG_ATTR).label = event[3]
+            elif event[0] == "measure":
+                tag = getattr(greenlets[event[2]], TAG_ATTR)
+                if tag.call is None:
+                    tag.call = CallState()
+                    call_state.measuring[0] += 1
+                    # A thread-pool wait whose work finished: its switch-in is a delay.
+                    tag.call.pending_done = [clock.now + 100 * US] if event[3] else None
+                if tag.request is None:
+                    tag.request = RequestState(clock.now)
+            else:
+                tag = getattr(greenlets[event[2]], TAG_ATTR)
+                if tag.call is not None:
+                    call_state.measuring[0] -= 1
+                tag.call = None
+    finally:
+        tracer.uninstall()
+        native.reason = previous
+        call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
+        call_state.measuring[0] = measuring
+        compiled.set_clock(None)
+    calls = []
+    for g in greenlets:
+        tag = getattr(g, TAG_ATTR)
+        state = tag.call
+        request = tag.request
+        calls.append(
+            (
+                None
+                if state is None
+                else (
+                    state.network_ns,
+                    state.delay_ns,
+                    state.blocked_ns,
+                    state.cpu_wait_ns,
+                    dict(state.culprits_ns),
+                    state.last_in_ns,
+                    state.out_ns,
+                ),
+                None
+                if request is None
+                else (request.running_ns, request.in_ns, request.out_ns, list(request.waits)),
+            )
+        )
+    if sampler is not None:
+        sampler.close()
+    return {
+        "log": log.entries(),
+        "route_cpu": dict(route_cpu.by_label_ns),
+        "since": list(route_cpu.since),
+        "calls": calls,
+        "runqueue": None if sampler is None else (list(sampler._samples), sampler.due_ns[0]),
+    }
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(12))
+def test_the_switch_tracer_gives_the_reference_numbers(seed: int, tmp_path: Path) -> None:
+    events = _events(seed, greenlets=6, steps=600)
+    schedstat = tmp_path / "schedstat" if seed % 2 else None
+    if schedstat is not None:
+        schedstat.write_text("0 0 0\n")
+    reference = _replay_switches(False, events, schedstat)
+    if schedstat is not None:
+        assert len(reference["runqueue"][0]) > 10, "the run-queue clock was never sampled"
+    assert any(c[0] is not None for c in reference["calls"]), "the sequence measured nothing"
+    assert any(c[0] is not None and c[0][1] + c[0][2] > 0 for c in reference["calls"])
+    assert any(c[1] is not None and c[1][3] for c in reference["calls"]), "no request waits"
+    if schedstat is not None:
+        schedstat.write_text("0 0 0\n")
+    assert _replay_switches(True, events, schedstat) == reference
+
+
+def test_the_recorded_switch_sequences_contain_culprits_of_delays() -> None:
+    """The sequences above are worth comparing: they name culprits."""
+    culprits = [
+        c[0][4]
+        for seed in range(12)
+        for c in _replay_switches(False, _events(seed, greenlets=6, steps=600))["calls"]
+        if c[0] is not None
+    ]
+    assert any(culprits)
+
+
+@needs_compiled
+@pytest.mark.parametrize("size", [2, 7, 64, 300])
+def test_the_switch_log_attributes_as_the_reference(size: int) -> None:
+    """Appends and attributions interleaved; sometimes so many appends in between that
+    the counters must start again from what the log still holds."""
+    rng = random.Random(size)
+    python_log, c_log = SwitchLog(size), compiled.SwitchLog(size)
+    t = 0
+    for _ in range(400):
+        for _ in range(rng.choice([1, 3, 20, 70, 2 * size])):
+            t += rng.randrange(1, 50) * US
+            entry = (t, rng.choice(LABELS))
+            python_log.append(entry)
+            c_log.append(entry)
+        assert python_log.last() == c_log.last()
+        assert len(python_log) == len(c_log)
+        start = t - rng.randrange(0, 6000) * US
+        end = start + rng.randrange(0, 6000) * US
+        expected: dict[str, int] = {}
+        got: dict[str, int] = {}
+        python_log.attribute(start, end, expected)
+        c_log.attribute(start, end, got)
+        assert got == expected
+    assert c_log.entries() == python_log.entries()
+
+
+# -- socket waits ---------------------------------------------------------------------------
+
+
+def _wait_events(seed: int, steps: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(steps):
+        out.append(
+            {
+                "read": rng.random() < 0.8,
+                "before": rng.choice([0, 10, 200]) * US,  # ran before the wait
+                "out": rng.choice([50, 900, 5000]) * US,  # switched out for this long
+                # where readiness falls, relative to the wait: before it, inside, after
+                "ready_at": rng.choice([-0.5, 0.1, 0.5, 0.9, 1.5]),
+                "reply_pending": rng.random() < 0.3,
+                "out_since_send": rng.random() < 0.5,
+                "awaiting_first_read": rng.random() < 0.2,
+                "switches": rng.random() < 0.9,  # False: no tracer saw the wait
+                "fails": rng.random() < 0.1,
+                "send": rng.random() < 0.5,  # a sendall before the wait
+                "send_waits": rng.random() < 0.3,  # ... that switched out inside
+                "read_first": rng.random() < 0.6,  # a read before the wait
+                "inbound": rng.random() < 0.15,  # a watched connection's first read
+            }
+        )
+    return out
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _replay_waits(
+    use_compiled: bool,
+    events: list[dict[str, Any]],
+    stamped: socket.socket,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    clock = Clock()
+    arrival = kernel_rx.peek_arrival_ns(stamped)
+    assert arrival is not None
+    me = getcurrent()
+    hub = FakeGreenlet("<hub>")
+    log: Any = compiled.SwitchLog(256) if use_compiled else SwitchLog(256)
+    route_cpu = RouteCpu()
+    route_cpu.since[0] = clock.now
+    tracer = SwitchTracer(log, clock=clock)
+    previous = native.reason
+    native.reason = None if use_compiled else "reference"
+    monkeypatch.setattr(socket_hooks, "time", types.SimpleNamespace(monotonic_ns=clock))
+    if use_compiled:
+        compiled.set_clock(clock)
+    tag = tag_of(me)
+    saved_label, tag.label = tag.label, "GET /v1/offers/bike"
+    call_state.configure(log, 0.001)
+    state = CallState()
+    tag.call = state
+    call_state.measuring[0] += 1
+    reader = types.SimpleNamespace(_read_event=object(), _sock=stamped)
+    # Writes on a Unix socket: no TCP_INFO, so readiness is unknown in both (a TCP
+    # socket's ACK age would move between the two replays).
+    unix, peer = socket.socketpair()
+    writer = types.SimpleNamespace(_read_event=object(), _sock=unix)
+    event: dict[str, Any] = {}
+
+    def original_send(self: Any, data: bytes, flags: int = 0) -> None:
+        if event["send_waits"]:
+            trace("switch", (me, hub))
+            clock.now += 70 * US
+            trace("switch", (hub, me))
+        clock.now += 2 * US
+
+    def original_read(self: Any, *args: Any) -> bytes:
+        return b"data"
+
+    def original(self: Any, watcher: Any, timeout_exc: Any = None) -> str:
+        if event["switches"]:
+            trace("switch", (me, hub))
+        clock.now += event["out"]
+        if event["switches"]:
+            trace("switch", (hub, me))
+        if event["fails"]:
+            raise _Timeout()
+        return "ok"
+
+    try:
+        tracer.install(route_cpu=route_cpu)
+        trace = tracer._trace
+        assert trace is not None
+        hook = socket_hooks._make_wait(original)
+        sendall = socket_hooks._make_sendall(original_send)
+        read = socket_hooks._make_read(original_read)
+        assert (type(hook) is compiled.Hook) == use_compiled
+        assert (type(sendall) is compiled.Hook) == use_compiled
+        assert (type(read) is compiled.Hook) == use_compiled
+        waits = []
+        for event in events:
+            clock.now += event["before"]
+            state.reply_pending = event["reply_pending"]
+            state.out_since_send = event["out_since_send"]
+            state.awaiting_first_read = event["awaiting_first_read"]
+            state.sent_ns = clock.now - 30 * US
+            # ready (monotonic) = arrival - offset: place readiness where the event says
+            ready = clock.now + int(event["ready_at"] * event["out"])
+            state.realtime_offset_ns = arrival - ready
+            if event["send"]:
+                sendall(reader, b"x")
+            watch = None
+            if event["inbound"]:
+                watch = InboundWatch(reader)
+                tag.inbound = watch
+                watching[0] += 1
+            if event["read_first"] or watch is not None:
+                assert read(reader, 64) == b"data"
+            if watch is not None:
+                tag.inbound = None
+                watching[0] -= 1
+                waits.append(("inbound", watch.armed, watch.arrival_unix_ns))
+            sock = reader if event["read"] else writer
+            watcher = reader._read_event if event["read"] else object()
+            try:
+                result = hook(sock, watcher)
+            except _Timeout:
+                result = "timeout"
+            waits.append(
+                (
+                    result,
+                    state.network_ns,
+                    state.delay_ns,
+                    state.blocked_ns,
+                    state.socket_waits,
+                    state.reply_arrived_unix_ns,
+                    state.reply_pending,
+                    state.in_socket_wait,
+                    state.sent_ns,
+                    state.awaiting_first_read,
+                    state.out_since_send,
+                    list(state.since_send),
+                    dict(state.culprits_ns),
+                )
+            )
+    finally:
+        unix.close()
+        peer.close()
+        tracer.uninstall()
+        native.reason = previous
+        tag.call = None
+        tag.label = saved_label
+        call_state.measuring[0] -= 1
+        call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
+        compiled.set_clock(None)
+    return {"waits": waits, "log": log.entries(), "route_cpu": dict(route_cpu.by_label_ns)}
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(8))
+def test_the_socket_hooks_give_the_reference_numbers(
+    seed: int, stamped_socket: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _wait_events(seed, steps=150)
+    reference = _replay_waits(False, events, stamped_socket, monkeypatch)
+    waits = [w for w in reference["waits"] if w[0] != "inbound"]
+    assert waits[-1][2] > 0, "the sequence had no scheduling delay"
+    assert waits[-1][-1], "no delay was long enough to name its culprits"
+    assert {w[0] for w in waits} == {"ok", "timeout"}
+    inbound = [w for w in reference["waits"] if w[0] == "inbound"]
+    assert inbound and all(w[1] is False and w[2] is not None for w in inbound)
+    assert _replay_waits(True, events, stamped_socket, monkeypatch) == reference
+
+
+@needs_compiled
+def test_the_compiled_peek_reads_the_same_stamp(stamped_socket: socket.socket) -> None:
+    assert compiled.peek_arrival_ns(stamped_socket) == kernel_rx.peek_arrival_ns(stamped_socket)
+
+
+# -- never raise ------------------------------------------------------------------------------
+
+
+class _Exploding:
+    """A tag whose every attribute read raises."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"{name} exploded")
+
+
+@needs_compiled
+def test_a_bad_state_in_the_tracer_is_counted_and_dropped() -> None:
+    log = compiled.SwitchLog(16)
+    route_cpu = RouteCpu()
+    forwarded: list[str] = []
+    tracer = compiled.Tracer(log, lambda event, args: forwarded.append(event), route_cpu)
+    bad = types.SimpleNamespace(**{TAG_ATTR: _Exploding()})
+    good = FakeGreenlet("GET /v1/offers/bike")
+    before = compiled.bad_states()
+    assert tracer("switch", (good, bad)) is None
+    assert tracer("switch", "not a pair") is None
+    assert compiled.bad_states() == before + 2
+    assert forwarded == ["switch", "switch"]  # the chained tracer still sees every event
+    tracer("switch", (bad, good))
+    assert log.last()[1] == "GET /v1/offers/bike"
+
+
+@needs_compiled
+def test_a_bad_state_in_the_wait_hook_is_counted_and_the_wait_still_runs() -> None:
+    me = getcurrent()
+    tag = tag_of(me)
+    state = CallState()
+    tag.call = state
+    call_state.measuring[0] += 1
+    calls: list[Any] = []
+
+    def original(self: Any, watcher: Any, timeout_exc: Any = None) -> str:
+        calls.append(watcher)
+        return "ok"
+
+    hook: Callable[..., Any] = compiled.Hook(original, "wait")
+    before = compiled.bad_states()
+    try:
+        # No _read_event: the start fails; no _sock: readiness fails. The wait runs once.
+        assert hook(types.SimpleNamespace(), "w") == "ok"
+        sock = types.SimpleNamespace(_read_event="r", _sock="not a socket")
+        assert hook(sock, "r") == "ok"
+    finally:
+        tag.call = None
+        call_state.measuring[0] -= 1
+    assert calls == ["w", "r"]
+    assert compiled.bad_states() == before + 2
+    assert state.socket_waits == 1  # the second wait is counted, undivided
+    assert state.in_socket_wait is False
+
+
+# -- which path runs --------------------------------------------------------------------------
+
+
+def test_the_compiled_path_is_what_runs_where_it_could_be_built() -> None:
+    """A machine with a C compiler and Python's headers (CI's) tests the compiled path:
+    a build that failed quietly (setup.py's extension is optional) would fail here."""
+    import os
+    import shutil
+    import sysconfig
+
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if shutil.which("cc") is None or not headers.exists():
+        pytest.skip("no compiler or no Python headers: the reference runs, by design")
+    assert native.module is not None, native.reason
+    if os.environ.get(native.ENV, "1") not in ("0", "off", "false", "no"):
+        assert native.active() is native.module
+
+
+def test_the_reference_is_announced_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    logger = logging.getLogger("tracing")
+    monkeypatch.setattr(native, "reason", "the compiled extension is not built (no module)")
+    with caplog.at_level(logging.INFO, logger="tracing"):
+        native.announce(logger)
+    (record,) = caplog.records
+    assert "Python reference" in record.getMessage() and "not built" in record.getMessage()
+    monkeypatch.setattr(native, "reason", None)
+    caplog.clear()
+    native.announce(logger)
+    assert caplog.records == []

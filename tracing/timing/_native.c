@@ -1,0 +1,1442 @@
+/* The timing core's hot path, compiled: what runs on every greenlet switch and around
+ * every socket wait. The Python modules are the reference (switch_tracer, switchlog,
+ * socket_hooks, kernel_rx, call_state); this file follows them line for line, and
+ * tests/unit/tracing/timing/test_native.py replays the same switch and wait sequences
+ * through both and compares every number.
+ *
+ * Never raise into the code it observes: a hook that finds a state it cannot handle
+ * (a missing attribute, a non-integer, a failed syscall) counts it in bad_states, clears
+ * the error and carries on, exactly where the Python reference would call swallow().
+ * The one exception is the previously installed greenlet tracer, which is chained to
+ * as is: its errors are its own, as in the reference.
+ *
+ * Objects the C code reads (greenlet tags, CallState, RequestState) stay Python objects
+ * with __slots__: attribute access through interned names costs tens of ns, against a
+ * Python frame per switch (0.4 us) in the reference.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stddef.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* kernel_rx: SO_TIMESTAMPNS_OLD, whose payload is a native struct timespec. */
+#define RX_SO_TIMESTAMPNS 35
+#define TCP_INFO_LAST_ACK_RECV_OFFSET 56
+#define TCP_INFO_LEN 64
+#define TCP_INFO_RESOLUTION_NS 4000000LL
+/* switchlog.CHECKPOINT_EVERY */
+#define CHECKPOINT_EVERY 64
+
+/* -- module state (one interpreter, the hub's thread) ---------------------------------- */
+
+static unsigned long long bad_states = 0;
+
+static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
+    *s_out_since_send, *s_last_in_ns, *s_out_ns, *s_on_switch_out, *s_on_switch_in,
+    *s_switch, *s_throw, *s_in_ns, *s_running_ns, *s_waits, *s_reply_pending, *s_sent_ns,
+    *s_read_event, *s_sock, *s_reply_arrived_unix_ns, *s_realtime_offset_ns,
+    *s_socket_waits, *s_awaiting_first_read, *s_network_ns, *s_delay_ns, *s_cpu_wait_ns,
+    *s_culprits_ns, *s_add_network, *s_add_delay, *s_explain_delay,
+    *s_culprit_threshold_ns, *s_unknown, *s_unrecorded, *s_since_send, *s_inbound, *s_armed, *s_fd,
+    *s_watched_sock;
+
+/* Set by configure(): what the C code needs from the Python side, passed down (the
+ * timing core's modules, never imported from here). */
+static PyObject *g_getcurrent, *g_measuring, *g_tag_of, *g_call_state, *g_request_type;
+static Py_ssize_t g_max_waits = 64;
+/* A replacement for CLOCK_MONOTONIC (tests replay recorded sequences); NULL: the clock. */
+static PyObject *g_clock;
+static void drop(void) {
+    bad_states++;
+    PyErr_Clear();
+}
+
+/* Told of every accounted wait and send (bench timing-accuracy compares the raw pieces
+ * with ground truth, as it spies on CallState's methods in the reference); NULL: none. */
+static PyObject *g_observer;
+
+static void observe(const char *what, PyObject *call, int64_t a, int64_t b, int known,
+                    int64_t ready) {
+    if (g_observer == NULL) return;
+    PyObject *r = known ? PyObject_CallFunction(g_observer, "sOLLL", what, call, (long long)a,
+                                                (long long)b, (long long)ready)
+                        : PyObject_CallFunction(g_observer, "sOLLO", what, call, (long long)a,
+                                                (long long)b, Py_None);
+    if (r == NULL) drop();
+    Py_XDECREF(r);
+}
+
+
+static int64_t now_ns(void) {
+    if (g_clock != NULL) {
+        PyObject *r = PyObject_CallNoArgs(g_clock);
+        if (r == NULL) {
+            drop();
+            return 0;
+        }
+        int64_t v = PyLong_AsLongLong(r);
+        Py_DECREF(r);
+        if (v == -1 && PyErr_Occurred()) drop();
+        return v;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int get_i64(PyObject *obj, PyObject *name, int64_t *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int set_i64(PyObject *obj, PyObject *name, int64_t value) {
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL) return -1;
+    int r = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int add_i64(PyObject *obj, PyObject *name, int64_t delta) {
+    int64_t v;
+    if (get_i64(obj, name, &v) < 0) return -1;
+    return set_i64(obj, name, v + delta);
+}
+
+/* 1 true, 0 false, -1 error */
+static int get_truth(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* getattr(obj, name, None) as a new reference; NULL with an error set on failure. */
+static PyObject *get_optional(PyObject *obj, PyObject *name) {
+    PyObject *v;
+    int found = _PyObject_LookupAttr(obj, name, &v);
+    if (found < 0) return NULL;
+    if (found == 0) Py_RETURN_NONE;
+    return v;
+}
+
+/* measuring[0] != 0; errors count as "not measuring". */
+static int measuring_now(void) {
+    if (g_measuring == NULL || !PyList_Check(g_measuring) || PyList_GET_SIZE(g_measuring) < 1)
+        return 0;
+    PyObject *v = PyList_GET_ITEM(g_measuring, 0);
+    int r = PyObject_IsTrue(v);
+    if (r < 0) {
+        drop();
+        return 0;
+    }
+    return r;
+}
+
+static int dict_add_ns(PyObject *into, PyObject *key, int64_t ns) {
+    PyObject *cur = PyDict_GetItemWithError(into, key);
+    int64_t base = 0;
+    if (cur != NULL) {
+        base = PyLong_AsLongLong(cur);
+        if (base == -1 && PyErr_Occurred()) return -1;
+    } else if (PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *v = PyLong_FromLongLong(base + ns);
+    if (v == NULL) return -1;
+    int r = PyDict_SetItem(into, key, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* == SwitchLog ========================================================================== */
+
+/* switchlog._Checkpoint: the counters when the entry at t began, and the entries after. */
+typedef struct {
+    int64_t t;
+    PyObject *name;       /* label, or "<unknown>" */
+    PyObject *cumulative; /* dict */
+    int n;
+    int64_t follower_t[CHECKPOINT_EVERY - 1];
+    PyObject *follower_name[CHECKPOINT_EVERY - 1];
+} Checkpoint;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t size;
+    Py_ssize_t count;
+    Py_ssize_t head; /* next slot written */
+    int64_t *times;
+    PyObject **labels; /* strong references; NULL is the label None */
+    /* the cumulative counters (switchlog: _fold, _counters_at) */
+    Checkpoint *checkpoints; /* a ring of max_checkpoints */
+    Py_ssize_t max_checkpoints, cp_start, cp_count;
+    PyObject *cumulative;
+    int has_folded;
+    int64_t folded_ns;
+    PyObject *folded_name;
+} SwitchLogObject;
+
+static PyTypeObject SwitchLogType;
+
+static void log_push(SwitchLogObject *self, int64_t t, PyObject *label) {
+    Py_ssize_t i = self->head;
+    PyObject *old = self->labels[i];
+    PyObject *keep = (label == Py_None) ? NULL : label;
+    Py_XINCREF(keep);
+    self->labels[i] = keep;
+    self->times[i] = t;
+    self->head = (i + 1 == self->size) ? 0 : i + 1;
+    if (self->count < self->size) self->count++;
+    Py_XDECREF(old);
+}
+
+static int SwitchLog_init(SwitchLogObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"size", NULL};
+    Py_ssize_t size = 8192;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|n", kwlist, &size)) return -1;
+    if (size < 2) {
+        PyErr_Format(PyExc_ValueError, "switch log size must be at least 2, got %zd", size);
+        return -1;
+    }
+    if (self->times != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "SwitchLog already initialised");
+        return -1;
+    }
+    self->times = PyMem_Calloc((size_t)size, sizeof(int64_t));
+    self->labels = PyMem_Calloc((size_t)size, sizeof(PyObject *));
+    self->max_checkpoints = size / CHECKPOINT_EVERY + 2;
+    self->checkpoints = PyMem_Calloc((size_t)self->max_checkpoints, sizeof(Checkpoint));
+    self->cumulative = PyDict_New();
+    self->cp_start = self->cp_count = 0;
+    self->has_folded = 0;
+    self->folded_name = Py_NewRef(s_unknown);
+    if (self->times == NULL || self->labels == NULL || self->checkpoints == NULL ||
+        self->cumulative == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->size = size;
+    self->count = 0;
+    self->head = 0;
+    return 0;
+}
+
+static void checkpoint_clear(Checkpoint *cp) {
+    Py_CLEAR(cp->name);
+    Py_CLEAR(cp->cumulative);
+    for (int k = 0; k < cp->n; k++) Py_CLEAR(cp->follower_name[k]);
+    cp->n = 0;
+}
+
+static void checkpoints_clear(SwitchLogObject *self) {
+    if (self->checkpoints == NULL) return;
+    for (Py_ssize_t k = 0; k < self->max_checkpoints; k++)
+        checkpoint_clear(&self->checkpoints[k]);
+    self->cp_start = self->cp_count = 0;
+}
+
+static int SwitchLog_clear(SwitchLogObject *self) {
+    if (self->labels != NULL) {
+        for (Py_ssize_t i = 0; i < self->size; i++) Py_CLEAR(self->labels[i]);
+    }
+    self->count = 0;
+    checkpoints_clear(self);
+    Py_CLEAR(self->cumulative);
+    Py_CLEAR(self->folded_name);
+    return 0;
+}
+
+static int SwitchLog_traverse(SwitchLogObject *self, visitproc visit, void *arg) {
+    if (self->labels != NULL) {
+        for (Py_ssize_t i = 0; i < self->size; i++) Py_VISIT(self->labels[i]);
+    }
+    if (self->checkpoints != NULL) {
+        for (Py_ssize_t k = 0; k < self->max_checkpoints; k++) {
+            Checkpoint *cp = &self->checkpoints[k];
+            Py_VISIT(cp->name);
+            Py_VISIT(cp->cumulative);
+            for (int f = 0; f < cp->n; f++) Py_VISIT(cp->follower_name[f]);
+        }
+    }
+    Py_VISIT(self->cumulative);
+    Py_VISIT(self->folded_name);
+    return 0;
+}
+
+static void SwitchLog_dealloc(SwitchLogObject *self) {
+    PyObject_GC_UnTrack(self);
+    SwitchLog_clear(self);
+    PyMem_Free(self->times);
+    PyMem_Free(self->labels);
+    PyMem_Free(self->checkpoints);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t SwitchLog_len(SwitchLogObject *self) { return self->count; }
+
+static Py_ssize_t log_index(SwitchLogObject *self, Py_ssize_t back) {
+    /* back = 0: newest */
+    Py_ssize_t i = self->head - 1 - back;
+    while (i < 0) i += self->size;
+    return i;
+}
+
+static PyObject *SwitchLog_append(SwitchLogObject *self, PyObject *entry) {
+    PyObject *t_obj, *label;
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a switch log entry is (time_ns, label)");
+        return NULL;
+    }
+    t_obj = PyTuple_GET_ITEM(entry, 0);
+    label = PyTuple_GET_ITEM(entry, 1);
+    int64_t t = PyLong_AsLongLong(t_obj);
+    if (t == -1 && PyErr_Occurred()) return NULL;
+    log_push(self, t, label);
+    Py_RETURN_NONE;
+}
+
+static PyObject *entry_tuple(SwitchLogObject *self, Py_ssize_t i) {
+    PyObject *label = self->labels[i] ? self->labels[i] : Py_None;
+    return Py_BuildValue("(LO)", (long long)self->times[i], label);
+}
+
+static PyObject *SwitchLog_last(SwitchLogObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->count == 0) Py_RETURN_NONE;
+    return entry_tuple(self, log_index(self, 0));
+}
+
+static PyObject *SwitchLog_entries(SwitchLogObject *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New(self->count);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < self->count; k++) {
+        PyObject *e = entry_tuple(self, log_index(self, self->count - 1 - k));
+        if (e == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, e);
+    }
+    return out;
+}
+
+static Checkpoint *checkpoint_at(SwitchLogObject *self, Py_ssize_t k) {
+    return &self->checkpoints[(self->cp_start + k) % self->max_checkpoints];
+}
+
+/* switchlog.SwitchLog._fold */
+static int log_fold(SwitchLogObject *self) {
+    Py_ssize_t fresh = 0;
+    int exhausted = 1;
+    for (Py_ssize_t back = 0; back < self->count; back++) {
+        if (self->has_folded && self->times[log_index(self, back)] <= self->folded_ns) {
+            exhausted = 0;
+            break;
+        }
+        fresh++;
+    }
+    if (exhausted && self->has_folded) {
+        checkpoints_clear(self);
+        PyObject *empty = PyDict_New();
+        if (empty == NULL) return -1;
+        Py_SETREF(self->cumulative, empty);
+        self->has_folded = 0;
+    }
+    for (Py_ssize_t back = fresh - 1; back >= 0; back--) {
+        Py_ssize_t i = log_index(self, back);
+        int64_t t = self->times[i];
+        PyObject *name = self->labels[i] ? self->labels[i] : s_unknown;
+        if (self->has_folded &&
+            dict_add_ns(self->cumulative, self->folded_name, t - self->folded_ns) < 0)
+            return -1;
+        self->has_folded = 1;
+        self->folded_ns = t;
+        Py_SETREF(self->folded_name, Py_NewRef(name));
+        Checkpoint *current = self->cp_count ? checkpoint_at(self, self->cp_count - 1) : NULL;
+        if (current == NULL || current->n >= CHECKPOINT_EVERY - 1) {
+            PyObject *copy = PyDict_Copy(self->cumulative);
+            if (copy == NULL) return -1;
+            if (self->cp_count == self->max_checkpoints) {
+                checkpoint_clear(checkpoint_at(self, 0));
+                self->cp_start = (self->cp_start + 1) % self->max_checkpoints;
+                self->cp_count--;
+            }
+            current = checkpoint_at(self, self->cp_count);
+            self->cp_count++;
+            current->t = t;
+            current->name = Py_NewRef(name);
+            current->cumulative = copy;
+            current->n = 0;
+        } else {
+            current->follower_t[current->n] = t;
+            current->follower_name[current->n] = Py_NewRef(name);
+            current->n++;
+        }
+    }
+    return 0;
+}
+
+/* switchlog.SwitchLog._counters_at: a new dict; at_ns >= the oldest checkpoint. */
+static PyObject *log_counters_at(SwitchLogObject *self, int64_t at_ns) {
+    Py_ssize_t lo = 0, hi = self->cp_count; /* bisect_right on the times */
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (at_ns < checkpoint_at(self, mid)->t)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    Checkpoint *cp = checkpoint_at(self, lo - 1);
+    PyObject *counters = PyDict_Copy(cp->cumulative);
+    if (counters == NULL) return NULL;
+    int64_t since = cp->t;
+    PyObject *name = cp->name;
+    for (int k = 0; k < cp->n; k++) {
+        if (cp->follower_t[k] > at_ns) break;
+        if (dict_add_ns(counters, name, cp->follower_t[k] - since) < 0) goto fail;
+        since = cp->follower_t[k];
+        name = cp->follower_name[k];
+    }
+    if (dict_add_ns(counters, name, at_ns - since) < 0) goto fail;
+    return counters;
+fail:
+    Py_DECREF(counters);
+    return NULL;
+}
+
+/* switchlog.SwitchLog.attribute */
+static int log_attribute(SwitchLogObject *self, int64_t start, int64_t end, PyObject *into) {
+    if (end <= start) return 0;
+    if (log_fold(self) < 0) return -1;
+    if (self->cp_count == 0) return dict_add_ns(into, s_unrecorded, end - start);
+    int64_t oldest = checkpoint_at(self, 0)->t;
+    if (start < oldest) {
+        int64_t until = end < oldest ? end : oldest;
+        if (dict_add_ns(into, s_unrecorded, until - start) < 0) return -1;
+        if (end <= oldest) return 0;
+        start = oldest;
+    }
+    PyObject *before = log_counters_at(self, start);
+    if (before == NULL) return -1;
+    PyObject *after = log_counters_at(self, end);
+    if (after == NULL) {
+        Py_DECREF(before);
+        return -1;
+    }
+    int rc = 0;
+    Py_ssize_t pos = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(after, &pos, &name, &value)) {
+        int64_t ns = PyLong_AsLongLong(value);
+        int64_t base = 0;
+        PyObject *b = PyDict_GetItemWithError(before, name);
+        if (b != NULL) base = PyLong_AsLongLong(b);
+        if (PyErr_Occurred()) {
+            rc = -1;
+            break;
+        }
+        if (ns - base > 0 && dict_add_ns(into, name, ns - base) < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    Py_DECREF(before);
+    Py_DECREF(after);
+    return rc;
+}
+
+static PyObject *SwitchLog_attribute(SwitchLogObject *self, PyObject *args) {
+    long long start, end;
+    PyObject *into;
+    if (!PyArg_ParseTuple(args, "LLO!", &start, &end, &PyDict_Type, &into)) return NULL;
+    if (log_attribute(self, start, end, into) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef SwitchLog_methods[] = {
+    {"append", (PyCFunction)SwitchLog_append, METH_O, "Append one (time_ns, label) entry."},
+    {"last", (PyCFunction)SwitchLog_last, METH_NOARGS, "The newest entry, or None."},
+    {"entries", (PyCFunction)SwitchLog_entries, METH_NOARGS, "Every entry, oldest first."},
+    {"attribute", (PyCFunction)SwitchLog_attribute, METH_VARARGS,
+     "attribute(start_ns, end_ns, into): add who ran during the interval to into."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods SwitchLog_as_sequence = {
+    .sq_length = (lenfunc)SwitchLog_len,
+};
+
+static PyTypeObject SwitchLogType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.SwitchLog",
+    .tp_doc = "switchlog.SwitchLog, compiled: a ring of (time_ns, label) switch entries.",
+    .tp_basicsize = sizeof(SwitchLogObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)SwitchLog_init,
+    .tp_dealloc = (destructor)SwitchLog_dealloc,
+    .tp_traverse = (traverseproc)SwitchLog_traverse,
+    .tp_clear = (inquiry)SwitchLog_clear,
+    .tp_methods = SwitchLog_methods,
+    .tp_as_sequence = &SwitchLog_as_sequence,
+};
+
+/* == Tracer: the greenlet trace function ================================================ */
+
+typedef struct {
+    PyObject_HEAD
+    SwitchLogObject *log;
+    PyObject *previous;  /* or NULL */
+    PyObject *sample;    /* sampler.sample, or NULL */
+    PyObject *due;       /* sampler.due_ns: a one-element list, or NULL */
+    PyObject *sampler;   /* for runqueue.RunQueueClock: read here, without a Python call */
+    PyObject *samples_append;
+    int64_t sample_interval_ns;
+    PyObject *since;     /* route_cpu.since: [time_ns, label] */
+    PyObject *by_label;  /* route_cpu.by_label_ns */
+    PyObject *charge_long;
+    int64_t long_ns;
+    int enabled;
+} TracerObject;
+
+static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"log", "previous", "route_cpu", "sampler", NULL};
+    PyObject *log, *previous, *route_cpu, *sampler = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO|O", kwlist, &SwitchLogType, &log,
+                                     &previous, &route_cpu, &sampler))
+        return -1;
+    PyObject *since = PyObject_GetAttrString(route_cpu, "since");
+    PyObject *by_label = PyObject_GetAttrString(route_cpu, "by_label_ns");
+    PyObject *charge_long = PyObject_GetAttrString(route_cpu, "charge_long");
+    int64_t long_ns = 0;
+    PyObject *long_obj = PyObject_GetAttrString(route_cpu, "long_ns");
+    if (long_obj != NULL) {
+        long_ns = PyLong_AsLongLong(long_obj);
+        Py_DECREF(long_obj);
+    }
+    if (since == NULL || by_label == NULL || charge_long == NULL || PyErr_Occurred()) goto fail;
+    if (!PyList_Check(since) || PyList_GET_SIZE(since) != 2 || !PyDict_Check(by_label)) {
+        PyErr_SetString(PyExc_TypeError, "route_cpu.since must be a 2-list, by_label_ns a dict");
+        goto fail;
+    }
+    PyObject *sample = NULL, *due = NULL;
+    if (sampler != Py_None) {
+        sample = PyObject_GetAttrString(sampler, "sample");
+        due = PyObject_GetAttrString(sampler, "due_ns");
+        if (sample == NULL || due == NULL || !PyList_Check(due) || PyList_GET_SIZE(due) < 1) {
+            Py_XDECREF(sample);
+            Py_XDECREF(due);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "sampler.due_ns must be a one-element list");
+            goto fail;
+        }
+    }
+    Py_INCREF(log);
+    Py_XSETREF(self->log, (SwitchLogObject *)log);
+    Py_XSETREF(self->previous, previous == Py_None ? NULL : Py_NewRef(previous));
+    Py_XSETREF(self->sample, sample);
+    Py_XSETREF(self->due, due);
+    Py_CLEAR(self->sampler);
+    Py_CLEAR(self->samples_append);
+    self->sample_interval_ns = 0;
+    if (sampler != Py_None) {
+        /* A RunQueueClock (its _fd, _samples, sample_interval_ns): sampled in C. */
+        PyObject *samples = PyObject_GetAttrString(sampler, "_samples");
+        PyObject *interval = samples == NULL ? NULL
+                                             : PyObject_GetAttrString(sampler, "sample_interval_ns");
+        PyObject *fd = interval == NULL ? NULL : PyObject_GetAttrString(sampler, "_fd");
+        if (fd != NULL && PyLong_Check(fd) && PyLong_Check(interval)) {
+            self->samples_append = PyObject_GetAttrString(samples, "append");
+            self->sample_interval_ns = PyLong_AsLongLong(interval);
+            if (self->samples_append != NULL && !PyErr_Occurred())
+                self->sampler = Py_NewRef(sampler);
+        }
+        PyErr_Clear(); /* not a RunQueueClock: its sample() is called instead */
+        Py_XDECREF(samples);
+        Py_XDECREF(interval);
+        Py_XDECREF(fd);
+    }
+    Py_XSETREF(self->since, since);
+    Py_XSETREF(self->by_label, by_label);
+    Py_XSETREF(self->charge_long, charge_long);
+    self->long_ns = long_ns;
+    self->enabled = 1;
+    return 0;
+fail:
+    Py_XDECREF(since);
+    Py_XDECREF(by_label);
+    Py_XDECREF(charge_long);
+    return -1;
+}
+
+static int Tracer_traverse(TracerObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->log);
+    Py_VISIT(self->previous);
+    Py_VISIT(self->sample);
+    Py_VISIT(self->due);
+    Py_VISIT(self->sampler);
+    Py_VISIT(self->samples_append);
+    Py_VISIT(self->since);
+    Py_VISIT(self->by_label);
+    Py_VISIT(self->charge_long);
+    return 0;
+}
+
+static int Tracer_clear(TracerObject *self) {
+    Py_CLEAR(self->log);
+    Py_CLEAR(self->previous);
+    Py_CLEAR(self->sample);
+    Py_CLEAR(self->due);
+    Py_CLEAR(self->sampler);
+    Py_CLEAR(self->samples_append);
+    Py_CLEAR(self->since);
+    Py_CLEAR(self->by_label);
+    Py_CLEAR(self->charge_long);
+    return 0;
+}
+
+static void Tracer_dealloc(TracerObject *self) {
+    PyObject_GC_UnTrack(self);
+    Tracer_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* request_state.RequestState.on_switch_out / on_switch_in, inline for that exact type. */
+static int request_switch_out(PyObject *request, int64_t now) {
+    if (Py_TYPE(request) != (PyTypeObject *)g_request_type) {
+        PyObject *n = PyLong_FromLongLong(now);
+        if (n == NULL) return -1;
+        PyObject *r = PyObject_CallMethodOneArg(request, s_on_switch_out, n);
+        Py_DECREF(n);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    int64_t in_ns;
+    if (get_i64(request, s_in_ns, &in_ns) < 0) return -1;
+    if (add_i64(request, s_running_ns, now - in_ns) < 0) return -1;
+    return set_i64(request, s_out_ns, now);
+}
+
+static int request_switch_in(PyObject *request, int64_t now) {
+    if (Py_TYPE(request) != (PyTypeObject *)g_request_type) {
+        PyObject *n = PyLong_FromLongLong(now);
+        if (n == NULL) return -1;
+        PyObject *r = PyObject_CallMethodOneArg(request, s_on_switch_in, n);
+        Py_DECREF(n);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    PyObject *waits = PyObject_GetAttr(request, s_waits);
+    if (waits == NULL) return -1;
+    int rc = 0;
+    if (PyList_Check(waits) && PyList_GET_SIZE(waits) < g_max_waits) {
+        PyObject *out = PyObject_GetAttr(request, s_out_ns);
+        PyObject *pair = out == NULL ? NULL : Py_BuildValue("(OL)", out, (long long)now);
+        Py_XDECREF(out);
+        rc = (pair == NULL) ? -1 : PyList_Append(waits, pair);
+        Py_XDECREF(pair);
+    }
+    Py_DECREF(waits);
+    if (rc < 0) return -1;
+    return set_i64(request, s_in_ns, now);
+}
+
+static int call_method_i64(PyObject *obj, PyObject *name, PyObject *first, int64_t now) {
+    PyObject *n = PyLong_FromLongLong(now);
+    if (n == NULL) return -1;
+    PyObject *r = first == NULL ? PyObject_CallMethodOneArg(obj, name, n)
+                                : PyObject_CallMethodObjArgs(obj, name, first, n, NULL);
+    Py_DECREF(n);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The measured side of a switch (switch_tracer: `if active[0]: ...`). */
+static int trace_measured(PyObject *origin, PyObject *target_tag, int64_t now) {
+    PyObject *origin_tag = get_optional(origin, s_tag_attr);
+    if (origin_tag == NULL) return -1;
+    if (origin_tag != Py_None) {
+        PyObject *call = PyObject_GetAttr(origin_tag, s_call);
+        if (call == NULL) goto fail_origin;
+        if (call != Py_None) {
+            int in_wait = get_truth(call, s_in_socket_wait);
+            int rc;
+            if (in_wait < 0)
+                rc = -1;
+            else if (in_wait)
+                rc = PyObject_SetAttr(call, s_out_since_send, Py_True);
+            else
+                rc = call_method_i64(call, s_on_switch_out, origin, now);
+            if (rc < 0) {
+                Py_DECREF(call);
+                goto fail_origin;
+            }
+        }
+        Py_DECREF(call);
+        PyObject *request = PyObject_GetAttr(origin_tag, s_request);
+        if (request == NULL) goto fail_origin;
+        if (request != Py_None && request_switch_out(request, now) < 0) {
+            Py_DECREF(request);
+            goto fail_origin;
+        }
+        Py_DECREF(request);
+    }
+    Py_DECREF(origin_tag);
+
+    PyObject *call = PyObject_GetAttr(target_tag, s_call);
+    if (call == NULL) return -1;
+    if (call != Py_None) {
+        if (set_i64(call, s_last_in_ns, now) < 0) {
+            Py_DECREF(call);
+            return -1;
+        }
+        PyObject *out = PyObject_GetAttr(call, s_out_ns);
+        if (out == NULL) {
+            Py_DECREF(call);
+            return -1;
+        }
+        int rc = 0;
+        if (out != Py_None) rc = call_method_i64(call, s_on_switch_in, NULL, now);
+        Py_DECREF(out);
+        if (rc < 0) {
+            Py_DECREF(call);
+            return -1;
+        }
+    }
+    Py_DECREF(call);
+    PyObject *request = PyObject_GetAttr(target_tag, s_request);
+    if (request == NULL) return -1;
+    int rc = (request != Py_None) ? request_switch_in(request, now) : 0;
+    Py_DECREF(request);
+    return rc;
+fail_origin:
+    Py_DECREF(origin_tag);
+    return -1;
+}
+
+/* runqueue.RunQueueClock.sample, for that class: 1 done, 0 not possible here (the Python
+ * method runs instead), -1 error. */
+static int sample_runqueue(TracerObject *self, int64_t now) {
+    int64_t fd_value;
+    if (get_i64(self->sampler, s_fd, &fd_value) < 0) return -1;
+    if (fd_value < 0 || fd_value > INT32_MAX) return 0;
+    char buf[97];
+    ssize_t n = pread((int)fd_value, buf, 96, 0);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    /* the second whitespace-separated field */
+    char *p = buf;
+    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+    while (*p && *p != ' ' && *p != '\t' && *p != '\n') p++;
+    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+    if (*p < '0' || *p > '9') return 0;
+    int64_t wait = 0;
+    while (*p >= '0' && *p <= '9') wait = wait * 10 + (*p++ - '0');
+    PyObject *entry = Py_BuildValue("(LL)", (long long)now, (long long)wait);
+    if (entry == NULL) return -1;
+    PyObject *r = PyObject_CallOneArg(self->samples_append, entry);
+    Py_DECREF(entry);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    PyObject *next = PyLong_FromLongLong(now + self->sample_interval_ns);
+    if (next == NULL) return -1;
+    PyList_SetItem(self->due, 0, next); /* steals */
+    return 1;
+}
+
+static int trace_switch(TracerObject *self, PyObject *pair) {
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_SetString(PyExc_TypeError, "switch arguments must be (origin, target)");
+        return -1;
+    }
+    PyObject *origin = PyTuple_GET_ITEM(pair, 0);
+    PyObject *target = PyTuple_GET_ITEM(pair, 1);
+    int64_t now = now_ns();
+    PyObject *target_tag = get_optional(target, s_tag_attr);
+    if (target_tag == NULL) return -1;
+    if (target_tag == Py_None) {
+        Py_DECREF(target_tag);
+        target_tag = PyObject_CallOneArg(g_tag_of, target);
+        if (target_tag == NULL) return -1;
+    }
+    PyObject *label = PyObject_GetAttr(target_tag, s_label);
+    if (label == NULL) {
+        Py_DECREF(target_tag);
+        return -1;
+    }
+    log_push(self->log, now, label);
+
+    /* route_cpu: charge the run that just ended to its label */
+    PyObject *since = self->since;
+    int64_t since_ns = PyLong_AsLongLong(PyList_GET_ITEM(since, 0));
+    if (since_ns == -1 && PyErr_Occurred()) goto fail;
+    PyObject *ran_label = Py_NewRef(PyList_GET_ITEM(since, 1));
+    int64_t ran = now - since_ns;
+    int rc;
+    if (ran < self->long_ns) {
+        rc = dict_add_ns(self->by_label, ran_label, ran);
+    } else {
+        PyObject *r = PyObject_CallFunction(self->charge_long, "OLL", ran_label,
+                                            (long long)since_ns, (long long)now);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(ran_label);
+    if (rc < 0) goto fail;
+    PyObject *now_obj = PyLong_FromLongLong(now);
+    if (now_obj == NULL) goto fail;
+    PyList_SetItem(since, 0, now_obj); /* steals */
+    PyList_SetItem(since, 1, Py_NewRef(label));
+
+    if (self->due != NULL) {
+        int64_t due = PyLong_AsLongLong(PyList_GET_ITEM(self->due, 0));
+        if (due == -1 && PyErr_Occurred()) goto fail;
+        if (now >= due && self->sampler != NULL) {
+            int rc = sample_runqueue(self, now);
+            if (rc < 0) goto fail;
+            if (rc > 0) due = INT64_MAX; /* done here */
+        }
+        if (now >= due) {
+            PyObject *n = PyLong_FromLongLong(now);
+            PyObject *r = n == NULL ? NULL : PyObject_CallOneArg(self->sample, n);
+            Py_XDECREF(n);
+            if (r == NULL) goto fail;
+            Py_DECREF(r);
+        }
+    }
+    if (measuring_now() && trace_measured(origin, target_tag, now) < 0) goto fail;
+    Py_DECREF(label);
+    Py_DECREF(target_tag);
+    return 0;
+fail:
+    Py_DECREF(label);
+    Py_DECREF(target_tag);
+    return -1;
+}
+
+static int is_switch_event(PyObject *event) {
+    if (event == s_switch || event == s_throw) return 1;
+    if (!PyUnicode_Check(event)) return 0;
+    return PyUnicode_Compare(event, s_switch) == 0 || PyUnicode_Compare(event, s_throw) == 0;
+}
+
+static PyObject *Tracer_call(TracerObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *event, *pair;
+    if (!PyArg_UnpackTuple(args, "trace", 2, 2, &event, &pair)) return NULL;
+    if (self->enabled && self->log != NULL && is_switch_event(event)) {
+        if (trace_switch(self, pair) < 0) drop();
+    }
+    if (self->previous != NULL) return PyObject_Call(self->previous, args, kwds);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tracer_get_enabled(TracerObject *self, void *closure) {
+    return PyBool_FromLong(self->enabled);
+}
+
+static int Tracer_set_enabled(TracerObject *self, PyObject *value, void *closure) {
+    int r = value == NULL ? 0 : PyObject_IsTrue(value);
+    if (r < 0) return -1;
+    self->enabled = r;
+    return 0;
+}
+
+static PyGetSetDef Tracer_getset[] = {
+    {"enabled", (getter)Tracer_get_enabled, (setter)Tracer_set_enabled,
+     "False: forward to the previous tracer only.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TracerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.Tracer",
+    .tp_doc = "switch_tracer's trace function, compiled: Tracer(log, previous, route_cpu, "
+              "sampler=None).",
+    .tp_basicsize = sizeof(TracerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Tracer_init,
+    .tp_dealloc = (destructor)Tracer_dealloc,
+    .tp_traverse = (traverseproc)Tracer_traverse,
+    .tp_clear = (inquiry)Tracer_clear,
+    .tp_call = (ternaryfunc)Tracer_call,
+    .tp_getset = Tracer_getset,
+};
+
+/* == kernel_rx, on the descriptor ======================================================= */
+
+/* peek_arrival_ns: 1 with *arrival set, 0 none (and the option switched on when data
+ * was queued without a stamp). Never fails: a failed peek is "none". */
+static int peek_arrival(int fd, int64_t *arrival) {
+    char byte;
+    char control[CMSG_SPACE(sizeof(struct timespec))];
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = recvmsg(fd, &msg, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0) return 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == RX_SO_TIMESTAMPNS &&
+            c->cmsg_len >= CMSG_LEN(16)) {
+            long parts[2];
+            memcpy(parts, CMSG_DATA(c), sizeof(parts));
+            *arrival = (int64_t)parts[0] * 1000000000LL + parts[1];
+            return 1;
+        }
+    }
+    if (n > 0) {
+        int on = 1;
+        (void)setsockopt(fd, SOL_SOCKET, RX_SO_TIMESTAMPNS, &on, sizeof(on));
+    }
+    return 0;
+}
+
+/* last_ack_age_ns: 1 with *age set, 0 unknown. */
+static int last_ack_age(int fd, int64_t *age) {
+    unsigned char info[TCP_INFO_LEN];
+    socklen_t len = sizeof(info);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, info, &len) < 0) return 0;
+    if (len < TCP_INFO_LAST_ACK_RECV_OFFSET + 4) return 0;
+    uint32_t ms;
+    memcpy(&ms, info + TCP_INFO_LAST_ACK_RECV_OFFSET, sizeof(ms));
+    *age = (int64_t)ms * 1000000LL;
+    return 1;
+}
+
+static int fd_of_raw(PyObject *sock) {
+    PyObject *raw = PyObject_GetAttr(sock, s_sock);
+    if (raw == NULL) return -1;
+    int fd = PyObject_AsFileDescriptor(raw);
+    Py_DECREF(raw);
+    return fd;
+}
+
+static PyObject *py_peek_arrival_ns(PyObject *mod, PyObject *raw) {
+    int fd = PyObject_AsFileDescriptor(raw);
+    if (fd < 0) return NULL;
+    int64_t arrival;
+    if (!peek_arrival(fd, &arrival)) Py_RETURN_NONE;
+    return PyLong_FromLongLong(arrival);
+}
+
+/* == socket wait hook ==================================================================== */
+
+/* socket_hooks._ready_ns: 1 with *ready set, 0 unknown, -1 error. */
+static int ready_ns(PyObject *call, PyObject *sock, int is_read, int64_t resumed,
+                    int64_t *ready) {
+    int fd = fd_of_raw(sock);
+    if (fd < 0) return -1;
+    if (is_read) {
+        int64_t arrival;
+        if (!peek_arrival(fd, &arrival)) return 0;
+        if (set_i64(call, s_reply_arrived_unix_ns, arrival) < 0) return -1;
+        int64_t offset;
+        if (get_i64(call, s_realtime_offset_ns, &offset) < 0) return -1;
+        *ready = arrival - offset;
+        return 1;
+    }
+    int64_t age;
+    if (!last_ack_age(fd, &age)) return 0;
+    int64_t age_at_resume = age - (now_ns() - resumed);
+    if (age_at_resume <= TCP_INFO_RESOLUTION_NS) return 0;
+    *ready = resumed - (age_at_resume - TCP_INFO_RESOLUTION_NS);
+    return 1;
+}
+
+static int call_method_2(PyObject *call, PyObject *name, int64_t a, int64_t b) {
+    PyObject *r = PyObject_CallMethod(call, PyUnicode_AsUTF8(name), "LL", (long long)a,
+                                      (long long)b);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* CallState.add_network, inline unless the piece must be remembered (awaiting_first_read). */
+static int add_network(PyObject *call, int64_t start, int64_t end, int awaiting) {
+    if (awaiting) return call_method_2(call, s_add_network, start, end);
+    if (end > start) return add_i64(call, s_network_ns, end - start);
+    return 0;
+}
+
+/* call_state.explain_delay through the module (its switch log, clock and threshold). */
+static int explain_delay(PyObject *call, int64_t start, int64_t end) {
+    PyObject *culprits = PyObject_GetAttr(call, s_culprits_ns);
+    if (culprits == NULL) return -1;
+    PyObject *fn = PyObject_GetAttr(g_call_state, s_explain_delay);
+    PyObject *r = fn == NULL ? NULL
+                             : PyObject_CallFunction(fn, "LLO", (long long)start,
+                                                     (long long)end, culprits);
+    Py_XDECREF(fn);
+    Py_DECREF(culprits);
+    if (r == NULL) return -1;
+    int64_t cpu_wait = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (cpu_wait == -1 && PyErr_Occurred()) return -1;
+    return cpu_wait ? add_i64(call, s_cpu_wait_ns, cpu_wait) : 0;
+}
+
+/* CallState.on_socket_wait */
+static int on_socket_wait(PyObject *call, int64_t started, int64_t resumed, int known,
+                          int64_t ready) {
+    if (add_i64(call, s_socket_waits, 1) < 0) return -1;
+    int awaiting = get_truth(call, s_awaiting_first_read);
+    if (awaiting < 0) return -1;
+    if (!known || ready >= resumed) return add_network(call, started, resumed, awaiting);
+    if (ready <= started) return call_method_2(call, s_add_delay, started, resumed);
+    if (awaiting) {
+        if (add_network(call, started, ready, 1) < 0) return -1;
+        return call_method_2(call, s_add_delay, ready, resumed);
+    }
+    if (add_i64(call, s_network_ns, ready - started) < 0) return -1;
+    int64_t delay = resumed - ready;
+    if (add_i64(call, s_delay_ns, delay) < 0) return -1;
+    int64_t threshold;
+    if (get_i64(g_call_state, s_culprit_threshold_ns, &threshold) < 0) return -1;
+    if (delay >= threshold) return explain_delay(call, ready, resumed);
+    return 0;
+}
+
+/* socket_hooks._account_wait; never leaves an error set. */
+static void account_wait(PyObject *call, PyObject *sock, int64_t started, int is_read,
+                         int succeeded) {
+    if (PyObject_SetAttr(call, s_in_socket_wait, Py_False) < 0) goto fail;
+    int64_t resumed;
+    if (get_i64(call, s_last_in_ns, &resumed) < 0) goto fail;
+    if (resumed <= started) resumed = now_ns();
+    int known = 0;
+    int64_t ready = 0;
+    if (succeeded) {
+        known = ready_ns(call, sock, is_read, resumed, &ready);
+        if (known < 0) {
+            drop(); /* still count the wait, undivided (as network) */
+            known = 0;
+        }
+    }
+    observe("wait", call, started, resumed, known, ready);
+    if (on_socket_wait(call, started, resumed, known, ready) < 0) goto fail;
+    return;
+fail:
+    drop();
+}
+
+/* The current greenlet's CallState (new reference), or NULL (none, or a bad state). */
+static PyObject *current_call(void) {
+    PyObject *current = PyObject_CallNoArgs(g_getcurrent);
+    if (current == NULL) goto fail;
+    PyObject *tag = get_optional(current, s_tag_attr);
+    Py_DECREF(current);
+    if (tag == NULL) goto fail;
+    if (tag == Py_None) {
+        Py_DECREF(tag);
+        return NULL;
+    }
+    PyObject *call = PyObject_GetAttr(tag, s_call);
+    Py_DECREF(tag);
+    if (call == NULL) goto fail;
+    if (call == Py_None) {
+        Py_DECREF(call);
+        return NULL;
+    }
+    return call;
+fail:
+    drop();
+    return NULL;
+}
+
+/* CallState.wait_start_ns, inline. -1 on error. */
+static int wait_start(PyObject *call, int64_t now, int is_read, int64_t *started) {
+    *started = now;
+    if (!is_read) return 0;
+    int pending = get_truth(call, s_reply_pending);
+    if (pending <= 0) return pending;
+    if (PyObject_SetAttr(call, s_reply_pending, Py_False) < 0) return -1;
+    int out_since_send = get_truth(call, s_out_since_send);
+    if (out_since_send < 0) return -1;
+    if (out_since_send) return 0;
+    int64_t sent;
+    if (get_i64(call, s_sent_ns, &sent) < 0) return -1;
+    if (0 < sent && sent <= now) *started = sent;
+    return 0;
+}
+
+enum { HOOK_WAIT, HOOK_SENDALL, HOOK_READ };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *original;
+    PyObject *dict;
+    int kind;
+    /* HOOK_READ: server_timing.watching, server_timing.stamp_arrival,
+     * socket_hooks._check_queued_reply */
+    PyObject *watching, *stamp_arrival, *check_queued_reply;
+} WaitHookObject;
+
+static int list_flag(PyObject *list) {
+    if (list == NULL || !PyList_Check(list) || PyList_GET_SIZE(list) < 1) return 0;
+    int r = PyObject_IsTrue(PyList_GET_ITEM(list, 0));
+    if (r < 0) {
+        drop();
+        return 0;
+    }
+    return r;
+}
+
+/* socket_hooks' sendall: note when the request was handed to the kernel (on_send). */
+static PyObject *sendall_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
+    if (!measuring_now()) return PyObject_Call(self->original, args, kwds);
+    int64_t started = now_ns();
+    PyObject *result = PyObject_Call(self->original, args, kwds);
+    if (result == NULL) return NULL;
+    PyObject *call = current_call();
+    if (call == NULL) return result;
+    /* CallState.on_send */
+    int64_t last_in;
+    if (get_i64(call, s_last_in_ns, &last_in) < 0) goto fail;
+    int64_t now = now_ns();
+    if (set_i64(call, s_sent_ns, last_in > started ? now : started) < 0 ||
+        PyObject_SetAttr(call, s_reply_pending, Py_True) < 0 ||
+        PyObject_SetAttr(call, s_awaiting_first_read, Py_True) < 0 ||
+        PyObject_SetAttr(call, s_out_since_send, Py_False) < 0)
+        goto fail;
+    PyObject *pieces = PyObject_GetAttr(call, s_since_send);
+    if (pieces == NULL) goto fail;
+    int rc = PyList_Check(pieces) ? PyList_SetSlice(pieces, 0, PyList_GET_SIZE(pieces), NULL)
+                                  : 0;
+    Py_DECREF(pieces);
+    if (rc < 0) goto fail;
+    observe("send", call, started, now, 0, 0);
+    Py_DECREF(call);
+    return result;
+fail:
+    drop();
+    Py_DECREF(call);
+    return result;
+}
+
+/* socket_hooks' recv / recv_into / SSL read: the inbound stamp of a watched connection's
+ * first read of a request, and the first read after a send. */
+static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
+    if ((!measuring_now() && !list_flag(self->watching)) || PyTuple_GET_SIZE(args) < 1)
+        return PyObject_Call(self->original, args, kwds);
+    PyObject *sock = PyTuple_GET_ITEM(args, 0);
+    PyObject *current = PyObject_CallNoArgs(g_getcurrent);
+    PyObject *tag = current == NULL ? NULL : get_optional(current, s_tag_attr);
+    Py_XDECREF(current);
+    if (tag == NULL) {
+        drop();
+        return PyObject_Call(self->original, args, kwds);
+    }
+    if (tag == Py_None) {
+        Py_DECREF(tag);
+        return PyObject_Call(self->original, args, kwds);
+    }
+    PyObject *watch = PyObject_GetAttr(tag, s_inbound);
+    if (watch == NULL) {
+        drop();
+    } else if (watch != Py_None) {
+        int armed = get_truth(watch, s_armed);
+        PyObject *watched = armed > 0 ? PyObject_GetAttr(watch, s_watched_sock) : NULL;
+        if (armed < 0) drop();
+        if (armed > 0 && watched == NULL) drop();
+        if (watched != NULL && watched == sock) {
+            PyObject *r = PyObject_CallFunctionObjArgs(self->stamp_arrival, watch, sock, NULL);
+            if (r == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_TimeoutError)) {
+                    /* the socket's own timeout: the read would have raised it */
+                    Py_DECREF(watched);
+                    Py_DECREF(watch);
+                    Py_DECREF(tag);
+                    return NULL;
+                }
+                if (!PyErr_ExceptionMatches(PyExc_OSError)) bad_states++;
+                PyErr_Clear(); /* an OSError: the read itself reports the failure */
+                if (PyObject_SetAttr(watch, s_armed, Py_False) < 0) drop();
+            }
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(watched);
+    }
+    Py_XDECREF(watch);
+    PyObject *call = PyObject_GetAttr(tag, s_call);
+    Py_DECREF(tag);
+    if (call == NULL) {
+        drop();
+    } else if (call != Py_None) {
+        int awaiting = get_truth(call, s_awaiting_first_read);
+        if (awaiting > 0) {
+            int out = get_truth(call, s_out_since_send);
+            if (out > 0) {
+                PyObject *r = PyObject_CallFunctionObjArgs(self->check_queued_reply, call, sock,
+                                                           NULL);
+                if (r == NULL) drop();
+                Py_XDECREF(r);
+            } else if (out == 0) {
+                /* Ran without pause since the send: no delay to find. */
+                if (PyObject_SetAttr(call, s_awaiting_first_read, Py_False) < 0) drop();
+            } else {
+                drop();
+            }
+        } else if (awaiting < 0) {
+            drop();
+        }
+    }
+    Py_XDECREF(call);
+    return PyObject_Call(self->original, args, kwds);
+}
+
+static PyObject *WaitHook_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
+    if (self->kind == HOOK_SENDALL) return sendall_call(self, args, kwds);
+    if (self->kind == HOOK_READ) return read_call(self, args, kwds);
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    /* (sock, watcher[, timeout_exc]); gevent.ssl passes timeout_exc by keyword. */
+    if (n < 2 || n > 3 || !measuring_now())
+        return PyObject_Call(self->original, args, kwds);
+    PyObject *call = current_call();
+    if (call == NULL) return PyObject_Call(self->original, args, kwds);
+    PyObject *sock = PyTuple_GET_ITEM(args, 0);
+    PyObject *watcher = PyTuple_GET_ITEM(args, 1);
+    int is_read = 0;
+    int64_t started = 0;
+    PyObject *read_event = PyObject_GetAttr(sock, s_read_event);
+    if (read_event == NULL) goto start_failed;
+    is_read = watcher == read_event;
+    Py_DECREF(read_event);
+    if (wait_start(call, now_ns(), is_read, &started) < 0) goto start_failed;
+    if (PyObject_SetAttr(call, s_in_socket_wait, Py_True) < 0) goto start_failed;
+
+    PyObject *result = PyObject_Call(self->original, args, kwds);
+    if (result == NULL) {
+        /* Timeout, cancel_wait, GreenletExit: the wait never saw its data. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        account_wait(call, sock, started, is_read, 0);
+        PyErr_Restore(type, value, tb);
+    } else {
+        account_wait(call, sock, started, is_read, 1);
+    }
+    Py_DECREF(call);
+    return result;
+
+start_failed:
+    drop();
+    if (PyObject_SetAttr(call, s_in_socket_wait, Py_False) < 0) drop();
+    Py_DECREF(call);
+    return PyObject_Call(self->original, args, kwds);
+}
+
+static PyObject *WaitHook_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static int WaitHook_init(WaitHookObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"original", "kind", "watching", "stamp_arrival",
+                             "check_queued_reply", NULL};
+    PyObject *original, *watching = NULL, *stamp = NULL, *check = NULL;
+    const char *kind = "wait";
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|sOOO:Hook", kwlist, &original, &kind,
+                                     &watching, &stamp, &check))
+        return -1;
+    if (strcmp(kind, "wait") == 0) {
+        self->kind = HOOK_WAIT;
+    } else if (strcmp(kind, "sendall") == 0) {
+        self->kind = HOOK_SENDALL;
+    } else if (strcmp(kind, "read") == 0) {
+        if (watching == NULL || !PyList_Check(watching) || stamp == NULL || check == NULL) {
+            PyErr_SetString(PyExc_TypeError,
+                            "a read hook needs watching (a list), stamp_arrival and "
+                            "check_queued_reply");
+            return -1;
+        }
+        self->kind = HOOK_READ;
+    } else {
+        PyErr_Format(PyExc_ValueError, "kind must be wait, sendall or read, got %s", kind);
+        return -1;
+    }
+    Py_XSETREF(self->original, Py_NewRef(original));
+    Py_XSETREF(self->watching, Py_XNewRef(watching));
+    Py_XSETREF(self->stamp_arrival, Py_XNewRef(stamp));
+    Py_XSETREF(self->check_queued_reply, Py_XNewRef(check));
+    return 0;
+}
+
+static int WaitHook_traverse(WaitHookObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->original);
+    Py_VISIT(self->dict);
+    Py_VISIT(self->watching);
+    Py_VISIT(self->stamp_arrival);
+    Py_VISIT(self->check_queued_reply);
+    return 0;
+}
+
+static int WaitHook_clear(WaitHookObject *self) {
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->watching);
+    Py_CLEAR(self->stamp_arrival);
+    Py_CLEAR(self->check_queued_reply);
+    return 0;
+}
+
+static void WaitHook_dealloc(WaitHookObject *self) {
+    PyObject_GC_UnTrack(self);
+    WaitHook_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef WaitHook_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject WaitHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.Hook",
+    .tp_doc = "socket_hooks' replacements, compiled: Hook(original, kind='wait'|'sendall'|"
+              "'read', watching=, stamp_arrival=, check_queued_reply=) (the last three for read).",
+    .tp_basicsize = sizeof(WaitHookObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)WaitHook_init,
+    .tp_dealloc = (destructor)WaitHook_dealloc,
+    .tp_traverse = (traverseproc)WaitHook_traverse,
+    .tp_clear = (inquiry)WaitHook_clear,
+    .tp_call = (ternaryfunc)WaitHook_call,
+    .tp_descr_get = WaitHook_get,
+    .tp_getset = WaitHook_getset,
+    .tp_dictoffset = offsetof(WaitHookObject, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+};
+
+/* == module ============================================================================== */
+
+static PyObject *py_configure(PyObject *mod, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"getcurrent", "measuring", "tag_of", "call_state",
+                             "request_type", "max_waits", NULL};
+    PyObject *getcurrent, *measuring, *tag_of, *call_state, *request_type;
+    Py_ssize_t max_waits;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOO!n", kwlist, &getcurrent,
+                                     &PyList_Type, &measuring, &tag_of, &call_state,
+                                     &PyType_Type, &request_type, &max_waits))
+        return NULL;
+    Py_XSETREF(g_getcurrent, Py_NewRef(getcurrent));
+    Py_XSETREF(g_measuring, Py_NewRef(measuring));
+    Py_XSETREF(g_tag_of, Py_NewRef(tag_of));
+    Py_XSETREF(g_call_state, Py_NewRef(call_state));
+    Py_XSETREF(g_request_type, Py_NewRef(request_type));
+    g_max_waits = max_waits;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_clock(PyObject *mod, PyObject *clock) {
+    Py_XSETREF(g_clock, clock == Py_None ? NULL : Py_NewRef(clock));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_observer(PyObject *mod, PyObject *observer) {
+    Py_XSETREF(g_observer, observer == Py_None ? NULL : Py_NewRef(observer));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_bad_states(PyObject *mod, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromUnsignedLongLong(bad_states);
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
+     "Hand the C code what it needs from the timing core (once, at import)."},
+    {"set_clock", (PyCFunction)py_set_clock, METH_O,
+     "Replace CLOCK_MONOTONIC with a callable (tests); None restores the clock."},
+    {"set_observer", (PyCFunction)py_set_observer, METH_O,
+     "observer(kind, call, a, b, ready): told of each wait (kind 'wait': started, resumed, "
+     "ready or None, before it is accounted) and send ('send': started, now, after); None "
+     "removes it."},
+    {"bad_states", (PyCFunction)py_bad_states, METH_NOARGS,
+     "How many hook calls found a bad state, and were dropped."},
+    {"peek_arrival_ns", (PyCFunction)py_peek_arrival_ns, METH_O,
+     "kernel_rx.peek_arrival_ns on a socket (or descriptor)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "The timing core's per-switch and per-wait hot path, compiled (see native.py).", -1,
+    module_methods, NULL, NULL, NULL, NULL,
+};
+
+#define INTERN(var, text)                                  \
+    do {                                                   \
+        var = PyUnicode_InternFromString(text);            \
+        if (var == NULL) return NULL;                      \
+    } while (0)
+
+PyMODINIT_FUNC PyInit__native(void) {
+    INTERN(s_tag_attr, "_gevent_timing_tag");
+    INTERN(s_label, "label");
+    INTERN(s_call, "call");
+    INTERN(s_request, "request");
+    INTERN(s_in_socket_wait, "in_socket_wait");
+    INTERN(s_out_since_send, "out_since_send");
+    INTERN(s_last_in_ns, "last_in_ns");
+    INTERN(s_out_ns, "out_ns");
+    INTERN(s_on_switch_out, "on_switch_out");
+    INTERN(s_on_switch_in, "on_switch_in");
+    INTERN(s_switch, "switch");
+    INTERN(s_throw, "throw");
+    INTERN(s_in_ns, "in_ns");
+    INTERN(s_running_ns, "running_ns");
+    INTERN(s_waits, "waits");
+    INTERN(s_reply_pending, "reply_pending");
+    INTERN(s_sent_ns, "sent_ns");
+    INTERN(s_read_event, "_read_event");
+    INTERN(s_sock, "_sock");
+    INTERN(s_reply_arrived_unix_ns, "reply_arrived_unix_ns");
+    INTERN(s_realtime_offset_ns, "realtime_offset_ns");
+    INTERN(s_socket_waits, "socket_waits");
+    INTERN(s_awaiting_first_read, "awaiting_first_read");
+    INTERN(s_network_ns, "network_ns");
+    INTERN(s_delay_ns, "delay_ns");
+    INTERN(s_cpu_wait_ns, "cpu_wait_ns");
+    INTERN(s_culprits_ns, "culprits_ns");
+    INTERN(s_add_network, "add_network");
+    INTERN(s_add_delay, "add_delay");
+    INTERN(s_explain_delay, "explain_delay");
+    INTERN(s_culprit_threshold_ns, "_culprit_threshold_ns");
+    INTERN(s_unknown, "<unknown>");
+    INTERN(s_unrecorded, "<unrecorded>");
+    INTERN(s_since_send, "since_send");
+    INTERN(s_inbound, "inbound");
+    INTERN(s_armed, "armed");
+    INTERN(s_fd, "_fd");
+    INTERN(s_watched_sock, "sock");
+    if (PyType_Ready(&SwitchLogType) < 0 || PyType_Ready(&TracerType) < 0 ||
+        PyType_Ready(&WaitHookType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&native_module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "SwitchLog", (PyObject *)&SwitchLogType) < 0 ||
+        PyModule_AddObjectRef(m, "Tracer", (PyObject *)&TracerType) < 0 ||
+        PyModule_AddObjectRef(m, "Hook", (PyObject *)&WaitHookType) < 0 ||
+        PyModule_AddObjectRef(m, "WaitHook", (PyObject *)&WaitHookType) < 0 ||
+        PyModule_AddIntConstant(m, "CHECKPOINT_EVERY", CHECKPOINT_EVERY) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
