@@ -231,14 +231,16 @@ def project_wheelhouse(work: Path) -> Path:
     folder = work / "wheelhouse"
     shutil.copytree(wheelhouse(), folder, dirs_exist_ok=True)
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
          "-w", str(folder), str(REPO_ROOT)],
         capture_output=True,
         text=True,
         timeout=COMMAND_TIMEOUT_S,
     )  # fmt: skip
     if result.returncode != 0:
-        raise RuntimeError("pip wheel of the project failed:\n" + _tail(result.stdout + result.stderr))
+        raise RuntimeError(
+            "pip wheel of the project failed:\n" + _tail(result.stdout + result.stderr)
+        )
     return folder
 
 
