@@ -337,24 +337,30 @@ def soak_timeline(
 @_needs_matplotlib
 def goodput(steps: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """Overload: goodput (fraction of capacity) against offered load (multiple of
-    capacity), one panel per pool, one line per tracing mode."""
+    capacity), one panel per pool, one line per tracing mode and admission."""
     pools = list(dict.fromkeys(s["pool"] for s in steps))
     fig, axes = plt.subplots(1, len(pools), figsize=(5.5 * len(pools), 4.2), squeeze=False)
+    top_y = max([1.15] + [s["goodput_fraction"] * 1.08 for s in steps])
     for ax, pool in zip(axes[0], pools, strict=True):
         mine = [s for s in steps if s["pool"] == pool]
-        for mode, color in zip(dict.fromkeys(s["mode"] for s in mine), _MODE_COLORS, strict=False):
-            pts = sorted((s for s in mine if s["mode"] == mode), key=lambda s: s["multiple"])
+        arms = list(dict.fromkeys((s["mode"], s.get("admission", "")) for s in mine))
+        for (mode, admission), color in zip(arms, _MODE_COLORS, strict=False):
+            pts = sorted(
+                (s for s in mine if (s["mode"], s.get("admission", "")) == (mode, admission)),
+                key=lambda s: s["multiple"],
+            )
+            label = f"{mode}, {admission}" if admission else mode
             xs = [s["multiple"] for s in pts]
-            ax.plot(xs, [s["goodput_fraction"] for s in pts], "o-", color=color, label=mode)
+            ax.plot(xs, [s["goodput_fraction"] for s in pts], "o-", color=color, label=label)
         top = max(s["multiple"] for s in mine)
-        ax.plot([0, 1, top], [0, 1, 1], ls=":", color="grey", label="ideal")
+        ax.plot([0, 1, top], [0, 1, 1], ls=":", color="grey", label="offered, up to capacity")
         ax.axhline(0.9, color="black", ls="--", lw=0.8, label="target 90 %")
         ax.set_xlabel(f"offered load, x capacity ({mine[0]['capacity_rps']:g}/s)")
         ax.set_ylabel("goodput (200 in time), x capacity")
-        ax.set_ylim(0, 1.15)
+        ax.set_ylim(0, top_y)
         ax.set_title(f"{pool} pool", fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, title="tracing")
+        ax.legend(fontsize=8, title="tracing, admission")
     fig.suptitle("Goodput past capacity: shed the excess, serve the rest", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=_DPI)
@@ -362,4 +368,4 @@ def goodput(steps: Sequence[Mapping[str, Any]], path: Path) -> Path:
     return path
 
 
-_MODE_COLORS = ("#30638e", "#d1495b", "#00798c", "#edae49")
+_MODE_COLORS = ("#30638e", "#d1495b", "#00798c", "#edae49", "#6a4c93", "#8ac926")
