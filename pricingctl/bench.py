@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from bench import suggest as suggest_part
+from bench.overload import ADMISSIONS
+from bench.overload import POOLS as OVERLOAD_POOLS
 from bench.progress import Progress
 from bench.run import STACK_START_EST_S, BenchError, LoadSettings, planned_seconds
 from bench.traffic import GROUPS
@@ -227,23 +229,16 @@ def _multiples(text: str) -> tuple[float, ...]:
     return values
 
 
-def _overload_pools(text: str) -> tuple[str, ...]:
-    from bench.overload import POOLS
+def _some_of(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: a comma-separated subset of `allowed`, each once."""
 
-    pools = tuple(p.strip() for p in text.split(",") if p.strip())
-    unknown = [p for p in pools if p not in POOLS]
-    if unknown or not pools or len(set(pools)) != len(pools):
-        raise argparse.ArgumentTypeError(f"expected some of {', '.join(POOLS)}, each once")
-    return pools
+    def parse(text: str) -> tuple[str, ...]:
+        chosen = tuple(c.strip() for c in text.split(",") if c.strip())
+        if not chosen or set(chosen) - set(allowed) or len(set(chosen)) != len(chosen):
+            raise argparse.ArgumentTypeError(f"expected some of {', '.join(allowed)}, each once")
+        return chosen
 
-
-def _admissions(text: str) -> tuple[str, ...]:
-    from bench.overload import ADMISSIONS
-
-    chosen = tuple(a.strip() for a in text.split(",") if a.strip())
-    if not chosen or set(chosen) - set(ADMISSIONS) or len(set(chosen)) != len(chosen):
-        raise argparse.ArgumentTypeError(f"expected some of {', '.join(ADMISSIONS)}, each once")
-    return chosen
+    return parse
 
 
 def _clients(text: str) -> tuple[str, ...]:
@@ -407,14 +402,14 @@ def _overload_parser(sub: _Parts) -> None:
     )
     over.add_argument(
         "--pools",
-        type=_overload_pools,
+        type=_some_of(OVERLOAD_POOLS),
         default=None,
         metavar="P,P",
         help="which pools to overload (default io,cpu)",
     )
     over.add_argument(
         "--admission",
-        type=_admissions,
+        type=_some_of(ADMISSIONS),
         default=None,
         metavar="A,A",
         help="how Envoy limits each pool: littles-law (the shipped circuit breakers), "
