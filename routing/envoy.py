@@ -75,6 +75,15 @@ TRACE_CONTEXT_HEADERS = (
     "x-envoy-force-trace",
 )
 
+#: OpenTelemetry's stable HTTP server attributes on Envoy's span (substitution formats,
+#: filled when the span ends).
+ENVOY_STABLE_SPAN_TAGS = {
+    "http.request.method": "%REQ(:METHOD)%",
+    "url.path": "%PATH(NQ)%",
+    "http.response.status_code": "%RESPONSE_CODE%",
+    "network.protocol.version": "%PROTOCOL%",
+    "user_agent.original": "%REQ(USER-AGENT)%",
+}
 #: The service.name of Envoy's spans and access log lines.
 ENVOY_SERVICE_NAME = "envoy"
 #: Envoy's access log: one JSON object per line, under the pools' field names and units
@@ -400,8 +409,13 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
         # and the pools follow the one it sends on.
         "random_sampling": {"value": config.tracing.sample_percent},
         # Envoy's span would carry the whole path, query string included (user_id,
-        # coordinates); this tag replaces it with the path alone.
-        "custom_tags": [{"tag": "http.url", "value": "%PATH(NQ)%"}],
+        # coordinates); this tag replaces it with the path alone. Envoy names its own
+        # tags the older way (http.method, http.status_code): the stable HTTP names are
+        # added beside them, so one query finds Envoy's span and the pools' alike.
+        "custom_tags": [
+            {"tag": "http.url", "value": "%PATH(NQ)%"},
+            *({"tag": tag, "value": value} for tag, value in ENVOY_STABLE_SPAN_TAGS.items()),
+        ],
     }
     if not config.tracing.trust_incoming:
         hcm["tracing"]["client_sampling"] = {"value": 0.0}

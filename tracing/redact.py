@@ -3,9 +3,8 @@ span's URL keeps its path and its query's keys; each value becomes ``REDACTED`` 
 its key is allow-listed. The offers' queries carry a user id and trip coordinates.
 
 A span processor covers every span started with its URL (the client spans' ``url.full``);
-the Flask instrumentation sets the server span's ``http.target`` / ``url.query`` again
-after the start, so it calls `response_hook` (the span is still recording then). Cost
-per span: a lookup of four attribute keys, and a split of the query for those present.
+the pools' server spans (``tracing.server_span``) carry the path alone. Cost per span: a
+lookup of four attribute keys, and a split of the query for those present.
 """
 
 from __future__ import annotations
@@ -90,10 +89,3 @@ class QueryRedactor(SpanProcessor):
 @functools.cache
 def _default() -> QueryRedactor:
     return QueryRedactor()
-
-
-def response_hook(span: Any, status: Any, headers: Any) -> None:
-    """The Flask instrumentation's response_hook: the last call before the server span
-    ends, after the instrumentation has set (and re-set) its request attributes."""
-    if span is not None and span.is_recording():
-        _default().redact(span)

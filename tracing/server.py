@@ -57,7 +57,6 @@ from tracing.settings import (
     DEFAULT_SERVICE_NAME,
     Mode,
     TracingSettings,
-    opt_in_stable_http,
     resource_from_env,
 )
 from tracing.timing import server_timing
@@ -178,7 +177,6 @@ def setup_worker(
     if settings.mode is Mode.OFF:
         return None
     try:
-        opt_in_stable_http()  # before init_app instruments Flask
         resource = worker_resource(pool)
         sampling = sampling or Sampling()
         provider = TracerProvider(resource=resource, sampler=_sampler(settings, sampling))

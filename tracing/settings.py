@@ -64,7 +64,6 @@ BSP_SCHEDULE_DELAY_ENV: Final = "OTEL_BSP_SCHEDULE_DELAY"  # ms
 BSP_EXPORT_TIMEOUT_ENV: Final = "OTEL_BSP_EXPORT_TIMEOUT"  # ms
 BSP_MAX_QUEUE_SIZE_ENV: Final = "OTEL_BSP_MAX_QUEUE_SIZE"  # spans
 BSP_MAX_EXPORT_BATCH_SIZE_ENV: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"  # spans
-SEMCONV_OPT_IN_ENV: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
 TRACES_PATH: Final = "/v1/traces"
 
 #: Samplers that keep Envoy's decision (``traceparent``'s sampled flag) and decide only
@@ -236,20 +235,6 @@ def _protocol() -> Protocol:
                     "(the Python SDK has no http/json exporter)"
                 ) from None
     return Protocol.HTTP_PROTOBUF
-
-
-#: The instrumentation's names for the stable HTTP semantic conventions.
-STABLE_HTTP: Final = "http"
-
-
-def opt_in_stable_http() -> None:
-    """Make opentelemetry-instrumentation-flask (and -wsgi) use the stable HTTP names
-    (``http.request.method``, ``url.path``, ``http.response.status_code``), those of
-    the client spans, unless the user chose (``OTEL_SEMCONV_STABILITY_OPT_IN`` set).
-    The instrumentations read the variable once, when the first one instruments: call
-    before that."""
-    if not (os.environ.get(SEMCONV_OPT_IN_ENV) or "").strip():
-        os.environ[SEMCONV_OPT_IN_ENV] = STABLE_HTTP
 
 
 def _sampler() -> str | None:

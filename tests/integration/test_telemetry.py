@@ -159,6 +159,11 @@ def test_one_request_reads_the_same_in_spans_logs_and_metrics(
     for span in ours:
         old = OLD_HTTP_NAMES & set(span.attributes)
         assert not old, f"{span.name} carries the older names {sorted(old)}"
+    # Envoy names its own tags the older way, and carries the stable names beside them.
+    (edge,) = [s for s in spans if s.service == "envoy"]
+    assert edge.attributes["http.request.method"] == method
+    assert str(edge.attributes["http.response.status_code"]) == "200"
+    assert edge.attributes["url.path"] == route
 
     # The metrics: OpenTelemetry's http.server.request.duration, with its labels.
     scrape = http("GET", traced_stack.pool_url(pool) + "/metrics").body.decode()

@@ -112,11 +112,9 @@ def test_server_span_is_named_after_the_route_template(
     assert span.kind == "server"
     assert span.service == "pricingservice"
     assert span.attributes["http.route"] == "/v1/offers/bike"
-    # Old or stable HTTP semantic conventions, depending on OTEL_SEMCONV_STABILITY_OPT_IN.
-    status = span.attributes.get(
-        "http.response.status_code", span.attributes.get("http.status_code")
-    )
-    assert status == 200
+    # The stable HTTP names only.
+    assert span.attributes["http.response.status_code"] == 200
+    assert "http.status_code" not in span.attributes
 
 
 def test_server_span_continues_the_trace_of_the_incoming_traceparent(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from tracing.settings import (
     SAMPLER_ARG_ENV,
     SAMPLER_ENV,
     SDK_DISABLED_ENV,
-    SEMCONV_OPT_IN_ENV,
     SPAN_FILE_ENV,
     TRACES_EXPORTER_ENV,
     TRACING_ENV,
@@ -30,7 +28,6 @@ from tracing.settings import (
     Mode,
     Protocol,
     TracingSettings,
-    opt_in_stable_http,
 )
 
 
@@ -249,12 +246,3 @@ def test_the_span_processor_limits_follow_otel_bsp(monkeypatch: pytest.MonkeyPat
     assert TracingSettings.from_env().batch == BatchSettings(
         schedule_delay_s=2.0, max_queue_size=64, max_export_batch_size=8, export_timeout_s=1.5
     )
-
-
-def test_stable_http_names_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(SEMCONV_OPT_IN_ENV, raising=False)
-    opt_in_stable_http()
-    assert os.environ[SEMCONV_OPT_IN_ENV] == "http"
-    monkeypatch.setenv(SEMCONV_OPT_IN_ENV, "http/dup")
-    opt_in_stable_http()
-    assert os.environ[SEMCONV_OPT_IN_ENV] == "http/dup"
