@@ -31,7 +31,7 @@ from opentelemetry.semconv.attributes.http_attributes import (
 )
 from opentelemetry.semconv.attributes.network_attributes import NETWORK_PROTOCOL_VERSION
 from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
-from opentelemetry.semconv.attributes.url_attributes import URL_PATH, URL_SCHEME
+from opentelemetry.semconv.attributes.url_attributes import URL_PATH, URL_QUERY, URL_SCHEME
 from opentelemetry.semconv.attributes.user_agent_attributes import USER_AGENT_ORIGINAL
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -83,6 +83,11 @@ def start_server_span(tracer: trace.Tracer, route: str, request: Any) -> tuple[t
     }
     if template:
         attrs[HTTP_ROUTE] = template
+    query = environ.get("QUERY_STRING")
+    if query:
+        # Conditionally required by the HTTP conventions; its values are redacted by the
+        # provider's QueryRedactor as the span starts (allow-listed keys keep theirs).
+        attrs[URL_QUERY] = query
     host = environ.get("SERVER_NAME")
     if host:
         attrs[SERVER_ADDRESS] = host

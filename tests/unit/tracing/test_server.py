@@ -115,6 +115,8 @@ def test_server_span_is_named_after_the_route_template(
     # The stable HTTP names only.
     assert span.attributes["http.response.status_code"] == 200
     assert "http.status_code" not in span.attributes
+    # The query, as the conventions ask, with its values redacted (none allow-listed).
+    assert span.attributes["url.query"] == "origin=REDACTED&destination=REDACTED&user_id=REDACTED"
 
 
 def test_server_span_continues_the_trace_of_the_incoming_traceparent(
