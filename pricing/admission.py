@@ -4,7 +4,8 @@ through but waited too long on the way (Envoy's queue, the pool's socket, the lo
 so a pool past its capacity never spends its time on answers nobody waits for.
 
 What a route needs is the larger of its configured minimum (`min_budget_ms`) and what
-its requests have been taking in this worker lately. Envoy's limit is a fixed figure
+its requests have been taking in this worker lately (at most 80 % of its budget: a
+request that hardly waited is always started). Envoy's limit is a fixed figure
 (Little's law on the measured capacity); when the worker is slower than measured (a
 busy host, a neighbour's CPU), its requests take longer, fewer of the waiting ones are
 started, and the worker sheds its way back to answers in time instead of starting
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 from flask import Response, g, request
 
-from pricing.deadline import Deadline
+from pricing.deadline import RESPONSE_RESERVE_MS, Deadline
 from pricing.errors import Overloaded
 from routing.edge import (
     ENVOY_START_HEADER,
@@ -38,6 +39,11 @@ SERVICE_TIME_WEIGHT = 0.05
 # Each shed request lets the recent service time decay this much toward the route's
 # minimum: when every request is shed, nothing finishes to say the worker is fast again.
 SHED_DECAY = 0.98
+# What the recent service time may ask for at most, as a share of the route's whole
+# budget: a request that waited less than the rest (20 %) is always started. Shedding
+# it would not make the work any faster, and one slow burst (a cold worker, a GC
+# pause) would otherwise shed every fresh request until the need decays.
+MAX_NEED_SHARE = 0.8
 
 
 class Headers(Protocol):
@@ -58,14 +64,15 @@ class ServiceTime:
     """A route's recent time from handler start to answer in this worker, in ms. The hub
     runs one greenlet at a time: no lock."""
 
-    __slots__ = ("floor_ms", "recent_ms")
+    __slots__ = ("ceiling_ms", "floor_ms", "recent_ms")
 
-    def __init__(self, floor_ms: float) -> None:
+    def __init__(self, floor_ms: float, ceiling_ms: float = float("inf")) -> None:
         self.floor_ms = floor_ms
+        self.ceiling_ms = ceiling_ms
         self.recent_ms = 0.0
 
     def need_ms(self) -> float:
-        return max(self.floor_ms, self.recent_ms)
+        return max(self.floor_ms, min(self.recent_ms, self.ceiling_ms))
 
     def finished(self, took_ms: float) -> None:
         self.recent_ms += SERVICE_TIME_WEIGHT * (took_ms - self.recent_ms)
@@ -78,7 +85,9 @@ def admitted(route: Route, view: Callable[..., Response]) -> Callable[..., Respo
     """`view`, started only with the budget its route needs left (the larger of
     `min_budget_ms` and its recent service time); otherwise 503 at once (problem+json,
     Retry-After), counted as shed, no upstream called."""
-    service = ServiceTime(route.min_budget)
+    service = ServiceTime(
+        route.min_budget, (route.timeout_ms - RESPONSE_RESERVE_MS) * MAX_NEED_SHARE
+    )
 
     def admit(**kwargs: Any) -> Response:
         deadline = deadline_for(route, request.headers)

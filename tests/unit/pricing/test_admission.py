@@ -151,3 +151,34 @@ def test_a_route_that_got_slow_sheds_what_its_floor_alone_would_start(
     late = io_client.get(f"/v1/offers/bike?{SF}", headers=waited_300)
     assert late.status_code == 503
     assert "needs 3" in problem(late)["detail"]  # ~300+ ms, not the 150 ms floor
+
+
+def test_a_request_that_hardly_waited_is_started_however_slow_the_route_has_been(
+    io_client: FlaskClient, gateway: FakeGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold worker's first requests are slow; shedding fresh ones would not help."""
+    import types
+
+    import pricing.admission
+
+    clock = [0.0]
+    monkeypatch.setattr(
+        pricing.admission, "time", types.SimpleNamespace(monotonic=lambda: clock[0])
+    )
+    original = gateway.fetch_all
+
+    def very_slow(calls, deadline):  # type: ignore[no-untyped-def]
+        clock[0] += 5.0
+        return original(calls, deadline)
+
+    monkeypatch.setattr(gateway, "fetch_all", very_slow)
+    for _ in range(60):  # the recent service time far past the whole timeout
+        assert io_client.get(f"/v1/offers/bike?{SF}").status_code == 200
+    fresh = io_client.get(
+        f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(50)}
+    )
+    assert fresh.status_code == 200
+    waited = io_client.get(
+        f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(150)}
+    )
+    assert waited.status_code == 503  # 150 ms of 475 waited: over the 20 % always started
