@@ -58,8 +58,11 @@ lint: setup-dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# Every committed rendering of routes.toml: envoy.yaml and the deployment targets.
 render: setup
 	$(VENV)/bin/pricingctl routes render
+	$(VENV)/bin/pricingctl deploy render compose
+	$(VENV)/bin/pricingctl deploy render kubernetes
 
 # Regenerate both locks after editing pyproject.toml (uv keeps the pins already in
 # them where it can). The runtime lock is constrained by the dev one, so the two

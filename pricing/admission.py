@@ -23,8 +23,10 @@ from flask import Response, g, request
 from pricing.deadline import RESPONSE_RESERVE_MS, Deadline
 from pricing.errors import Overloaded
 from routing.edge import (
+    ENVOY_ATTEMPT_HEADER,
     ENVOY_START_HEADER,
     ENVOY_TIMEOUT_HEADER,
+    parse_attempt,
     parse_envoy_start_ns,
     parse_timeout_ms,
 )
@@ -57,6 +59,7 @@ def deadline_for(route: Route, headers: Headers) -> Deadline:
         route.timeout_ms,
         parse_timeout_ms(headers.get(ENVOY_TIMEOUT_HEADER)),
         parse_envoy_start_ns(headers.get(ENVOY_START_HEADER)),
+        parse_attempt(headers.get(ENVOY_ATTEMPT_HEADER)),
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from routing.edge import SHED_HEADER
+
 
 @dataclass(frozen=True)
 class FieldError:
@@ -94,6 +96,8 @@ class Overloaded(PricingError):
     status = 503
     slug = "overloaded"
     title = "Service overloaded"
+    #: Tells Envoy the request was not worked on: it may be retried on another replica.
+    headers = {SHED_HEADER: "budget"}
 
 
 @dataclass(frozen=True)

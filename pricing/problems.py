@@ -79,6 +79,7 @@ def _pricing_error(exc: PricingError) -> Response:
         exc.detail,
         slug=exc.slug,
         errors=getattr(exc, "errors", None),
+        headers=getattr(exc, "headers", None),
     )
 
 

@@ -10,6 +10,13 @@ from __future__ import annotations
 ENVOY_START_HEADER = "x-pricing-envoy-start"
 #: The route's timeout as Envoy enforces it (Envoy sets it on every routed request).
 ENVOY_TIMEOUT_HEADER = "x-envoy-expected-rq-timeout-ms"
+#: Which attempt of the request this is (1 the first; Envoy sets it on every routed
+#: request): a retry's or a hedge's ENVOY_TIMEOUT_HEADER is what was left when it was sent.
+ENVOY_ATTEMPT_HEADER = "x-envoy-attempt-count"
+#: On a pool's 503 for a request it shed (the reason, e.g. ``budget``): Envoy retries
+#: such an answer on another replica, or waits for the hedged attempt, where the pool
+#: has several; the request was not worked on, so that is safe.
+SHED_HEADER = "x-pricing-shed"
 
 
 def parse_envoy_start_ns(raw: str | None) -> int | None:
@@ -28,3 +35,10 @@ def parse_timeout_ms(raw: str | None) -> int | None:
         return None
     value = int(raw)
     return value if value > 0 else None
+
+
+def parse_attempt(raw: str | None) -> int:
+    """``x-envoy-attempt-count``; 1 when absent or not a positive number."""
+    if not raw or not raw.isdigit():
+        return 1
+    return max(1, int(raw))

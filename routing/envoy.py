@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from routing import logfields
-from routing.edge import ENVOY_START_HEADER
+from routing.edge import ENVOY_START_HEADER, SHED_HEADER
 from routing.model import IDEMPOTENT_METHODS, Address, Layout, Pool, Route, RouteConfig
 from routing.sizing import EnvoyLimits, envoy_limits
 
@@ -366,6 +366,9 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
                     "name": "pricing",
                     "domains": ["*"],
                     "routes": routes,
+                    # ENVOY_ATTEMPT_HEADER: a retried or hedged attempt's timeout header
+                    # is what was left when it was sent, not counted from the start.
+                    "include_request_attempt_count": True,
                     # When Envoy got the request: the pool's server span gets the time
                     # from here until the bytes reached it (Envoy's queue + proxying).
                     "request_headers_to_add": [
@@ -507,10 +510,16 @@ def _replica_retry(route: Route) -> dict[str, Any]:
     HEDGE_AFTER_FRACTION of the route timeout is hedged: a second one goes to another
     replica, and the first answer wins. Hedging keeps the first attempt running, and
     Envoy then sends the app the route's whole timeout as its budget, not the per-try
-    one (x-envoy-expected-rq-timeout-ms).
+    one (x-envoy-expected-rq-timeout-ms); a hedged attempt is told what was left when
+    it was sent, and says it is one (x-envoy-attempt-count: `pricing.deadline`).
     """
     assert route.retry is not None
     return {
+        # A replica that shed the request (it waited there too long: a frozen or busy
+        # replica) answers 503 with SHED_HEADER: wait for the hedged attempt, or retry
+        # on another replica, as for a reset.
+        "retry_on": ",".join((*route.retry.on, "retriable-headers")),
+        "retriable_headers": [{"name": SHED_HEADER, "present_match": True}],
         # A retry may land on a second dead replica before outlier ejection: one more.
         "num_retries": max(route.retry.attempts, REPLICA_MIN_RETRIES),
         "per_try_timeout": _duration_ms(max(1, round(route.timeout_ms * HEDGE_AFTER_FRACTION))),

@@ -9,7 +9,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from pricing.deadline import RESPONSE_RESERVE_MS, Deadline
-from routing.edge import parse_envoy_start_ns, parse_timeout_ms
+from routing.edge import parse_attempt, parse_envoy_start_ns, parse_timeout_ms
 from tests.unit.pricing.conftest import FakeGateway, problem
 
 SF = "origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
@@ -34,6 +34,27 @@ def test_the_budget_counts_from_when_envoy_received_the_request() -> None:
     assert Deadline.for_request(500, 200, now + 5_000_000, now_ns=now).budget_ms == 175
     # Without Envoy's headers: the route's timeout from the handler's start.
     assert Deadline.for_request(500).budget_ms == 475
+
+
+def test_a_retried_or_hedged_attempt_has_what_envoy_had_left_when_it_sent_it() -> None:
+    """Envoy tells a hedge sent 270 ms into a 500 ms route that 230 ms are left: that
+    is counted from the hedge, not from the start (which would leave nothing, and shed
+    every hedge a frozen replica caused)."""
+    now = 1_700_000_000_000_000_000
+    started = now - 272_000_000
+    hedge = Deadline.for_request(500, 230, started, 2, now_ns=now)
+    assert hedge.budget_ms == 228 - RESPONSE_RESERVE_MS
+    # The route's own timeout still bounds it, from the start.
+    assert Deadline.for_request(500, 400, started, 3, now_ns=now).budget_ms == 228 - 25
+    # Envoy's smaller figure wins when the hedge reached the pool at once.
+    assert Deadline.for_request(500, 150, started, 2, now_ns=now).budget_ms == 150 - 25
+    # The first attempt counts Envoy's figure from the start, as before.
+    assert Deadline.for_request(500, 230, started, 1, now_ns=now).budget_ms == 230 - 272 - 25
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("1", 1), ("3", 3), ("0", 1), ("x", 1), (None, 1)])
+def test_attempt_header(raw: str | None, expected: int) -> None:
+    assert parse_attempt(raw) == expected
 
 
 @pytest.mark.parametrize(
@@ -68,6 +89,7 @@ def test_an_offer_that_waited_its_budget_away_is_shed_without_an_upstream_call(
     body = problem(response)
     assert body["type"] == "urn:pricingservice:problem:overloaded"
     assert response.headers["Retry-After"] == "1"
+    assert response.headers["x-pricing-shed"] == "budget"  # Envoy may retry it elsewhere
     assert "needs 150 ms" in body["detail"]
     assert gateway.calls == []
 

@@ -10,7 +10,15 @@ from pathlib import Path
 import yaml
 
 import routing.envoy as envoy_module
-from routing.envoy import CDS_FILE, LDS_FILE, envoy_config, render_envoy, render_xds, xds_version
+from routing.envoy import (
+    CDS_FILE,
+    LDS_FILE,
+    envoy_config,
+    render_envoy,
+    render_static_envoy,
+    render_xds,
+    xds_version,
+)
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Layout
 
@@ -51,9 +59,15 @@ def test_header_says_generated_and_maps_paths_to_clusters() -> None:
     assert "#   POST   /v1/offers/rideshare   -> cpu_pool" in text
 
 
-def _routes(doc: dict) -> dict[str, dict]:
+def _listener_route_config(doc: dict) -> dict:
     hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    return {r["name"]: r for r in hcm["route_config"]["virtual_hosts"][0]["routes"]}
+    route_config: dict = hcm["route_config"]
+    return route_config
+
+
+def _routes(doc: dict) -> dict[str, dict]:
+    routes = _listener_route_config(doc)["virtual_hosts"][0]["routes"]
+    return {r["name"]: r for r in routes}
 
 
 def _clusters(doc: dict) -> dict[str, dict]:
@@ -209,3 +223,12 @@ def test_envoy_validates_both_layouts(tmp_path: Path) -> None:
         write_xds(xds_dir, render_xds(load_routes(), layout, tracing_collector=("127.0.0.1", 4317)))
         # The bootstrap names the LDS/CDS files by absolute path: Envoy reads them too.
         assert validate(render_envoy(load_routes(), layout, xds_dir=str(xds_dir))) is None
+        # Envoy reads the watched LDS/CDS files leniently (a misspelt field is dropped
+        # without a word): the same listeners and clusters inline are checked strictly.
+        assert validate(render_static_envoy(load_routes(), layout)) is None
+
+
+def test_a_retried_attempt_tells_the_pool_it_is_one() -> None:
+    """pricing.deadline reads a retry's timeout as what was left when it was sent."""
+    (vhost,) = _listener_route_config(envoy_config(load_routes()))["virtual_hosts"]
+    assert vhost["include_request_attempt_count"] is True
