@@ -42,7 +42,7 @@ class Deadline:
 
         Envoy's start time is its host's wall clock; the pool's must agree (NTP, as for
         the spans). A start in the future counts as no wait."""
-        envoy_ms = envoy_timeout_ms if envoy_timeout_ms is not None and envoy_timeout_ms > 0 else None
+        envoy_ms = envoy_timeout_ms if envoy_timeout_ms and envoy_timeout_ms > 0 else None
         waited_ms = 0
         if envoy_start_ns is not None:
             now_ns = time.time_ns() if now_ns is None else now_ns
