@@ -185,21 +185,22 @@ def test_network_time_matches_ground_truth_while_delay_grows_with_hogging(
     # only waited for the hub (and parsed a small body), so the recorded delay covers
     # that wait; it may be larger (waits before the send count too), never beyond
     # the span itself.
-    checked = 0
+    checked: list[tuple[float, float]] = []
     for s in busy:
         if s.span_id not in truth:
             continue
         after_arrival_s = (s.start_us * 1000 + s.duration_us * 1000 - truth[s.span_id]) / 1e9
         delay_s = s.attributes[attributes.SCHEDULING_DELAY]
-        # Tolerance: after the greenlet resumed, it parses the reply and ends its span,
-        # and the OS may preempt the process meanwhile (neither is delay). 0.95x - 3 ms
-        # failed now and then, on the original code as well (a few ms short, under hogs).
-        assert 0.9 * after_arrival_s - 0.006 <= delay_s <= s.duration_us / 1e6 + 0.001, (
-            after_arrival_s,
-            delay_s,
-        )
-        checked += 1
-    assert checked >= 0.9 * len(busy)
+        # Never more delay than the span lasted.
+        assert delay_s <= s.duration_us / 1e6 + 0.001, (s.duration_us, delay_s)
+        checked.append((after_arrival_s, delay_s))
+    assert len(checked) >= 0.9 * len(busy)
+    # Tolerance: after the greenlet resumed, it parses the reply and ends its span, and
+    # the OS may preempt the process meanwhile (neither is delay): on a machine busy
+    # with other work a call now and then ends more than 6 ms after the loop gave it
+    # back. Nearly all must be covered; a broken split covers few or none.
+    short = [(a, d) for a, d in checked if d < 0.9 * a - 0.006]
+    assert len(short) <= 0.1 * len(checked), short
 
     culprit_totals: dict[str, float] = {}
     for s in busy:

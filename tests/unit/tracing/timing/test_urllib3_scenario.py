@@ -34,9 +34,11 @@ def test_urllib3_calls_under_monkey_patching(upstream_port: int) -> None:
         assert call["network_s"] <= call["true_network_s"] + 0.010
         assert call["scheduling_delay_s"] > 0.005
         assert call["top_culprit"] == HOG
-        # Nothing large unaccounted: the pre-send yield (hundreds of ms here) is in the
-        # delay, not lost. What is left is urllib3's own CPU (more on a first call: a new
-        # connection, a thread-pool thread started for DNS) and OS preemption.
-        assert call["running_s"] < max(0.020, 0.05 * call["duration_s"])
+        # Nothing large unaccounted: the pre-send yield (hundreds of ms here, most of
+        # the call) is in the delay, not lost. What is left is urllib3's own CPU (more
+        # on a first call: a new connection, a thread-pool thread started for DNS) and
+        # OS preemption, which on a busy machine is tens of ms: a lost yield would be
+        # most of the call.
+        assert call["running_s"] < max(0.030, 0.25 * call["duration_s"])
     for call in reused:
         assert call["socket_waits"] == 1
