@@ -8,11 +8,16 @@ run once more, on a fresh stack, before it counts (a neighbour's burst is not th
 worker's limit, and a collapse must not leak into the next step);
 after a confirmed failure one step halfway back narrows the capacity down, and the
 search stops (past saturation every further step only queues).
+
+The io worker runs on a core of its own and everything else (Envoy, the load
+generator, the cpu pool) on the other(s): on two cores, unpinned, the load generator
+took the worker's CPU as the rate grew and the search measured the load generator.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +30,7 @@ from bench.run import (
     STACK_START_EST_S,
     LoadSettings,
     measure,
+    pin_pool,
     prepared_config,
     running_stack,
 )
@@ -108,6 +114,7 @@ def run_io_capacity(
             stacks.discard()
         return passed
 
+    driver_cores = os.sched_getaffinity(0)
     try:
         last_pass = 0.0
         for rate in step_rates(start_rps, step_rps, max_rps):
@@ -123,6 +130,7 @@ def run_io_capacity(
             break
     finally:
         stacks.discard()
+        os.sched_setaffinity(0, driver_cores)
     passing = [s["rate_rps"] for s in steps if s["passed"]]
     capacity = max(passing) if passing else 0.0
     return {
@@ -130,6 +138,9 @@ def run_io_capacity(
         "settings": {
             "path": "straight to the io pool" if direct else "through Envoy",
             "io_workers": 1,
+            "cores": "the io worker on one core, everything else on the other"
+            if stacks.pinned
+            else "not pinned (fewer than 2 cores)",
             "upstream_latency": f"every upstream fixed {settings.upstream_ms:g} ms",
             "step_duration_s": settings.duration_s,
             "step_warmup_s": settings.warmup_s,
@@ -214,6 +225,7 @@ class _FreshStacks:
         self._targets: tuple[Target, ...] = ()
         self.started = 0
         self.dir = base_dir
+        self.pinned = False
 
     def current(self) -> tuple[Stack, tuple[Target, ...]]:
         if self._stack is None:
@@ -232,6 +244,7 @@ class _FreshStacks:
                 address = self._stack.config.listener.address
                 host, port = address.host, address.port
             self._targets = targets_for(self._stack.config, host, port, OFFER_KINDS)
+            self.pinned = pin_pool(self._stack, "io")
         return self._stack, self._targets
 
     def discard(self) -> None:

@@ -17,7 +17,6 @@ answers the rest at once, instead of collapsing into timeouts.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -27,13 +26,19 @@ from typing import Any
 import yaml
 
 from bench.progress import Progress
-from bench.run import LoadSettings, measure, prepared_config, running_stack
+from bench.run import (
+    LoadSettings,
+    measure,
+    pin_pool,
+    pool_workers,
+    prepared_config,
+    running_stack,
+)
 from bench.traffic import BATCH_KINDS, CPU_KINDS, OFFER_KINDS, targets_for
 from routing.envoy import CDS_FILE, LDS_FILE, cluster_name, xds_version
 from routing.model import Layout, RouteConfig
 from stack.envoy import write_xds
 from stack.launch import Stack, wait_until
-from stack.processes import descendants, serving_workers
 from tracing.report import percentile
 
 SCHEMA = "pricingservice.bench.overload/1"
@@ -119,7 +124,7 @@ def run_overload(
                 if admission == "adaptive":
                     use_adaptive_concurrency(stack)
                 for pool in pools:
-                    pinned = pin(stack, pool)
+                    pinned = pin_pool(stack, pool)
                     arm = _Arm(stack, stack_dir, loads[pool], mode, admission)
                     steps += [arm.step(m, n, settings, progress) for n, m in enumerate(multiples)]
     finally:
@@ -161,7 +166,7 @@ class _Arm:
     ) -> dict[str, Any]:
         stack, load, pool = self.stack, self.load, self.load.pool
         listener = stack.config.listener.address
-        workers_before = _workers(stack, pool)
+        workers_before = pool_workers(stack, pool)
         run = measure(
             stack,
             targets_for(stack.config, listener.host, listener.port, load.kinds),
@@ -173,7 +178,7 @@ class _Arm:
         )
         timeouts = {r.endpoint: r.timeout_ms / 1000 for r in stack.config.routes}
         step = _step(run, load, multiple, timeouts, stack, pool)
-        replaced = workers_before != _workers(stack, pool)
+        replaced = workers_before != pool_workers(stack, pool)
         step.update(mode=self.mode, admission=self.admission, workers_replaced=replaced)
         if progress is not None:
             progress.note(
@@ -182,33 +187,6 @@ class _Arm:
                 f"(p99 {step['shed_p99_ms']} ms), 504 {step['timeouts']}"
             )
         return step
-
-
-def pin(stack: Stack, pool: str) -> bool:
-    """The pool's workers on the last core, every other process of the stack and this
-    driver (so the load generator it starts) on the others. False: one core only."""
-    cores = sorted(os.sched_getaffinity(0) | _all_cores())
-    if len(cores) < 2:
-        return False
-    mine, rest = {cores[-1]}, set(cores[:-1])
-    workers = _workers(stack, pool)
-    os.sched_setaffinity(0, rest)
-    for proc in stack.procs.values():
-        for pid in (proc.pid, *descendants(proc.pid)):
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(pid, mine if pid in workers else rest)
-    return True
-
-
-def _all_cores() -> set[int]:
-    return set(range(os.cpu_count() or 1))
-
-
-def _workers(stack: Stack, pool: str) -> frozenset[int]:
-    proc = stack.procs.get(f"pool-{pool}")
-    if proc is None:
-        return frozenset()
-    return frozenset(serving_workers(proc.pid, stack.config.pool(pool).bind.port))
 
 
 def _step(

@@ -52,6 +52,7 @@ from routing.envoy import cluster_name
 from routing.model import Layout, RouteConfig
 from routing.write import write_routes
 from stack.launch import PROJECT_ROOT, Stack
+from stack.processes import descendants, serving_workers
 from stack.procs import StartError
 from tracing.breakdown import Breakdown
 from tracing.spans import SpanSourceError
@@ -225,6 +226,33 @@ def running_stack(
         yield stack
     finally:
         stack.stop()
+
+
+def pin_pool(stack: Stack, pool: str) -> bool:
+    """The pool's workers on the last core, every other process of the stack and this
+    driver (so the load generator it starts) on the others: on a 2-core machine an
+    unpinned worker shares its core with the load generator, and a capacity search
+    measures the load generator. False: one core only, nothing pinned. The caller puts
+    its own affinity back (`os.sched_setaffinity(0, ...)`) when done."""
+    cores = sorted(os.sched_getaffinity(0) | set(range(os.cpu_count() or 1)))
+    if len(cores) < 2:
+        return False
+    mine, rest = {cores[-1]}, set(cores[:-1])
+    workers = pool_workers(stack, pool)
+    os.sched_setaffinity(0, rest)
+    for proc in stack.procs.values():
+        for pid in (proc.pid, *descendants(proc.pid)):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(pid, mine if pid in workers else rest)
+    return True
+
+
+def pool_workers(stack: Stack, pool: str) -> frozenset[int]:
+    """The pids of the pool's workers serving now (empty: no such pool running)."""
+    proc = stack.procs.get(f"pool-{pool}")
+    if proc is None:
+        return frozenset()
+    return frozenset(serving_workers(proc.pid, stack.config.pool(pool).bind.port))
 
 
 def _http_json(method: str, url: str, body: Any = None, timeout_s: float = 10.0) -> Any:

@@ -9,9 +9,9 @@ injects W3C `traceparent` into the request.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
+from types import TracebackType
 from typing import Any, Protocol
 
 import gevent
@@ -106,48 +106,10 @@ class TracingCallObserver:
         self._measure = measure
         self._metrics = metrics
 
-    @contextmanager
-    def call(
-        self, upstream: str, method: str, host: str, port: int, path: str
-    ) -> Iterator[_Observed]:
-        observed = _Observed()
-        record = UpstreamCall(upstream, method, host, port, path, time.time_ns())
-        totals = request_totals.get()
-        unsampled = totals.traceparent if totals is not None else None
-        parent = trace.get_current_span().get_span_context()
-        if unsampled is None and (parent.trace_flags.sampled or not parent.is_valid):
-            # Sampled, or outside any trace (the tracer's sampler decides).
-            with self._tracer.start_as_current_span(
-                f"{method} {path.split('?', 1)[0]}",
-                kind=SpanKind.CLIENT,
-                attributes=client_span_attributes(record),
-            ) as span:
-                propagate.inject(observed.headers)
-                measurement = begin_call() if self._measure else None
-                try:
-                    yield observed
-                except BaseException as exc:
-                    record.error_type = error_type(exc)
-                    raise
-                finally:
-                    self._finish(record, observed, measurement, span)
-            return
-        # Not sampled (the common case in production): no span, but the trace id goes on
-        # to the upstreams, and the call is measured for the histograms and, should the
-        # request turn out slow, for a span exported afterwards.
-        observed.headers["traceparent"] = (
-            unsampled
-            if unsampled is not None
-            else f"00-{parent.trace_id:032x}-{parent.span_id:016x}-{int(parent.trace_flags):02x}"
-        )
-        measurement = begin_call() if self._measure else None
-        try:
-            yield observed
-        except BaseException as exc:
-            record.error_type = error_type(exc)
-            raise
-        finally:
-            self._finish(record, observed, measurement, None)
+    def call(self, upstream: str, method: str, host: str, port: int, path: str) -> _Call:
+        """A context manager around one upstream call: yields the `_Observed` the
+        client fills in, and measures, records and (when sampled) spans the call."""
+        return _Call(self, UpstreamCall(upstream, method, host, port, path, time.time_ns()))
 
     def _finish(
         self,
@@ -176,6 +138,62 @@ class TracingCallObserver:
                 totals.records.append(record)
         except Exception as exc:  # tracing never breaks a request
             swallow("client span attributes", exc)
+
+
+class _Call:
+    """One upstream call in progress (`TracingCallObserver.call`). A class rather than
+    a generator-based context manager: it runs for every upstream call."""
+
+    __slots__ = ("_measurement", "_observed", "_observer", "_record", "_span", "_span_scope")
+
+    def __init__(self, observer: TracingCallObserver, record: UpstreamCall) -> None:
+        self._observer = observer
+        self._record = record
+        self._observed = _Observed()
+        self._measurement: CallMeasurement | None = None
+        self._span: trace.Span | None = None
+        self._span_scope: AbstractContextManager[trace.Span] | None = None
+
+    def __enter__(self) -> _Observed:
+        observer, record, observed = self._observer, self._record, self._observed
+        totals = request_totals.get()
+        unsampled = totals.traceparent if totals is not None else None
+        if unsampled is not None:
+            # Not sampled (the common case in production): no span, but the trace id
+            # goes on to the upstreams, and the call is measured for the histograms
+            # and, should the request turn out slow, for a span exported afterwards.
+            observed.headers["traceparent"] = unsampled
+        else:
+            parent = trace.get_current_span().get_span_context()
+            if parent.trace_flags.sampled or not parent.is_valid:
+                # Sampled, or outside any trace (the tracer's sampler decides).
+                scope = observer._tracer.start_as_current_span(
+                    f"{record.method} {record.path.split('?', 1)[0]}",
+                    kind=SpanKind.CLIENT,
+                    attributes=client_span_attributes(record),
+                )
+                self._span = scope.__enter__()
+                self._span_scope = scope
+                propagate.inject(observed.headers)
+            else:
+                observed.headers["traceparent"] = (
+                    f"00-{parent.trace_id:032x}-{parent.span_id:016x}-{int(parent.trace_flags):02x}"
+                )
+        if observer._measure:
+            self._measurement = begin_call()
+        return observed
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            self._record.error_type = error_type(exc)
+        self._observer._finish(self._record, self._observed, self._measurement, self._span)
+        if self._span_scope is not None:
+            self._span_scope.__exit__(exc_type, exc, tb)
 
 
 class CallMetrics(Protocol):
