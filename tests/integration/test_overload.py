@@ -352,6 +352,9 @@ def test_offer_burst_is_shed_fast_and_the_service_recovers(small_stack: Stack) -
     }
     shed_outcomes = [o for o in burst.outcomes if shed(o)]
     shed_latency = Tally(shed_outcomes)
+    route_timeout_s = (
+        next(r.timeout_ms for r in stack.config.routes if r.path == "/v1/offers/bike") / 1000
+    )
     print(
         f"\n{calm.summary('calm before')}"
         f"\n{burst.summary(f'burst at {BURST_RATE:.0f}/s')}"
@@ -368,7 +371,10 @@ def test_offer_burst_is_shed_fast_and_the_service_recovers(small_stack: Stack) -
     # Shed, and fast: Envoy's circuit breaker answers 503 with Retry-After at once.
     assert len(shed_outcomes) >= 0.3 * len(burst.outcomes)
     assert overflow >= len(shed_outcomes) * 0.9
-    assert shed_latency.quantile(0.5) < 0.1 and shed_latency.quantile(1.0) < 1.0
+    # Faster than a served offer measured before the burst (its upstreams alone take
+    # 250 ms), and never as long as the route's timeout: nothing waited for the pool.
+    assert shed_latency.quantile(0.5) < 0.5 * calm.quantile(0.5), (shed_latency, calm)
+    assert shed_latency.quantile(1.0) < route_timeout_s, shed_latency.quantile(1.0)
     for outcome in shed_outcomes:
         assert outcome.headers.get("retry-after") == "1"
         assert outcome.headers.get("content-type") == "application/problem+json"
@@ -377,9 +383,10 @@ def test_offer_burst_is_shed_fast_and_the_service_recovers(small_stack: Stack) -
     assert set(burst.statuses) <= {200, 503, 504}, burst.summary("burst")
     # ... and the pool kept doing useful work (no collapse into timeouts).
     assert burst.statuses[200] >= 0.3 * SMALL_CAPACITY_PER_S * BURST_S, burst.summary("burst")
+    # Envoy ends every admitted one at the route timeout: none took much longer.
     for outcome in burst.outcomes:
         if not shed(outcome):
-            assert outcome.elapsed_s < 0.5 + 1.0, outcome
+            assert outcome.elapsed_s < 3 * route_timeout_s, outcome
     # Memory stays bounded in every process.
     for pid, peak in rss.peak.items():
         assert peak - before.get(pid, peak) < RSS_GROWTH_LIMIT_KIB, (names.get(pid), peak)
