@@ -32,6 +32,7 @@ from tracing.attributes import NETWORK_DURATION, SCHEDULING_DELAY
 from tracing.breakdown import Breakdown, breakdowns
 from tracing.settings import OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV, TRACING_ENV
 from tracing.spans import Span, from_file, from_jaeger
+from tracing.timing.call_state import critical_call
 
 # Where stack.launch.Stack puts the span file in its run dir (Stack.span_file); used
 # only by --replot, which has no Stack.
@@ -50,6 +51,7 @@ class SpanCall:
     start_ns: int
     network_s: float
     scheduling_s: float
+    end_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,15 @@ class SpanTimings:
         }
 
     def critical_call(self) -> dict[str, SpanCall]:
-        """Per trace (offer), the call that finished last: network + scheduling largest."""
-        out: dict[str, SpanCall] = {}
+        """Per trace (offer), its critical call (`critical_call`: the last to end)."""
+        by_trace: dict[str, list[SpanCall]] = {}
         for call in self.calls:
-            best = out.get(call.trace_id)
-            if best is None or (call.network_s + call.scheduling_s) > (
-                best.network_s + best.scheduling_s
-            ):
-                out[call.trace_id] = call
+            by_trace.setdefault(call.trace_id, []).append(call)
+        out: dict[str, SpanCall] = {}
+        for trace_id, calls in by_trace.items():
+            last = critical_call(calls, lambda c: c.end_ns)
+            if last is not None:
+                out[trace_id] = last
         return out
 
 
@@ -102,7 +105,15 @@ def span_timings(
         if (start_ns is not None and start < start_ns) or (end_ns is not None and start >= end_ns):
             continue
         try:
-            calls.append(SpanCall(span.trace_id, start, float(network), float(scheduling)))
+            calls.append(
+                SpanCall(
+                    span.trace_id,
+                    start,
+                    float(network),
+                    float(scheduling),
+                    start + span.duration_us * 1000,
+                )
+            )
         except (TypeError, ValueError):
             continue
     return SpanTimings(tuple(calls)) if calls else None

@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tracing import attributes, metrics
 from tracing.report import parse_culprits, percentile
 from tracing.spans import Span
+from tracing.timing.call_state import critical_call
 
 
 def is_route(label: str) -> bool:
@@ -352,9 +353,10 @@ def usage_from_spans(spans: Iterable[Span], sample_fraction: float = 1.0) -> lis
 
 
 def _critical_call(calls: Sequence[Span], server: Mapping[str, Any]) -> Span | None:
-    """The client span of the server span's critical upstream (the last to end)."""
+    """The client span of the server span's critical call (`critical_call`: the last
+    to end), among the calls to the upstream the server span names."""
     name = server.get(attributes.CRITICAL_UPSTREAM)
     if not name:
         return None
-    matching = [c for c in calls if c.attributes.get(attributes.UPSTREAM) == name]
-    return max(matching, key=lambda c: c.start_us + c.duration_us, default=None)
+    matching = (c for c in calls if c.attributes.get(attributes.UPSTREAM) == name)
+    return critical_call(matching, lambda c: c.start_us + c.duration_us)

@@ -22,10 +22,10 @@ Classification of the call's wall time, each nanosecond counted at most once:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from tracing.timing.runnable import ready_after_ns
 
@@ -129,6 +129,27 @@ class CallTiming:
     def top_culprits(self, limit: int = 5) -> list[tuple[str, float]]:
         """Return the *limit* largest culprits, largest first."""
         return sorted(self.culprits.items(), key=lambda item: item[1], reverse=True)[:limit]
+
+
+_Call = TypeVar("_Call")
+
+
+def critical_call(calls: Iterable[_Call], end: Callable[[_Call], float]) -> _Call | None:
+    """The critical call of a request: of the upstream calls it made, the one that
+    ended last (the first of those, on a tie). The handler could not answer before it,
+    so its pre-send wait, network time, delay and wake are the request's critical path.
+
+    The one definition: the pool's request timing (``server_timing``, which names it
+    on the server span as ``gevent.critical.upstream``), `routes suggest`'s read-back
+    (``tracing.usage``) and the benchmark's (``bench.spans``) all call this, with the
+    end each of them has (monotonic ns, a span's end)."""
+    best: _Call | None = None
+    best_end = 0.0
+    for call in calls:
+        call_end = end(call)
+        if best is None or call_end > best_end:
+            best, best_end = call, call_end
+    return best
 
 
 def realtime_offset_ns(

@@ -33,7 +33,13 @@ from typing import Any
 from greenlet import getcurrent
 
 from tracing.timing import call_state, kernel_rx, native
-from tracing.timing.call_state import NS_PER_S, CallTiming, explain_delay, realtime_offset_ns
+from tracing.timing.call_state import (
+    NS_PER_S,
+    CallTiming,
+    critical_call,
+    explain_delay,
+    realtime_offset_ns,
+)
 from tracing.timing.hook_errors import swallow
 from tracing.timing.labels import tag_of
 from tracing.timing.request_state import InboundWatch, RequestState
@@ -200,8 +206,9 @@ class RequestMeasurement:
         inbound = None if arrival is None else (self.start_unix_ns - arrival) / NS_PER_S
         critical_name, critical = None, None
         presend = wake = overlap = 0
-        if calls:
-            critical_name, critical = max(calls, key=lambda item: item[1].end_ns)
+        last = critical_call(calls, lambda item: item[1].end_ns)
+        if last is not None:
+            critical_name, critical = last
             presend, wake, overlap = _explain_wait(waits, critical.start_ns, critical.end_ns)
         return RequestTiming(
             arrival_unix_ns=arrival,

@@ -208,3 +208,16 @@ def test_realtime_offset_keeps_the_least_disturbed_sample() -> None:
     offset, now = call_state.realtime_offset_ns(lambda: next(monotonic), lambda: next(realtime))
     assert offset == 1_010 * MS - (10 * MS + 100)
     assert now == 10 * MS + 200
+
+
+def test_the_critical_call_is_the_last_to_end_the_first_of_a_tie() -> None:
+    calls = [("vehicles", 5), ("routing", 9), ("promotions", 9), ("pricing", 3)]
+    assert call_state.critical_call(calls, lambda c: c[1]) == ("routing", 9)
+    assert call_state.critical_call([], lambda c: c[1]) is None
+    # One definition: the request timing, the usage read-back and the benchmark call it.
+    import bench.spans
+    import tracing.timing.server_timing
+    import tracing.usage
+
+    for module in (tracing.timing.server_timing, tracing.usage, bench.spans):
+        assert module.critical_call is call_state.critical_call, module.__name__
