@@ -17,9 +17,9 @@ from routing.env import (
     METRICS_DIR_ENV,
     POOL_ENV,
 )
-from routing.gunicorn import gunicorn_settings, layout_of
+from routing.gunicorn import gunicorn_settings
 from routing.load import load_routes
-from routing.model import SHARED_POOL
+from routing.model import SHARED_POOL, layout_of
 
 log = logging.getLogger("gunicorn.error")
 

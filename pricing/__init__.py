@@ -19,9 +19,8 @@ from routing.env import (
     UPSTREAM_CA_FILE_ENV,
     UPSTREAM_URL_ENV,
 )
-from routing.gunicorn import layout_of
 from routing.load import load_routes
-from routing.model import Layout, RouteConfig
+from routing.model import Layout, RouteConfig, layout_of
 
 
 def create_app(

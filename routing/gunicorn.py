@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from routing.env import POOL_ENV
-from routing.model import SHARED_POOL, Layout, RouteConfig
+from routing.model import RouteConfig, layout_of
 
 # A gevent worker that does not notify the master for this long is killed.
 # Our longest CPU request (a full batch) is well under a second.
@@ -21,10 +21,6 @@ READ_TIMEOUT_S = 10
 MAX_REQUEST_LINE = 8190
 #: The worker class every pool runs (gevent's, with a read timeout and problem+json errors).
 WORKER_CLASS = "gunicorn_conf.worker.PoolWorker"
-
-
-def layout_of(pool_name: str) -> Layout:
-    return Layout.SHARED if pool_name == SHARED_POOL else Layout.SPLIT
 
 
 def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:

@@ -23,6 +23,11 @@ class Layout(StrEnum):
     SHARED = "shared"  # one pool serves every route (the "before")
 
 
+def layout_of(pool_name: str) -> Layout:
+    """The layout a pool of this name runs in: the shared pool's, or split."""
+    return Layout.SHARED if pool_name == SHARED_POOL else Layout.SPLIT
+
+
 @dataclass(frozen=True)
 class Address:
     host: str
