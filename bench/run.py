@@ -52,7 +52,7 @@ from routing.envoy import cluster_name
 from routing.model import Layout, RouteConfig
 from routing.write import write_routes
 from stack.launch import PROJECT_ROOT, Stack
-from stack.processes import descendants, serving_workers
+from stack.procfs import descendants, serving_workers
 from stack.procs import StartError
 from tracing.breakdown import Breakdown
 from tracing.spans import SpanSourceError

@@ -31,7 +31,7 @@ from routing.model import Layout, RouteConfig
 from routing.write import write_routes
 from stack import ops
 from stack.launch import Stack
-from stack.processes import children, open_fds, rss_kib, tcp_sockets
+from stack.procfs import children, open_fds, rss_kib, tcp_sockets
 
 # The route changed by the one `routes apply`, and its new timeout.
 APPLY_ENDPOINT, APPLY_TIMEOUT_MS = "offers.scooter", 600

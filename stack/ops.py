@@ -23,7 +23,7 @@ from routing.load import load_routes
 from routing.model import Layout, RouteConfig
 from routing.write import render_routes_toml, write_atomic, write_routes
 from stack.envoy import Admin, validate, write_xds
-from stack.processes import children, serving_workers
+from stack.procfs import children, serving_workers
 from stack.procs import wait_until
 from stack.state import Running, pid_alive, replica_name
 

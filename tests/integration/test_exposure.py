@@ -22,7 +22,7 @@ from routing.load import DEFAULT_ROUTES_PATH, parse_routes
 from routing.model import Layout
 from stack import jaeger
 from stack.launch import Stack
-from stack.processes import descendants
+from stack.procfs import descendants
 from stack.procs import Proc
 from tests.integration.conftest import http
 from tests.integration.test_overload import OFFER_QUERY, derived_config

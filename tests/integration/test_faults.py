@@ -23,7 +23,7 @@ import pytest
 from pricing.upstreams import UPSTREAMS
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack, wait_until
-from stack.processes import children, connections_to
+from stack.procfs import children, connections_to
 from stack.procs import free_port
 from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
 from tests.integration.test_overload import (

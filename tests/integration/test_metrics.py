@@ -13,7 +13,7 @@ import pytest
 
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack, wait_until
-from stack.processes import children
+from stack.procfs import children
 from tests.integration.conftest import http, reset_upstreams, set_upstream
 from tests.prometheus import Samples, samples, total, value
 from tracing.metrics import FLUSH_INTERVAL_S

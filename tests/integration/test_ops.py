@@ -21,7 +21,7 @@ import pytest
 from routing.model import Layout, RouteConfig
 from stack.launch import PROJECT_ROOT, Stack
 from stack.ops import exclusive
-from stack.processes import children
+from stack.procfs import children
 from stack.state import Running, process_start, write_state
 from tests.integration.conftest import reset_upstreams, set_upstream
 from tests.integration.test_overload import (

@@ -24,7 +24,7 @@ import pytest
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack, wait_until
-from stack.processes import (
+from stack.procfs import (
     descendants,
     rss_kib,
     serving_workers,
@@ -198,7 +198,7 @@ class Tally:
         )
 
 
-# --- the stack's processes (the /proc views live in stack.processes) -------------
+# --- the stack's processes (the /proc views live in stack.procfs) -------------
 
 
 def accepting_workers(stack: Stack, pool: str) -> list[int]:

@@ -20,7 +20,7 @@ import pytest
 
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack, wait_until
-from stack.processes import children
+from stack.procfs import children
 from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
 from tests.integration.test_overload import (
     OFFER_QUERY,
