@@ -13,29 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from tracing.timing.histogram import Histogram
 from tracing.timing.hook_errors import swallow
 
 #: Default period of the timer (seconds). Lag below this is mostly invisible to a gauge
 #: sampled by a metrics exporter anyway.
 DEFAULT_INTERVAL_S: Final = 0.05
-
-
-#: Upper bounds of the lag histogram's buckets (seconds); the last bucket is +Inf.
-LAG_BUCKETS_S: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-
-
-class LagHistogram(Histogram):
-    """Histogram of tick lags (Prometheus style), cheap to update."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        super().__init__(LAG_BUCKETS_S)
-
-    @property
-    def sum_s(self) -> float:
-        return self.sum
 
 
 class LoopLagGauge:
@@ -64,8 +46,6 @@ class LoopLagGauge:
         #: Monotonic time (ns) of the last tick: the hub heartbeat.
         self.last_tick_ns = 0
         self.ticks = 0
-        #: Every tick's lag, for a histogram metric.
-        self.histogram = LagHistogram()
         #: Functions called with every tick's lag (seconds), on the hub: a metrics
         #: library's histogram, for one. Their errors are swallowed like the tick's.
         self.observers: list[Callable[[float], None]] = []
@@ -109,7 +89,6 @@ class LoopLagGauge:
             now = self._clock_ns()
             lag = max(now - self._due_ns, 0)
             self.last_lag_s = lag / 1_000_000_000
-            self.histogram.observe(self.last_lag_s)
             for observe in self.observers:
                 observe(self.last_lag_s)
             if lag > self._max_lag_ns:
