@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -72,13 +72,12 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def tcp_sockets(pids: Iterable[int]) -> list[tuple[str, int, str, int, str]]:
-    """TCP sockets the processes hold open: (local ip, port, remote ip, port, state)."""
+def _owned_tcp_rows(pids: Iterable[int]) -> Iterator[list[str]]:
+    """The /proc/net/tcp{,6} rows (split into fields) of the sockets the processes hold."""
     pids = list(pids)
     inodes: set[str] = set()
     for pid in pids:
         inodes |= _socket_inodes(pid)
-    out = []
     for table in ("tcp", "tcp6"):
         try:
             lines = Path(f"/proc/{pids[0]}/net/{table}").read_text().splitlines()[1:]
@@ -86,10 +85,16 @@ def tcp_sockets(pids: Iterable[int]) -> list[tuple[str, int, str, int, str]]:
             continue
         for line in lines:
             parts = line.split()
-            if parts[9] not in inodes:
-                continue
-            (lip, lport), (rip, rport) = (_addr(parts[1]), _addr(parts[2]))
-            out.append((lip, lport, rip, rport, TCP_STATES.get(parts[3], parts[3])))
+            if parts[9] in inodes:
+                yield parts
+
+
+def tcp_sockets(pids: Iterable[int]) -> list[tuple[str, int, str, int, str]]:
+    """TCP sockets the processes hold open: (local ip, port, remote ip, port, state)."""
+    out = []
+    for parts in _owned_tcp_rows(pids):
+        (lip, lport), (rip, rport) = (_addr(parts[1]), _addr(parts[2]))
+        out.append((lip, lport, rip, rport, TCP_STATES.get(parts[3], parts[3])))
     return out
 
 
@@ -113,19 +118,9 @@ def connections_to(pids: Iterable[int], port: int) -> Counter[str]:
 
 def listening_inode(pids: Iterable[int], port: int) -> str | None:
     """The inode (decimal text) of the listening socket on `port` among the pids' sockets."""
-    pids = list(pids)
-    inodes: set[str] = set()
-    for pid in pids:
-        inodes |= _socket_inodes(pid)
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = Path(f"/proc/{pids[0]}/net/{table}").read_text().splitlines()[1:]
-        except (OSError, IndexError):
-            continue
-        for line in lines:
-            parts = line.split()
-            if parts[3] == "0A" and parts[9] in inodes and _addr(parts[1])[1] == port:
-                return parts[9]
+    for parts in _owned_tcp_rows(pids):
+        if parts[3] == "0A" and _addr(parts[1])[1] == port:
+            return parts[9]
     return None
 
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from stack import jaeger
+from stack.procfs import tcp_sockets
 from stack.procs import Proc, free_port
 
 SERVICE = "pricing-jaeger-selftest"
@@ -78,32 +79,6 @@ def _get_json(url: str) -> Any:
         return json.load(resp)
 
 
-def _listening_tcp(pid: int) -> set[tuple[str, int]]:
-    """(address, port) of the TCP sockets in LISTEN state that pid holds (Linux /proc)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found: set[tuple[str, int]] = set()
-    for table, is_v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            local, state, inode = fields[1], fields[3], fields[9]
-            if state != "0A" or inode not in inodes:  # 0A = LISTEN
-                continue
-            hex_addr, hex_port = local.split(":")
-            if is_v6:
-                addr = "::" if int(hex_addr, 16) == 0 else f"v6:{hex_addr}"
-            else:
-                addr = ".".join(str(b) for b in reversed(bytes.fromhex(hex_addr)))
-            found.add((addr, int(hex_port, 16)))
-    return found
-
-
 @pytest.mark.integration
 def test_span_sent_over_otlp_http_comes_back_from_query_api(tmp_path: Path) -> None:
     binary = _jaeger_binary()
@@ -155,7 +130,10 @@ def _check_round_trip(proc: Proc, ports: jaeger.JaegerPorts) -> None:
         ("127.0.0.1", p)
         for p in (ports.otlp_grpc, ports.otlp_http, ports.query_http, ports.query_grpc)
     }
-    assert _listening_tcp(proc.pid) == expected
+    listening = {
+        (ip, port) for ip, port, _, _, state in tcp_sockets([proc.pid]) if state == "LISTEN"
+    }
+    assert listening == expected
 
 
 def test_build_script_pins_the_same_version() -> None:
