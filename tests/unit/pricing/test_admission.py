@@ -4,6 +4,7 @@ with less left than its route needs is shed at once, without an upstream call.""
 from __future__ import annotations
 
 import time
+import types
 
 import pytest
 from flask.testing import FlaskClient
@@ -148,11 +149,8 @@ def test_what_a_route_needs_follows_its_recent_service_time() -> None:
     assert service.need_ms() == 150
 
 
-def test_a_route_that_got_slow_sheds_what_its_floor_alone_would_start(
-    io_client: FlaskClient, gateway: FakeGateway, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import types
-
+def upstreams_taking(seconds: float, gateway: FakeGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every offer's upstream calls take `seconds` on admission's clock (a fake one)."""
     import pricing.admission
 
     clock = [0.0]
@@ -162,10 +160,16 @@ def test_a_route_that_got_slow_sheds_what_its_floor_alone_would_start(
     original = gateway.fetch_all
 
     def slow(calls, deadline):  # type: ignore[no-untyped-def]
-        clock[0] += 0.4  # the offers have been taking 400 ms in this worker
+        clock[0] += seconds
         return original(calls, deadline)
 
     monkeypatch.setattr(gateway, "fetch_all", slow)
+
+
+def test_a_route_that_got_slow_sheds_what_its_floor_alone_would_start(
+    io_client: FlaskClient, gateway: FakeGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstreams_taking(0.4, gateway, monkeypatch)  # 400 ms in this worker
     waited_300 = {"x-pricing-envoy-start": envoy_start(300)}  # leaves 175 ms
     assert io_client.get(f"/v1/offers/bike?{SF}", headers=waited_300).status_code == 200
     for _ in range(30):
@@ -179,21 +183,7 @@ def test_a_request_that_hardly_waited_is_started_however_slow_the_route_has_been
     io_client: FlaskClient, gateway: FakeGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cold worker's first requests are slow; shedding fresh ones would not help."""
-    import types
-
-    import pricing.admission
-
-    clock = [0.0]
-    monkeypatch.setattr(
-        pricing.admission, "time", types.SimpleNamespace(monotonic=lambda: clock[0])
-    )
-    original = gateway.fetch_all
-
-    def very_slow(calls, deadline):  # type: ignore[no-untyped-def]
-        clock[0] += 5.0
-        return original(calls, deadline)
-
-    monkeypatch.setattr(gateway, "fetch_all", very_slow)
+    upstreams_taking(5.0, gateway, monkeypatch)
     for _ in range(60):  # the recent service time far past the whole timeout
         assert io_client.get(f"/v1/offers/bike?{SF}").status_code == 200
     fresh = io_client.get(
