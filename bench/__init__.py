@@ -8,7 +8,7 @@ Module per idea:
 - `loadgen`: the open-loop load generator, run as its own process (responses read
   with `pricing.http1`);
 - `cpu`: CPU use of process trees from /proc;
-- `stats`: per-kind summaries (percentiles from `tracing.report`);
+- `stats`: per-kind summaries (percentiles from `tracing.readback.report`);
 - `floor`: the upstream floor (the slowest of an offer's parallel upstream calls);
 - `spans`: the hook that reads tracing attributes from an OTLP JSON-lines span file;
 - `run`: the route config for `--workers N`; one stack + one load run; the interleaved

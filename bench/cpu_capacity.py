@@ -19,7 +19,7 @@ from bench.cpu import process_cpu_s, tree
 from bench.run import prepared_config, running_stack
 from bench.traffic import rideshare_requests
 from routing.model import Layout, RouteConfig
-from tracing.report import percentile
+from tracing.readback.report import percentile
 
 SCHEMA = "pricingservice.bench.cpu-capacity/1"
 WARMUP_S = 3.0

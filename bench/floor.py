@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.model import UpstreamSettings
-from tracing.report import percentile
+from tracing.readback.report import percentile
 
 # Every upstream an offer calls, in parallel (pricing.offers.offer_calls).
 OFFER_UPSTREAMS: tuple[str, ...] = ("vehicles", "routing", "promotions")

@@ -39,7 +39,7 @@ from routing.envoy import CDS_FILE, LDS_FILE, cluster_name, xds_version
 from routing.model import Layout, RouteConfig
 from stack.envoy import write_xds
 from stack.launch import Stack, wait_until
-from tracing.report import percentile
+from tracing.readback.report import percentile
 
 SCHEMA = "pricingservice.bench.overload/1"
 DEFAULT_MULTIPLES = (0.5, 1.0, 1.5, 2.0, 3.0)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.cpu import OTHER
-from tracing.breakdown import UNEXPLAINED
+from tracing.readback.breakdown import UNEXPLAINED
 
 try:
     import matplotlib
@@ -147,7 +147,7 @@ def time_breakdown(breakdowns: Mapping[str, Mapping[str, Any]], path: Path, *, t
     fig, ax = plt.subplots(figsize=(9, 6.0))
     labels: list[str] = []
     x = 0.0
-    # One colour per part name, the same in every bar (tracing.breakdown's parts in
+    # One colour per part name, the same in every bar (tracing.readback.breakdown's parts in
     # order, then "unexplained" in grey; the no-tracing bars' two parts first).
     names: list[str] = []
     for bd in breakdowns.values():

@@ -25,7 +25,7 @@ from bench.spans import (
     read_span_file,
     read_span_file_breakdowns,
 )
-from tracing.breakdown import Breakdown
+from tracing.readback.breakdown import Breakdown
 
 
 def settings_from(doc: Mapping[str, Any]) -> LoadSettings:

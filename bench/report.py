@@ -21,7 +21,7 @@ from bench.run import LAYOUTS, RunResult
 from bench.spans import SpanTimings
 from bench.stats import GroupStats, Rows, lag_summary_ms
 from bench.traffic import CPU_KINDS, OFFER_KINDS
-from tracing.breakdown import PARTS, UNEXPLAINED, Breakdown
+from tracing.readback.breakdown import PARTS, UNEXPLAINED, Breakdown
 
 SCHEMA = "pricingservice.bench.compare/1"
 NA = "n/a"
@@ -109,7 +109,7 @@ def tracing_summary(runs: Sequence[RunResult]) -> dict[str, object]:
 def time_breakdown(runs: Sequence[RunResult], floor: Floor, deadline_s: float) -> dict[str, Any]:
     """Where an offer's time went, for the median offer and the slowest 1 %.
 
-    With tracing: per traced offer, tracing.breakdown's parts (they tile Envoy's span
+    With tracing: per traced offer, tracing.readback.breakdown's parts (they tile Envoy's span
     when Envoy's span was read, else the server span), the band's mean of each part and
     of "unexplained"; the share of traced offers whose parts add up (Breakdown.adds_up),
     and unexplained as a % of the band's time (mean |unexplained| / mean total, so that
@@ -157,7 +157,7 @@ def time_breakdown(runs: Sequence[RunResult], floor: Floor, deadline_s: float) -
             )
         adding = sum(1 for b in traced if b.adds_up())
         return {
-            "source": "tracing (tracing.breakdown)",
+            "source": "tracing (tracing.readback.breakdown)",
             "total": "Envoy's span"
             if any("envoy before pool" in b.parts for b in traced)
             else "the server span (no Envoy spans read)",
@@ -597,7 +597,7 @@ def write_comparison(
     breakdowns = {lay: v["time_breakdown"] for lay, v in doc["layouts"].items()}
     first = next(iter(breakdowns.values()))
     how = (
-        f"every part of {first['total']} (tracing.breakdown)"
+        f"every part of {first['total']} (tracing.readback.breakdown)"
         if str(first["source"]).startswith("tracing")
         else "no tracing: the upstream floor vs everything else"
     )

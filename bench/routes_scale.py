@@ -46,7 +46,7 @@ from stack.envoy import validate
 from stack.launch import Stack
 from stack.ops import apply_routes
 from stack.procs import StartError
-from tracing.usage import usage_from_scrapes
+from tracing.readback.usage import usage_from_scrapes
 
 #: Offers/s of the offers-only load both services get (the per-offer CPU).
 OFFERS_RPS = 40.0

@@ -54,8 +54,8 @@ from routing.write import write_routes
 from stack.launch import PROJECT_ROOT, Stack
 from stack.procfs import descendants, serving_workers
 from stack.procs import StartError
-from tracing.breakdown import Breakdown
-from tracing.spans import SpanSourceError
+from tracing.readback.breakdown import Breakdown
+from tracing.readback.spans import SpanSourceError
 
 # Planned seconds for progress estimates (not limits).
 STACK_START_EST_S = 8.0
@@ -138,7 +138,7 @@ class RunResult:
     # Upstream calls that arrived at the simulator with a traceparent (tracing runs
     # only): 0 means the pools did not propagate the trace, i.e. tracing was not on.
     traced_upstream_calls: int | None = None
-    # Per traced request in the window, tracing.breakdown's parts (None: not traced).
+    # Per traced request in the window, tracing.readback.breakdown's parts (None: not traced).
     breakdowns: tuple[Breakdown, ...] | None = None
 
     @property

@@ -15,7 +15,7 @@ The contract (tracing.settings, stack.launch), and the only place here that know
 The driver blanks OTEL_EXPORTER_OTLP_ENDPOINT and _TRACES_ENDPOINT, so an endpoint exported in the
 user's shell cannot divert the spans away from the file. The file is read after
 the stack has stopped (the exporters have flushed), with the project's one reader
-(tracing.spans.from_file, not strict: a line cut short by a stopped writer is
+(tracing.readback.spans.from_file, not strict: a line cut short by a stopped writer is
 skipped). If the file is missing or holds no such spans, `read_span_file` returns
 None and the report says "n/a". Nothing else in the benchmark depends on tracing.
 """
@@ -29,9 +29,9 @@ from pathlib import Path
 
 from bench.stats import median_and_p99
 from tracing.attributes import NETWORK_DURATION, SCHEDULING_DELAY
-from tracing.breakdown import Breakdown, breakdowns
+from tracing.readback.breakdown import Breakdown, breakdowns
+from tracing.readback.spans import Span, from_file, from_jaeger
 from tracing.settings import OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV, TRACING_ENV
-from tracing.spans import Span, from_file, from_jaeger
 from tracing.timing.call_state import critical_call
 
 # Where stack.launch.Stack puts the span file in its run dir (Stack.span_file); used
@@ -129,7 +129,7 @@ def read_span_file(
 def window_breakdowns(
     spans: Sequence[Span], start_ns: int | None = None, end_ns: int | None = None
 ) -> tuple[Breakdown, ...]:
-    """tracing.breakdown's breakdowns of the traces whose server span started in
+    """tracing.readback.breakdown's breakdowns of the traces whose server span started in
     [start_ns, end_ns) (every trace when no window is given)."""
     in_window = {
         s.trace_id

@@ -1,6 +1,6 @@
 """Per-group summaries of the generator's samples.
 
-Percentiles are nearest-rank (`tracing.report.percentile`, the project's one):
+Percentiles are nearest-rank (`tracing.readback.report.percentile`, the project's one):
 always a latency that was actually observed, never an interpolation between two.
 Failed requests stay in the latency distribution, counted at the route's deadline or
 later (`failure_floor_s`): a fast 503 is a miss, not a fast answer, so errors can
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bench.loadgen import FAILURE_NAMES, Samples
-from tracing.report import percentile
+from tracing.readback.report import percentile
 
 OK_STATUS = 200
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tracing.report import percentile
+from tracing.readback.report import percentile
 
 SCHEMA = "pricingservice.bench.timing-accuracy/1"
 HOG_LABEL = "POST /v1/offers/rideshare"

@@ -271,8 +271,8 @@ def _suggest(args: argparse.Namespace) -> int:
     from routing.suggest import WRITTEN_HEADER, render_diff, render_evidence, render_sizing
     from routing.suggest import suggest as place
     from routing.write import write_routes
-    from tracing.spans import SpanSourceError, from_file, from_jaeger
-    from tracing.usage import UsageSourceError, usage_from_scrapes, usage_from_spans
+    from tracing.readback.spans import SpanSourceError, from_file, from_jaeger
+    from tracing.readback.usage import UsageSourceError, usage_from_scrapes, usage_from_spans
 
     config = _load(args)
     try:

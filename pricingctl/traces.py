@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tracing.report import (
+from tracing.readback.report import (
     Linker,
     render_examples,
     render_table,
@@ -15,8 +15,8 @@ from tracing.report import (
     trace_as_dicts,
     waterfall,
 )
+from tracing.readback.spans import SpanSourceError, from_file, from_jaeger, jaeger_trace_url
 from tracing.settings import DEFAULT_SPAN_FILE
-from tracing.spans import SpanSourceError, from_file, from_jaeger, jaeger_trace_url
 
 DEFAULT_JAEGER_URL = "http://127.0.0.1:16686"
 

@@ -2,7 +2,7 @@
 measured: the pure half of ``pricingctl routes suggest``.
 
 Takes the route config and, per route template (``"POST /v1/offers/rideshare"``), the
-measurements of a window (anything shaped like :class:`Measured`: ``tracing.usage``
+measurements of a window (anything shaped like :class:`Measured`: ``tracing.readback.usage``
 reads them from the pools' /metrics or from spans). Returns a :class:`Suggestion`:
 per route the evidence, its class and its pool; per pool its size; and the proposed
 config. No I/O here: the command prints and writes.
@@ -54,7 +54,7 @@ WRITTEN_HEADER = (
 
 
 class Measured(Protocol):
-    """One route's measurements over a window (``tracing.usage.RouteUsage`` is one)."""
+    """One route's measurements over a window (``tracing.readback.usage.RouteUsage`` is one)."""
 
     @property
     def route(self) -> str: ...  # "POST /v1/offers/rideshare"

@@ -24,7 +24,7 @@ Not routed through Envoy: like /healthz it is for whoever runs the pools.
 
 With the gevent timing on, also what each route costs the hub and suffers from it
 (CPU, network, hub wait, culprit seconds): what ``pricingctl routes suggest`` reads
-(``tracing.usage``).
+(``tracing.readback.usage``).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ KNOWN_METHODS: Final = frozenset(
 )
 BUILD_INFO: Final = "pricing_build_info"
 
-#: Names `pricingctl routes suggest` reads back (``tracing.usage``), as exposed.
+#: Names `pricingctl routes suggest` reads back (``tracing.readback.usage``), as exposed.
 HANDLER: Final = "pricing_handler_duration_seconds"
 INBOUND_DELAY: Final = "pricing_inbound_delay_seconds"
 ROUTE_HUB_WAIT: Final = "pricing_route_hub_wait_seconds"

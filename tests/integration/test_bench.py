@@ -194,7 +194,7 @@ def test_http_client_quick(tmp_path: Path) -> None:
 
 
 def test_bench_tracing_breakdown_quick(tmp_path: Path) -> None:
-    """`bench --tracing`: every traced offer broken down by tracing.breakdown (with
+    """`bench --tracing`: every traced offer broken down by tracing.readback.breakdown (with
     Envoy's span when Jaeger is cached), each band with every part and "unexplained";
     --replot gives the same breakdown back from what the run kept."""
     out, run = tmp_path / "out", tmp_path / "run"

@@ -25,7 +25,7 @@ from stack.procs import wait_until
 from tests.integration import podman
 from tests.integration.conftest import http
 from tests.integration.test_stack import OFFER_QUERY, call_endpoint
-from tracing.spans import Span, from_jaeger
+from tracing.readback.spans import Span, from_jaeger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -24,8 +24,8 @@ from stack.jaeger import cached_binary
 from stack.launch import Stack
 from stack.procs import wait_until
 from tests.integration.conftest import http, reset_upstreams, set_upstream
+from tracing.readback.spans import SpanSourceError, from_jaeger
 from tracing.settings import service_name
-from tracing.spans import SpanSourceError, from_jaeger
 
 pytestmark = pytest.mark.integration
 

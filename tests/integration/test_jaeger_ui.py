@@ -27,8 +27,8 @@ from tests.integration.browser import Browser, BrowserError, find_chromium
 from tests.integration.conftest import http
 from tests.integration.test_tracing import D_MS, HOG_ROUTE, OFFER, Hogs, fixed_latency
 from tracing import attributes
-from tracing.report import parse_culprits
-from tracing.spans import Span, from_jaeger, jaeger_trace_url
+from tracing.readback.report import parse_culprits
+from tracing.readback.spans import Span, from_jaeger, jaeger_trace_url
 
 pytestmark = pytest.mark.integration
 

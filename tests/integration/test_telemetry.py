@@ -26,7 +26,7 @@ from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.launch import Stack, wait_until
 from tests.integration.conftest import http
-from tracing.spans import Span, from_jaeger
+from tracing.readback.spans import Span, from_jaeger
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from tests.integration.conftest import http, set_upstream
 from tracing import attributes
-from tracing.breakdown import Breakdown, breakdowns
-from tracing.spans import Span, from_file, from_jaeger
+from tracing.readback.breakdown import Breakdown, breakdowns
+from tracing.readback.spans import Span, from_file, from_jaeger
 
 pytestmark = pytest.mark.integration
 

@@ -141,7 +141,7 @@ def critical_call(calls: Iterable[_Call], end: Callable[[_Call], float]) -> _Cal
 
     The one definition: the pool's request timing (``server_timing``, which names it
     on the server span as ``gevent.critical.upstream``), `routes suggest`'s read-back
-    (``tracing.usage``) and the benchmark's (``bench.spans``) all call this, with the
+    (``tracing.readback.usage``) and the benchmark's (``bench.spans``) all call this, with the
     end each of them has (monotonic ns, a span's end)."""
     best: _Call | None = None
     best_end = 0.0

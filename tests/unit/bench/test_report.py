@@ -114,7 +114,7 @@ def test_time_breakdown_from_tracing_breakdowns(tmp_path: Path) -> None:
     per band, the share that adds up, unexplained as a % of the band's time."""
     from dataclasses import replace
 
-    from tracing.breakdown import UNEXPLAINED, Breakdown
+    from tracing.readback.breakdown import UNEXPLAINED, Breakdown
 
     run = fake_run("split", 0, 10.0)
     s = run.samples

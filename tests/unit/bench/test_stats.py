@@ -6,7 +6,7 @@ import pytest
 
 from bench.loadgen import TIMEOUT, Samples
 from bench.stats import GroupStats, Rows, lag_summary_ms
-from tracing.report import percentile
+from tracing.readback.report import percentile
 
 
 def test_nearest_rank_percentile() -> None:

@@ -1,4 +1,4 @@
-"""Placement and sizing from measurements (fakes shaped like tracing.usage.RouteUsage):
+"""Placement and sizing from measurements (fakes shaped like tracing.readback.usage.RouteUsage):
 the committed config stays put, a CPU-heavy route in the io pool moves, the thresholds
 and the sizing are the ones stated."""
 

@@ -16,8 +16,8 @@ from routing.model import RouteConfig
 from tests.prometheus import samples, total, value
 from tests.unit.pricing.conftest import FakeGateway
 from tracing.client import TracingCallObserver
+from tracing.readback.spans import Span, from_file
 from tracing.settings import TRACING_ENV, Mode, TracingSettings
-from tracing.spans import Span, from_file
 
 BIKE = "/v1/offers/bike?origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
 TRACEPARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -285,7 +285,8 @@ def test_metrics_count_every_request_whatever_the_sampling(
 def test_metrics_say_what_each_route_costs_the_hub(span_file: Path, config: RouteConfig) -> None:
     """The families `routes suggest` reads: CPU per route from the switch tracer, the
     hub wait of every request, read back as `suggest` reads them (two scrapes)."""
-    from tracing import metrics, usage
+    from tracing import metrics
+    from tracing.readback import usage
 
     worker = full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
     client = io_app(config).test_client()

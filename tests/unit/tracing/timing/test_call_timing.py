@@ -216,8 +216,8 @@ def test_the_critical_call_is_the_last_to_end_the_first_of_a_tie() -> None:
     assert call_state.critical_call([], lambda c: c[1]) is None
     # One definition: the request timing, the usage read-back and the benchmark call it.
     import bench.spans
+    import tracing.readback.usage
     import tracing.timing.server_timing
-    import tracing.usage
 
-    for module in (tracing.timing.server_timing, tracing.usage, bench.spans):
+    for module in (tracing.timing.server_timing, tracing.readback.usage, bench.spans):
         assert module.critical_call is call_state.critical_call, module.__name__

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracing import attributes
-from tracing.breakdown import UNEXPLAINED, Breakdown, breakdown
-from tracing.spans import Span
+from tracing.readback.breakdown import UNEXPLAINED, Breakdown, breakdown
+from tracing.readback.spans import Span
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -350,7 +350,7 @@ def _render_breakdown(span: Span, result: Breakdown | None) -> list[str]:
 
 def waterfall(spans: Sequence[Span]) -> str:
     """One trace as an indented tree, each call with its network / scheduling split, and
-    then where each pool server span's time went (:func:`tracing.breakdown.breakdown`)."""
+    then where each pool server span's time went (:func:`tracing.readback.breakdown.breakdown`)."""
     if not spans:
         return "empty trace"
     by_id = {s.span_id: s for s in spans}

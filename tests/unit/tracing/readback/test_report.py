@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracing import attributes
-from tracing import breakdown as breakdown_module
-from tracing.breakdown import breakdown
-from tracing.report import (
+from tracing.readback import breakdown as breakdown_module
+from tracing.readback.breakdown import breakdown
+from tracing.readback.report import (
     Example,
     Row,
     parse_culprits,
@@ -22,7 +22,7 @@ from tracing.report import (
     trace_as_dicts,
     waterfall,
 )
-from tracing.spans import Span
+from tracing.readback.spans import Span
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 _ids = iter(range(1, 1_000_000))

@@ -4,8 +4,8 @@ spans: the numbers `pricingctl routes suggest` places routes by."""
 from __future__ import annotations
 
 from tracing import attributes, metrics
-from tracing.spans import Span
-from tracing.usage import (
+from tracing.readback.spans import Span
+from tracing.readback.usage import (
     bucket_quantile,
     delta,
     parse_text,
@@ -149,7 +149,7 @@ def test_spans_give_the_same_shape_scaled_by_the_sampling() -> None:
 
 def test_a_scrape_that_times_out_is_a_quiet_try_not_the_end() -> None:
     """A starved pool (the incident) may not answer every scrape in time."""
-    from tracing.usage import UsageSourceError
+    from tracing.readback.usage import UsageSourceError
 
     answers: list[str | None] = [exposition(11, 1, 1), None, None, exposition(12, 1, 1)]
 

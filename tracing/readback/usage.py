@@ -25,8 +25,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tracing import attributes, metrics
-from tracing.report import parse_culprits, percentile
-from tracing.spans import Span
+from tracing.readback.report import parse_culprits, percentile
+from tracing.readback.spans import Span
 from tracing.timing.call_state import critical_call
 
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tracing import attributes as a
-from tracing.spans import Span
+from tracing.readback.spans import Span
 
 PARTS = (
     "envoy before pool",

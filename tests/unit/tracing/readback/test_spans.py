@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind
 
 from tracing import attributes
 from tracing.export import JsonLinesFileExporter
-from tracing.spans import SpanSourceError, from_file, from_jaeger, lookback_s
+from tracing.readback.spans import SpanSourceError, from_file, from_jaeger, lookback_s
 
 CULPRITS = ["POST /v1/offers/rideshare=0.272800", "<hub>=0.001500"]
 
