@@ -6,7 +6,7 @@ Module per idea:
 - `schedule`: Poisson arrival times (the open-loop schedule);
 - `traffic`: the requests the load generator sends (offers, rideshare quotes, batches);
 - `loadgen`: the open-loop load generator, run as its own process (responses read
-  with `pricing.http1`);
+  with `pricing.upstream.http1`);
 - `cpu`: CPU use of process trees from /proc;
 - `stats`: per-kind summaries (percentiles from `tracing.readback.report`);
 - `floor`: the upstream floor (the slowest of an offer's parallel upstream calls);

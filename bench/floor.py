@@ -1,6 +1,6 @@
 """The upstream floor: the least time an offer can take, set by its upstreams.
 
-An offer calls every upstream in parallel (pricing.offers.offer_calls) and waits for
+An offer calls every upstream in parallel (pricing.web.offers.offer_calls) and waits for
 all of them, so its floor is the slowest of those calls' delays. Two sources:
 
 - configured: the simulator's current latency settings, sampled with the
@@ -22,7 +22,7 @@ from typing import Any
 from simulator.model import UpstreamSettings
 from tracing.readback.report import percentile
 
-# Every upstream an offer calls, in parallel (pricing.offers.offer_calls).
+# Every upstream an offer calls, in parallel (pricing.web.offers.offer_calls).
 OFFER_UPSTREAMS: tuple[str, ...] = ("vehicles", "routing", "promotions")
 _DRAWS = 200_000
 

@@ -22,7 +22,7 @@ from bench.progress import Progress
 from bench.run import Arm, LoadSettings, RunResult, run_interleaved
 from bench.stats import GroupStats, Rows
 from bench.traffic import OFFER_KINDS
-from pricing.client_choice import CLIENTS, OURS
+from pricing.upstream.client_choice import CLIENTS, OURS
 from routing.env import HTTP_CLIENT_ENV
 from routing.model import Layout, RouteConfig
 

@@ -22,7 +22,7 @@ Why this shape:
   closed is dropped before it is reused; a reused connection that still dies
   before any byte of the answer is retried once on a fresh one;
 - prebuilt request bytes (`bench.traffic`) and the project's response parser
-  (`pricing.http1`), bodies discarded.
+  (`pricing.upstream.http1`), bodies discarded.
 
 Timing: epoll waits in whole milliseconds (rounded up), so a request may leave up
 to ~1 ms after its due time; that lateness is recorded per request (`lag_s`) and,
@@ -52,7 +52,7 @@ from pathlib import Path
 
 from bench.schedule import Arrival, mixed_schedule
 from bench.traffic import Target
-from pricing.http1 import ProtocolError, ResponseParser
+from pricing.upstream.http1 import ProtocolError, ResponseParser
 
 # Status codes for requests that got no HTTP status.
 TIMEOUT = 0  # no complete response before the request's deadline

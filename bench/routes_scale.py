@@ -88,7 +88,7 @@ def config_figures(config: RouteConfig, extra: Mapping[str, str]) -> dict[str, A
     """Render, check and validate times, and Envoy's config size, for *config*."""
     import os
 
-    from pricing.views import META_VIEWS, endpoints
+    from pricing.web.views import META_VIEWS, endpoints
     from tracing import metrics
 
     def render() -> int:

@@ -11,9 +11,9 @@ I/O-heavy and CPU-heavy endpoints, and a Zipf-like load profile.
 - ``profile.json``: each endpoint's share of the traffic (Zipf, exponent
   ``ZIPF_S``: a few routes carry most of it).
 
-The service's own endpoints (``pricing.views.ENDPOINTS``) are untouched: a pool serves
+The service's own endpoints (``pricing.web.views.ENDPOINTS``) are untouched: a pool serves
 the synthetic ones only when ``$PRICING_EXTRA_ENDPOINTS`` names ``synth.json``, whose
-``views`` key names this module; ``pricing.views.endpoints`` then calls
+``views`` key names this module; ``pricing.web.views.endpoints`` then calls
 :func:`endpoints` with the spec.
 
 An I/O-heavy endpoint makes one to four upstream calls to the simulator: up to three in
@@ -169,7 +169,7 @@ def load_synth(directory: Path) -> Synth:
 
 def endpoints(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Endpoint name -> view factory, for each endpoint of the spec (called by
-    ``pricing.views.endpoints`` in the pool)."""
+    ``pricing.web.views.endpoints`` in the pool)."""
     out: dict[str, Any] = {}
     for name, body in spec["endpoints"].items():
         if body["kind"] == "cpu":
@@ -190,7 +190,7 @@ def burn_cpu(ms: float) -> None:
 
 
 def _cpu_view(cpu_ms: float) -> Any:
-    from pricing.views import json_response
+    from pricing.web.views import json_response
 
     def factory(route: Route) -> Any:
         def view() -> Any:
@@ -205,10 +205,10 @@ def _cpu_view(cpu_ms: float) -> Any:
 def _io_view(stages: list[list[str]]) -> Any:
     from flask import current_app
 
-    from pricing.admission import current_deadline
-    from pricing.errors import UpstreamFailure, UpstreamUnavailable
-    from pricing.upstreams import UPSTREAMS, Call
-    from pricing.views import json_response
+    from pricing.domain.errors import UpstreamFailure, UpstreamUnavailable
+    from pricing.upstream.gateway import UPSTREAMS, Call
+    from pricing.web.admission import current_deadline
+    from pricing.web.views import json_response
 
     def factory(route: Route) -> Any:
         def view() -> Any:

@@ -36,7 +36,7 @@ GROUPS: Mapping[str, tuple[str, ...]] = {
 # Quotes per batch request.
 BATCH_SIZE = 4
 
-# San Francisco's service area (pricing.regions "sf"): trips stay inside it.
+# San Francisco's service area (pricing.domain.regions "sf"): trips stay inside it.
 _SF_SOUTH, _SF_WEST, _SF_NORTH, _SF_EAST = 37.70, -122.52, 37.82, -122.35
 # Fraction of the way across town of a rideshare trip: sets its CPU cost.
 _TRIP_FRACTION = (0.45, 0.70)

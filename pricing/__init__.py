@@ -1,8 +1,10 @@
-"""pricingservice's domain and HTTP layer.
+"""pricingservice's domain and HTTP layer, in three rooms, bottom first: `domain`
+(fares, surge, road graphs, regions; no Flask), `upstream` (the client of the upstream
+services), `web` (the Flask views, validation, OpenAPI, problems, URL rules).
 
-`create_app(pool)` builds the Flask app one pool serves: only wiring here;
-each module brings its own `init_app`. Domain errors live in `errors`, their
-HTTP mapping in `problems`.
+`create_app(pool)` builds the Flask app one pool serves: only wiring here; each module
+brings its own `init_app`. Domain errors live in `domain.errors`, their HTTP mapping in
+`web.problems`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 
 from flask import Flask, Response
 
-from pricing.problems import POOL_HEADER
+from pricing.web.problems import POOL_HEADER
 from routing.env import (
     DEFAULT_HTTP_CLIENT,
     HTTP_CLIENT_ENV,
@@ -35,8 +37,8 @@ def create_app(
     client) defaults to the real one, pointed at the config's upstreams or
     $PRICING_UPSTREAM_URL.
     """
-    from pricing import openapi, problems, urls
-    from pricing.upstreams import HttpGateway
+    from pricing.upstream.gateway import HttpGateway
+    from pricing.web import openapi, problems, urls
     from tracing import logs, metrics
     from tracing import server as tracing
 
@@ -81,8 +83,8 @@ def _warm_up(config: RouteConfig, pool: str, layout: Layout) -> None:
     if any(
         r.endpoint in {"offers.rideshare", "quotes.batch"} for r in config.routes_of(pool, layout)
     ):
-        from pricing.regions import REGIONS
-        from pricing.roadgraph import graph_for
+        from pricing.domain.regions import REGIONS
+        from pricing.domain.roadgraph import graph_for
 
         for region in REGIONS.values():
             graph_for(region)

@@ -242,7 +242,7 @@ def _some_of(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
 
 
 def _clients(text: str) -> tuple[str, ...]:
-    from pricing.client_choice import CLIENTS, OURS
+    from pricing.upstream.client_choice import CLIENTS, OURS
 
     clients = tuple(c.strip() for c in text.split(",") if c.strip())
     unknown = [c for c in clients if c not in CLIENTS]
@@ -1022,14 +1022,14 @@ def _client_settings(args: argparse.Namespace, settings: LoadSettings) -> LoadSe
 def _planned_http_client(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
     from bench.http_client import arms
     from bench.run import run_order
-    from pricing.client_choice import CLIENTS
+    from pricing.upstream.client_choice import CLIENTS
 
     return planned_seconds(settings, len(run_order(arms(args.clients or CLIENTS), d.repeats)))
 
 
 def _measure_http_client(run: Run) -> str:
     from bench.http_client import run_http_client, write_http_client
-    from pricing.client_choice import CLIENTS
+    from pricing.upstream.client_choice import CLIENTS
 
     doc = run_http_client(
         run.config,
@@ -1047,7 +1047,7 @@ def _measure_http_client(run: Run) -> str:
 def _check_http_client(args: argparse.Namespace) -> str | None:
     import importlib.util
 
-    from pricing.client_choice import CLIENTS, OURS
+    from pricing.upstream.client_choice import CLIENTS, OURS
 
     missing = [c for c in args.clients or CLIENTS if c != OURS and not importlib.util.find_spec(c)]
     if missing:

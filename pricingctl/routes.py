@@ -179,7 +179,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _endpoint_problems(config: RouteConfig) -> list[str]:
     # The app's endpoints are handed down: routing is pure data and imports no app.
-    from pricing.views import META_VIEWS, endpoints
+    from pricing.web.views import META_VIEWS, endpoints
     from routing.check import check_endpoints
     from tracing import metrics
 

@@ -1,6 +1,6 @@
 """What Envoy tells a pool about each request it routes: the header names the rendered
 config sets and the pools read, and how to read them. Pure data, like the rest of
-`routing`: the renderer (`routing.envoy`), the pools' deadline (`pricing.deadline`) and
+`routing`: the renderer (`routing.envoy`), the pools' deadline (`pricing.domain.deadline`) and
 their timing (`tracing.server`, `gunicorn_conf`) all take them from here."""
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ ACCESS_LOG_JSON = {
     "response_code_details": "%RESPONSE_CODE_DETAILS%",
 }
 REQUEST_ID_HEADER = "x-request-id"
-# Envoy's own answers are problem+json like the app's (pricing.problems), with
+# Envoy's own answers are problem+json like the app's (pricing.web.problems), with
 # the request id the client also gets as the x-request-id response header.
 PROBLEM_JSON = "application/problem+json"
 # The problem text of Envoy's local replies with a status not listed in
@@ -511,7 +511,7 @@ def _replica_retry(route: Route) -> dict[str, Any]:
     replica, and the first answer wins. Hedging keeps the first attempt running, and
     Envoy then sends the app the route's whole timeout as its budget, not the per-try
     one (x-envoy-expected-rq-timeout-ms); a hedged attempt is told what was left when
-    it was sent, and says it is one (x-envoy-attempt-count: `pricing.deadline`).
+    it was sent, and says it is one (x-envoy-attempt-count: `pricing.domain.deadline`).
     """
     assert route.retry is not None
     return {

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pricing.upstreams import UPSTREAMS
+from pricing.upstream.gateway import UPSTREAMS
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack, wait_until
 from stack.procfs import children, connections_to

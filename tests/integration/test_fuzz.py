@@ -298,7 +298,7 @@ def test_envoys_early_refusals_carry_a_request_id(stack: Stack) -> None:
 
 
 def test_batch_length_is_limited_to_16_with_a_422(stack: Stack) -> None:
-    from pricing.schemas import MAX_BATCH_QUOTES
+    from pricing.web.schemas import MAX_BATCH_QUOTES
 
     ok = http("POST", f"{stack.url}/v1/quotes/batch", {"quotes": [RIDE] * MAX_BATCH_QUOTES})
     assert ok.status == 200

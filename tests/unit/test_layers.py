@@ -93,7 +93,7 @@ def layer_of(module: str) -> str:
 
 
 def test_the_walk_sees_the_project() -> None:
-    assert {"pricing.views", "tracing.timing.labels", "pricingctl.main"} <= set(MODULES)
+    assert {"pricing.web.views", "tracing.timing.labels", "pricingctl.main"} <= set(MODULES)
     assert "tracing.timing.call_state" in GRAPH["tracing.timing.labels"]  # a type-only import
 
 
@@ -158,6 +158,48 @@ def test_worker_code_never_imports_the_read_back_side() -> None:
         for target in targets
         if layer_of(target) == "tracing.readback"
     ]
+
+
+# The rooms of `pricing`, bottom first: the domain (pure values and computations), the
+# upstream client, the web layer (Flask); `pricing` itself (create_app) wires them on
+# top. A room imports only the rooms below it.
+PRICING_ROOMS = ("pricing.domain", "pricing.upstream", "pricing.web", "pricing")
+
+
+def room_of(module: str) -> str:
+    return next(r for r in PRICING_ROOMS if module == r or module.startswith(f"{r}."))
+
+
+def external_imports_of(module: str) -> set[str]:
+    """The top-level names of what `module` imports from outside the project."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found - set(PACKAGES)
+
+
+def test_pricing_rooms_import_downward_only() -> None:
+    pricing = [m for m in MODULES if layer_of(m) == "pricing"]
+    assert {"pricing.domain.fares", "pricing.upstream.httpclient", "pricing.web.views"} <= set(
+        pricing
+    )
+    assert [m for m in pricing if room_of(m) == "pricing"] == ["pricing"]  # a small __init__
+    rank = {m: PRICING_ROOMS.index(room_of(m)) for m in pricing}
+    upward = sorted(
+        f"{module} imports {target}"
+        for module in pricing
+        for target in GRAPH[module]
+        if target in rank and rank[target] > rank[module]
+    )
+    assert upward == []
+    # Below the web layer, no Flask and no tracing: the domain and the upstream client are
+    # plain Python (gevent for the client), usable outside a pool.
+    below_web = [m for m in pricing if rank[m] < PRICING_ROOMS.index("pricing.web")]
+    assert not [(m, "flask") for m in below_web if "flask" in external_imports_of(m)]
+    assert not [(m, t) for m in below_web for t in GRAPH[m] if layer_of(t).startswith("tracing")]
 
 
 BLOCKED_RUN = textwrap.dedent(

@@ -10,9 +10,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from pricing import create_app
-from pricing.deadline import Deadline
-from pricing.errors import UpstreamFailure
-from pricing.upstreams import Answer, Call
+from pricing.domain.deadline import Deadline
+from pricing.domain.errors import UpstreamFailure
+from pricing.upstream.gateway import Answer, Call
 from routing.model import RouteConfig
 
 VEHICLES = {

@@ -229,6 +229,6 @@ def test_envoy_validates_both_layouts(tmp_path: Path) -> None:
 
 
 def test_a_retried_attempt_tells_the_pool_it_is_one() -> None:
-    """pricing.deadline reads a retry's timeout as what was left when it was sent."""
+    """pricing.domain.deadline reads a retry's timeout as what was left when it was sent."""
     (vhost,) = _listener_route_config(envoy_config(load_routes()))["virtual_hosts"]
     assert vhost["include_request_attempt_count"] is True

@@ -139,7 +139,7 @@ class Refused(Exception):
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [
-        (Refused("connect"), "refused"),  # pricing.httpclient's reason, by shape
+        (Refused("connect"), "refused"),  # pricing.upstream.httpclient's reason, by shape
         (ValueError("x"), "ValueError"),
         (KeyError("x"), "KeyError"),
     ],

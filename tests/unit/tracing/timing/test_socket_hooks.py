@@ -18,7 +18,7 @@ import gevent
 import pytest
 from gevent import socket as gsocket
 
-from pricing.httpclient import HostClient, Origin, tls_context
+from pricing.upstream.httpclient import HostClient, Origin, tls_context
 from tracing.timing import kernel_rx, socket_hooks
 from tracing.timing.call_timing import CallTiming, measure_call
 from tracing.timing.instrumentor import GeventTimingInstrumentor

@@ -1,0 +1,4 @@
+"""The upstream client: the project's HTTP/1.1 response reader (`http1`), its keep-alive
+client (`httpclient`), the choice of client library (`client_choice`) and the gateway
+that calls the upstream services with bulkheads and one deadline (`gateway`). No Flask:
+it takes its observer and metrics as arguments."""
