@@ -1,6 +1,6 @@
 """Client spans for upstream calls, each carrying its network / scheduling-delay split.
 
-The io pool calls its upstreams with `pricing.httpclient` (chosen for CPU per
+The io pool calls its upstreams with `pricing.upstream.httpclient` (chosen for CPU per
 call; no contrib instrumentation exists for it), so this observer creates the
 client spans itself, following the OpenTelemetry HTTP client conventions, and
 injects W3C `traceparent` into the request.
@@ -87,7 +87,7 @@ request_totals: ContextVar[RequestTotals | None] = ContextVar("request_totals", 
 
 
 class _Observed:
-    """What pricing.httpclient's client reads back: extra headers, and the status."""
+    """What pricing.upstream.httpclient's client reads back: extra headers, and the status."""
 
     __slots__ = ("headers", "status")
 
@@ -97,7 +97,7 @@ class _Observed:
 
 
 class TracingCallObserver:
-    """A `pricing.httpclient.CallObserver` (by shape: tracing imports nothing from pricing)."""
+    """A `pricing.upstream.httpclient.CallObserver` (by shape: tracing never imports pricing)."""
 
     def __init__(
         self, tracer: trace.Tracer, *, measure: bool, metrics: CallMetrics | None = None
@@ -216,7 +216,7 @@ def client_span_attributes(record: UpstreamCall) -> dict[str, Any]:
 
 def error_type(exc: BaseException) -> str:
     """error.type for a call that raised: the error's own low-cardinality ``reason``
-    when it has one (pricing.httpclient's: refused, reset, ...), ``timeout`` for the
+    when it has one (pricing.upstream.httpclient's: refused, reset, ...), ``timeout`` for the
     deadline's gevent.Timeout, else the exception's fully qualified class name."""
     reason = getattr(exc, "reason", None)
     if isinstance(reason, str) and reason:
