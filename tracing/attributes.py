@@ -100,11 +100,9 @@ EVENT_REQUEST_IN_KERNEL: Final = "request reached kernel"
 #: Server span event at the moment the handler started.
 EVENT_HANDLER_STARTED: Final = "handler started"
 
-#: ``true`` on the server span of a request that waited at least
-#: :data:`DELAYED_THRESHOLD_S` for the loop in all (its inbound delay and its calls'
-#: scheduling delay). Jaeger's search matches tags as text (it cannot
+#: ``true`` on the server span of a delayed request
+#: (``tracing.timing.server_timing.is_delayed``: it waited at least 50 ms for the hub
+#: along its critical path). Jaeger's search matches tags as text (it cannot
 #: do ``gevent.scheduling.delay>0.05``): ``pricing.delayed=true`` finds the requests
 #: other greenlets held up.
 DELAYED: Final = "pricing.delayed"
-#: The threshold of :data:`DELAYED` (seconds).
-DELAYED_THRESHOLD_S: Final = 0.05

@@ -64,7 +64,7 @@ from tracing.timing.hook_errors import swallow
 from tracing.timing.hub_block import HubBlockLog
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import UNKNOWN_LABEL, set_greenlet_label
-from tracing.timing.server_timing import RequestMeasurement, RequestTiming
+from tracing.timing.server_timing import RequestMeasurement, RequestTiming, is_delayed
 
 log = logging.getLogger(__name__)
 
@@ -432,15 +432,13 @@ def request_attributes(
             before = timing.arrival_unix_ns - envoy_start_ns
             if 0 <= before <= _MAX_ENVOY_BEFORE_NS:
                 out[attributes.ENVOY_BEFORE_POOL] = before / 1e9
-    held_s = timing.inbound_delay_s or 0.0  # ready, but waiting for the loop
     if totals is not None and totals.records:
         timed = [r.timing for r in totals.records if r.timing is not None]
         out[attributes.UPSTREAM_CALLS] = len(totals.records)
         out[attributes.NETWORK_DURATION] = sum(t.network_s for t in timed)
         out[attributes.SCHEDULING_DELAY] = sum(t.scheduling_delay_s for t in timed)
         out[attributes.SCHEDULING_CPU_WAIT] = sum(t.cpu_wait_s for t in timed)
-        held_s += out[attributes.SCHEDULING_DELAY]
-    out[attributes.DELAYED] = held_s >= attributes.DELAYED_THRESHOLD_S
+    out[attributes.DELAYED] = is_delayed(timing)
     critical = timing.critical
     if critical is not None:
         out[attributes.CRITICAL_UPSTREAM] = timing.critical_upstream or ""

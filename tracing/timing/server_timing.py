@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from greenlet import getcurrent
 
@@ -139,6 +139,21 @@ class RequestTiming:
         if self.critical is not None:
             wait += self.presend_delay_s + self.critical.scheduling_delay_s + self.wake_delay_s
         return wait
+
+
+#: A request is *delayed* when it waited at least this long for the hub along its
+#: critical path (:attr:`RequestTiming.hub_wait_s`), in seconds.
+DELAYED_THRESHOLD_S: Final = 0.05
+
+
+def is_delayed(timing: RequestTiming) -> bool:
+    """Whether the loop held the request up: its hub wait (inbound delay, then the critical
+    call's pre-send wait, scheduling delay and wake) reached :data:`DELAYED_THRESHOLD_S`.
+
+    The one definition: the server span's ``pricing.delayed`` calls it, and it reads the
+    same hub wait as the route's ``pricing_route_hub_wait_seconds`` that `routes suggest`
+    places routes by (parallel calls' delays are not added up)."""
+    return timing.hub_wait_s >= DELAYED_THRESHOLD_S
 
 
 class RequestMeasurement:

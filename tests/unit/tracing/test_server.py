@@ -412,3 +412,51 @@ def test_a_sampled_request_is_extracted_by_the_configured_propagator(
     assert client.get(BIKE, headers=headers).status_code == 200
     (span,) = flushed(worker, span_file)
     assert span.trace_id == TRACEPARENT_TRACE and span.parent_id == TRACEPARENT_PARENT
+
+
+def test_delayed_is_the_hub_wait_along_the_critical_path_one_definition() -> None:
+    """``pricing.delayed`` calls the timing core's one definition (the hub wait that
+    `routes suggest` reads), not a sum of its parallel calls' delays."""
+    from types import MappingProxyType, SimpleNamespace
+
+    from tracing import attributes
+    from tracing.client import RequestTotals
+    from tracing.timing import server_timing
+    from tracing.timing.call_state import CallTiming
+    from tracing.timing.server_timing import RequestTiming
+
+    assert tracing.server.is_delayed is server_timing.is_delayed
+
+    def offer(call_delay_s: float) -> tuple[RequestTiming, RequestTotals]:
+        call = CallTiming(
+            duration_s=0.1, network_s=0.05, scheduling_delay_s=call_delay_s, blocked_s=0.0
+        )
+        timing = RequestTiming(
+            arrival_unix_ns=1,
+            start_unix_ns=2,
+            end_unix_ns=3,
+            inbound_delay_s=0.010,
+            inbound_cpu_wait_s=0.0,
+            inbound_culprits=MappingProxyType({}),
+            duration_s=0.12,
+            running_s=0.01,
+            waiting_s=0.11,
+            critical=call,
+            critical_upstream="vehicles",
+            presend_delay_s=0.001,
+            wake_delay_s=0.002,
+        )
+        totals = RequestTotals()
+        totals.records.extend(SimpleNamespace(timing=call) for _ in range(3))  # type: ignore[misc]
+        return timing, totals
+
+    # Three parallel calls delayed 20 ms each: 70 ms summed, but the request waited
+    # 10 + 1 + 20 + 2 = 33 ms for the hub.
+    timing, totals = offer(0.020)
+    out = tracing.server.request_attributes("GET /v1/offers/bike", timing, totals)
+    assert out[attributes.SCHEDULING_DELAY] == pytest.approx(0.060)
+    assert timing.hub_wait_s == pytest.approx(0.033)
+    assert out[attributes.DELAYED] is False
+    timing, totals = offer(0.040)  # 10 + 1 + 40 + 2 = 53 ms
+    out = tracing.server.request_attributes("GET /v1/offers/bike", timing, totals)
+    assert out[attributes.DELAYED] is True
