@@ -7,6 +7,7 @@ names carry a :class:`tracing.timing.call_timing.CallTiming`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 #: Time the upstream call spent waiting for the network: from the start of a socket wait
@@ -106,3 +107,10 @@ EVENT_HANDLER_STARTED: Final = "handler started"
 #: do ``gevent.scheduling.delay>0.05``): ``pricing.delayed=true`` finds the requests
 #: other greenlets held up.
 DELAYED: Final = "pricing.delayed"
+
+
+def culprit_list(culprits: Iterable[tuple[str, float]]) -> list[str]:
+    """The value of :data:`SCHEDULING_CULPRITS` and :data:`INBOUND_CULPRITS`:
+    ``["<label>=<seconds>", ...]`` in the order given (``call_state.top_culprits``'s,
+    largest first). ``tracing.readback.report.parse_culprits`` reads it back."""
+    return [f"{label}={seconds:.6f}" for label, seconds in culprits]

@@ -26,6 +26,7 @@ from opentelemetry.semconv.attributes.url_attributes import URL_FULL, URL_PATH
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracing import attributes
+from tracing.timing.call_state import TOP_CULPRITS, top_culprits
 from tracing.timing.call_timing import CallMeasurement, CallTiming, begin_call
 from tracing.timing.hook_errors import swallow
 
@@ -253,7 +254,7 @@ def add_call_events(span: trace.Span, record: UpstreamCall) -> None:
         )
 
 
-def timing_attributes(timing: CallTiming, max_culprits: int = 5) -> dict[str, Any]:
+def timing_attributes(timing: CallTiming, max_culprits: int = TOP_CULPRITS) -> dict[str, Any]:
     """A client span's attributes for one measured call (``tracing.attributes``)."""
     result: dict[str, Any] = {
         attributes.NETWORK_DURATION: timing.network_s,
@@ -262,7 +263,7 @@ def timing_attributes(timing: CallTiming, max_culprits: int = 5) -> dict[str, An
         attributes.BLOCKED_DURATION: timing.blocked_s,
     }
     if timing.culprits:
-        result[attributes.SCHEDULING_CULPRITS] = [
-            f"{label}={seconds:.6f}" for label, seconds in timing.top_culprits(max_culprits)
-        ]
+        result[attributes.SCHEDULING_CULPRITS] = attributes.culprit_list(
+            top_culprits(timing.culprits, max_culprits)
+        )
     return result

@@ -60,6 +60,7 @@ from tracing.settings import (
     resource_from_env,
 )
 from tracing.timing import server_timing
+from tracing.timing.call_state import top_culprits
 from tracing.timing.hook_errors import swallow
 from tracing.timing.hub_block import HubBlockLog
 from tracing.timing.instrumentor import GeventTimingInstrumentor
@@ -426,8 +427,9 @@ def request_attributes(
         out[attributes.INBOUND_DELAY] = timing.inbound_delay_s
         out[attributes.INBOUND_CPU_WAIT] = timing.inbound_cpu_wait_s
         if timing.inbound_culprits:
-            top = sorted(timing.inbound_culprits.items(), key=lambda kv: kv[1], reverse=True)
-            out[attributes.INBOUND_CULPRITS] = [f"{k}={v:.6f}" for k, v in top[:5]]
+            out[attributes.INBOUND_CULPRITS] = attributes.culprit_list(
+                top_culprits(timing.inbound_culprits)
+            )
         if envoy_start_ns is not None and timing.arrival_unix_ns is not None:
             before = timing.arrival_unix_ns - envoy_start_ns
             if 0 <= before <= _MAX_ENVOY_BEFORE_NS:

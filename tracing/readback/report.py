@@ -11,6 +11,7 @@ from typing import Any
 from tracing import attributes
 from tracing.readback.breakdown import UNEXPLAINED, Breakdown, breakdown
 from tracing.readback.spans import Span
+from tracing.timing.call_state import top_culprits
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -143,7 +144,7 @@ def _top_culprits(spans: Iterable[Span], key: str, top: int) -> tuple[tuple[str,
     for span in spans:
         for label, seconds in parse_culprits(span.attributes.get(key)):
             culprits[label] += seconds
-    return tuple(sorted(culprits.items(), key=lambda kv: -kv[1])[:top])
+    return tuple(top_culprits(culprits, top))
 
 
 def _number(value: Any) -> float | None:

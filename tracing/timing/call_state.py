@@ -47,6 +47,8 @@ class CpuWaitClock(Protocol):
 #: walking the switch log costs ~0.12 us per switch inside the piece, and nobody needs
 #: the culprits of a 200 us delay.
 CULPRIT_THRESHOLD_S: Final = 0.001
+#: How many culprits a span names (the largest; the rest are in the metrics).
+TOP_CULPRITS: Final = 5
 
 NS_PER_S: Final = 1_000_000_000
 
@@ -126,9 +128,20 @@ class CallTiming:
         rest = self.duration_s - self.network_s - self.scheduling_delay_s - self.blocked_s
         return max(rest, 0.0)
 
-    def top_culprits(self, limit: int = 5) -> list[tuple[str, float]]:
-        """Return the *limit* largest culprits, largest first."""
-        return sorted(self.culprits.items(), key=lambda item: item[1], reverse=True)[:limit]
+    def top_culprits(self, limit: int = TOP_CULPRITS) -> list[tuple[str, float]]:
+        """Return the *limit* largest culprits, largest first (:func:`top_culprits`)."""
+        return top_culprits(self.culprits, limit)
+
+
+def top_culprits(
+    culprits: Mapping[str, float], limit: int = TOP_CULPRITS
+) -> list[tuple[str, float]]:
+    """The *limit* culprits with the most seconds, largest first (the first seen, on a tie).
+
+    The one definition: a call's culprits (``CallTiming.top_culprits``, on the client
+    span), a request's inbound culprits (on the server span) and `pricingctl traces`'
+    culprits of a group of spans (``tracing.readback.report``) all call this."""
+    return sorted(culprits.items(), key=lambda item: item[1], reverse=True)[:limit]
 
 
 _Call = TypeVar("_Call")

@@ -221,3 +221,46 @@ def test_the_critical_call_is_the_last_to_end_the_first_of_a_tie() -> None:
 
     for module in (tracing.timing.server_timing, tracing.readback.usage, bench.spans):
         assert module.critical_call is call_state.critical_call, module.__name__
+
+
+def test_the_top_culprits_are_the_largest_the_first_of_a_tie() -> None:
+    culprits = {"<hub>": 0.001, "POST /q": 0.004, "GET /a": 0.004, "GET /b": 0.002}
+    top = [("POST /q", 0.004), ("GET /a", 0.004)]
+    assert call_state.top_culprits(culprits, 2) == top
+    assert len(call_state.top_culprits({str(i): i for i in range(9)})) == 5
+    # One definition: a call's (client span), a request's inbound ones (server span) and
+    # `pricingctl traces`' per group all call it, and both spans write them alike.
+    from types import MappingProxyType
+
+    import tracing.client
+    import tracing.readback.report
+    import tracing.server
+    from tracing import attributes
+    from tracing.timing.server_timing import RequestTiming
+
+    for module in (tracing.client, tracing.server, tracing.readback.report):
+        assert module.top_culprits is call_state.top_culprits, module.__name__
+    call = call_state.CallTiming(
+        duration_s=0.02,
+        network_s=0.005,
+        scheduling_delay_s=0.011,
+        blocked_s=0.0,
+        culprits=MappingProxyType(culprits),
+    )
+    assert call.top_culprits(2) == top
+    request = RequestTiming(
+        arrival_unix_ns=1,
+        start_unix_ns=2,
+        end_unix_ns=3,
+        inbound_delay_s=0.011,
+        inbound_cpu_wait_s=0.0,
+        inbound_culprits=MappingProxyType(culprits),
+        duration_s=0.02,
+        running_s=0.02,
+        waiting_s=0.0,
+    )
+    client_span = tracing.client.timing_attributes(call)
+    server_span = tracing.server.request_attributes("GET /r", request, None)
+    written = client_span[attributes.SCHEDULING_CULPRITS]
+    assert written == server_span[attributes.INBOUND_CULPRITS]
+    assert tracing.readback.report.parse_culprits(written) == call_state.top_culprits(culprits)
