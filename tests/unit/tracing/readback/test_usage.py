@@ -193,3 +193,35 @@ def test_requests_of_a_route_past_the_timing_cap_come_from_the_red_family() -> N
     assert bike.route == BIKE and bike.requests == 100
     assert abs(bike.cpu_s / bike.requests - 0.002) < 1e-9
     assert abs(bike.wall_s - 100 * 0.1) < 1e-9  # the RED time, not 40 handlers' worth
+
+
+def test_the_spans_hub_wait_is_the_timing_cores() -> None:
+    """`routes suggest`'s hub wait from spans adds up what the server span carries: the
+    same number as ``RequestTiming.hub_wait_s``, which ``pricing.delayed`` and the
+    metrics' hub wait use (one definition; not the calls' delays summed)."""
+    from types import MappingProxyType
+
+    from tracing.server import request_attributes
+    from tracing.timing.call_state import CallTiming
+    from tracing.timing.server_timing import RequestTiming
+
+    call = CallTiming(duration_s=0.1, network_s=0.06, scheduling_delay_s=0.03, blocked_s=0.0)
+    timing = RequestTiming(
+        arrival_unix_ns=1,
+        start_unix_ns=2,
+        end_unix_ns=3,
+        inbound_delay_s=0.011,
+        inbound_cpu_wait_s=0.0,
+        inbound_culprits=MappingProxyType({}),
+        duration_s=0.12,
+        running_s=0.01,
+        waiting_s=0.11,
+        critical=call,
+        critical_upstream="vehicles",
+        presend_delay_s=0.003,
+        wake_delay_s=0.002,
+    )
+    span = server("h1", BIKE, 0, **request_attributes(BIKE, timing, None))
+    (usage,) = usage_from_spans([span])
+    assert abs(usage.hub_wait_s - timing.hub_wait_s) < 1e-12
+    assert abs(timing.hub_wait_s - 0.046) < 1e-12
