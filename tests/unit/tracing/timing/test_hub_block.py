@@ -144,3 +144,29 @@ def test_the_watcher_restarts_in_a_forked_child() -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], timeout=10, capture_output=True)
     assert result.returncode == 0, result.stderr.decode()
+
+
+def test_a_beating_hub_is_looked_at_once_per_threshold_and_a_block_every_interval() -> None:
+    beats = Beats()
+    detector, events = detector_on(beats)
+    interval = detector.check_interval_s
+    # Just beaten: the earliest the beat can be stale is one threshold away.
+    assert detector.next_check_s() == pytest.approx(0.1 + interval)
+    # Beaten 70 ms ago: 30 ms left, then one interval.
+    beats.now_ns += 70 * MS
+    assert detector.next_check_s() == pytest.approx(0.030 + interval)
+    # Sleeping that long lands past the threshold: the block is seen on that check,
+    # at most one interval after it could first be called one.
+    beats.now_ns += int((0.030 + interval) * 1e9)
+    seen = detector.check()
+    assert seen is not None and seen.ongoing
+    assert seen.blocked_s == pytest.approx(0.1 + interval)
+    # While it lasts, every interval: its end is seen within one.
+    assert detector.next_check_s() == pytest.approx(interval)
+    beats.beat_ns = beats.now_ns + 10 * MS
+    beats.now_ns += 20 * MS
+    assert detector.check() is not None
+    assert [event.ongoing for event in events] == [True, False]
+    # A beat "from the future" (a bad heartbeat) never makes it sleep past a threshold.
+    beats.beat_ns = beats.now_ns + 10_000 * MS
+    assert detector.next_check_s() == pytest.approx(0.1 + interval)
