@@ -43,13 +43,16 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
     *s_switch, *s_throw, *s_in_ns, *s_running_ns, *s_waits, *s_reply_pending, *s_sent_ns,
     *s_read_event, *s_sock, *s_reply_arrived_unix_ns, *s_realtime_offset_ns,
     *s_socket_waits, *s_awaiting_first_read, *s_network_ns, *s_delay_ns, *s_cpu_wait_ns,
-    *s_culprits_ns, *s_add_network, *s_add_delay, *s_explain_delay,
+    *s_culprits_ns, *s_add_network, *s_add_delay,
     *s_culprit_threshold_ns, *s_unknown, *s_unrecorded, *s_since_send, *s_inbound, *s_armed, *s_fd,
-    *s_watched_sock;
+    *s_watched_sock, *s_switch_log_attr, *s_cpu_wait_attr, *s_samples, *s_due_ns,
+    *s_sample_interval_ns, *s_attribute, *s_wait_between;
 
 /* Set by configure(): what the C code needs from the Python side, passed down (the
  * timing core's modules, never imported from here). */
 static PyObject *g_getcurrent, *g_measuring, *g_tag_of, *g_call_state, *g_request_type;
+/* runqueue.RunQueueClock: its reads and samples are done here for that exact class. */
+static PyObject *g_runqueue_type;
 static Py_ssize_t g_max_waits = 64;
 /* A replacement for CLOCK_MONOTONIC (tests replay recorded sequences); NULL: the clock. */
 static PyObject *g_clock;
@@ -727,34 +730,160 @@ fail_origin:
     return -1;
 }
 
-/* runqueue.RunQueueClock.sample, for that class: 1 done, 0 not possible here (the Python
- * method runs instead), -1 error. */
-static int sample_runqueue(TracerObject *self, int64_t now) {
-    int64_t fd_value;
-    if (get_i64(self->sampler, s_fd, &fd_value) < 0) return -1;
+/* runqueue.RunQueueClock.read_ns: the second field of /proc/thread-self/schedstat.
+ * 1 read, 0 not readable (a closed descriptor, an odd file). */
+static int read_schedstat(int64_t fd_value, int64_t *wait) {
     if (fd_value < 0 || fd_value > INT32_MAX) return 0;
     char buf[97];
     ssize_t n = pread((int)fd_value, buf, 96, 0);
     if (n <= 0) return 0;
     buf[n] = 0;
-    /* the second whitespace-separated field */
     char *p = buf;
     while (*p == ' ' || *p == '\t' || *p == '\n') p++;
     while (*p && *p != ' ' && *p != '\t' && *p != '\n') p++;
     while (*p == ' ' || *p == '\t' || *p == '\n') p++;
     if (*p < '0' || *p > '9') return 0;
-    int64_t wait = 0;
-    while (*p >= '0' && *p <= '9') wait = wait * 10 + (*p++ - '0');
+    int64_t value = 0;
+    while (*p >= '0' && *p <= '9') value = value * 10 + (*p++ - '0');
+    *wait = value;
+    return 1;
+}
+
+/* What RunQueueClock.sample does once the read is taken: remember (now, wait) through
+ * *append*, and move the next periodic sample to now + interval in *due*. */
+static int remember_sample(PyObject *append, PyObject *due, int64_t now, int64_t wait,
+                           int64_t interval) {
     PyObject *entry = Py_BuildValue("(LL)", (long long)now, (long long)wait);
     if (entry == NULL) return -1;
-    PyObject *r = PyObject_CallOneArg(self->samples_append, entry);
+    PyObject *r = PyObject_CallOneArg(append, entry);
     Py_DECREF(entry);
     if (r == NULL) return -1;
     Py_DECREF(r);
-    PyObject *next = PyLong_FromLongLong(now + self->sample_interval_ns);
+    PyObject *next = PyLong_FromLongLong(now + interval);
     if (next == NULL) return -1;
-    PyList_SetItem(self->due, 0, next); /* steals */
-    return 1;
+    PyList_SetItem(due, 0, next); /* steals */
+    return 0;
+}
+
+/* runqueue.RunQueueClock.sample, for that class: 1 done, 0 not possible here (the Python
+ * method runs instead), -1 error. */
+static int sample_runqueue(TracerObject *self, int64_t now) {
+    int64_t fd_value, wait;
+    if (get_i64(self->sampler, s_fd, &fd_value) < 0) return -1;
+    if (!read_schedstat(fd_value, &wait)) return 0;
+    return remember_sample(self->samples_append, self->due, now, wait, self->sample_interval_ns)
+               < 0
+               ? -1
+               : 1;
+}
+
+/* RunQueueClock.wait_between(start, end) for that exact class: the newest sample at or
+ * before *start* (a binary search over its deque), and a fresh sample at *end*. */
+static int runqueue_wait_between(PyObject *clock, int64_t start, int64_t end, int64_t *wait) {
+    *wait = 0;
+    if (end <= start) return 0;
+    PyObject *samples = PyObject_GetAttr(clock, s_samples);
+    if (samples == NULL) return -1;
+    int rc = -1;
+    PyObject *append = NULL, *due = NULL;
+    Py_ssize_t n = PySequence_Size(samples);
+    if (n < 0) goto done;
+    if (n == 0) {
+        rc = 0;
+        goto done;
+    }
+    /* bisect_right(samples, (start, _LATEST)) - 1: the last sample taken at or before */
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        PyObject *entry = PySequence_GetItem(samples, mid);
+        if (entry == NULL) goto done;
+        int64_t t = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2
+                        ? PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0))
+                        : -1;
+        Py_DECREF(entry);
+        if (t == -1 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "bad sample");
+        if (PyErr_Occurred()) goto done;
+        if (start < t)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    PyObject *entry = PySequence_GetItem(samples, lo > 0 ? lo - 1 : 0);
+    if (entry == NULL) goto done;
+    int64_t before = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2
+                         ? PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1))
+                         : -1;
+    Py_DECREF(entry);
+    if (PyErr_Occurred()) goto done;
+    int64_t fd_value, interval, after;
+    if (get_i64(clock, s_fd, &fd_value) < 0 || get_i64(clock, s_sample_interval_ns, &interval) < 0)
+        goto done;
+    if (!read_schedstat(fd_value, &after)) {
+        PyErr_SetString(PyExc_OSError, "run-queue wait not readable");
+        goto done;
+    }
+    append = PyObject_GetAttrString(samples, "append");
+    due = PyObject_GetAttr(clock, s_due_ns);
+    if (append == NULL || due == NULL) goto done;
+    if (!PyList_Check(due) || PyList_GET_SIZE(due) < 1) {
+        PyErr_SetString(PyExc_TypeError, "due_ns must be a one-element list");
+        goto done;
+    }
+    if (remember_sample(append, due, end, after, interval) < 0) goto done;
+    int64_t got = after - before;
+    if (got < 0) got = 0;
+    if (got > end - start) got = end - start;
+    *wait = got;
+    rc = 0;
+done:
+    Py_XDECREF(append);
+    Py_XDECREF(due);
+    Py_DECREF(samples);
+    return rc;
+}
+
+/* call_state.explain_delay(start, end, into): culprits into *into*, CPU wait in *wait.
+ * The switch log and the run-queue clock are the ones call_state.configure() was given;
+ * each is read here when it is the compiled log or a RunQueueClock, else its Python
+ * method runs. */
+static int explain_into(int64_t start, int64_t end, PyObject *into, int64_t *wait) {
+    *wait = 0;
+    int64_t threshold;
+    if (get_i64(g_call_state, s_culprit_threshold_ns, &threshold) < 0) return -1;
+    if (end - start < threshold) return 0;
+    PyObject *log = PyObject_GetAttr(g_call_state, s_switch_log_attr);
+    if (log == NULL) return -1;
+    int rc = 0;
+    if (Py_TYPE(log) == &SwitchLogType) {
+        rc = log_attribute((SwitchLogObject *)log, start, end, into);
+    } else if (log != Py_None) {
+        PyObject *r = PyObject_CallMethod(log, "attribute", "LLO", (long long)start,
+                                          (long long)end, into);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(log);
+    if (rc < 0) return -1;
+    PyObject *clock = PyObject_GetAttr(g_call_state, s_cpu_wait_attr);
+    if (clock == NULL) return -1;
+    if (clock == Py_None) {
+        rc = 0;
+    } else if (g_runqueue_type != NULL && Py_TYPE(clock) == (PyTypeObject *)g_runqueue_type) {
+        rc = runqueue_wait_between(clock, start, end, wait);
+    } else {
+        PyObject *r = PyObject_CallMethod(clock, "wait_between", "LL", (long long)start,
+                                          (long long)end);
+        if (r == NULL) {
+            rc = -1;
+        } else {
+            *wait = PyLong_AsLongLong(r);
+            rc = (*wait == -1 && PyErr_Occurred()) ? -1 : 0;
+            Py_DECREF(r);
+        }
+    }
+    Py_DECREF(clock);
+    return rc;
 }
 
 static int trace_switch(TracerObject *self, PyObject *pair) {
@@ -974,21 +1103,25 @@ static int add_network(PyObject *call, int64_t start, int64_t end, int awaiting)
     return 0;
 }
 
-/* call_state.explain_delay through the module (its switch log, clock and threshold). */
+/* CallState: culprits and CPU wait of a delay piece (call_state.explain_delay). */
 static int explain_delay(PyObject *call, int64_t start, int64_t end) {
     PyObject *culprits = PyObject_GetAttr(call, s_culprits_ns);
     if (culprits == NULL) return -1;
-    PyObject *fn = PyObject_GetAttr(g_call_state, s_explain_delay);
-    PyObject *r = fn == NULL ? NULL
-                             : PyObject_CallFunction(fn, "LLO", (long long)start,
-                                                     (long long)end, culprits);
-    Py_XDECREF(fn);
+    int64_t cpu_wait = 0;
+    int rc = PyDict_Check(culprits) ? explain_into(start, end, culprits, &cpu_wait) : -1;
+    if (rc < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "culprits_ns: not a dict");
     Py_DECREF(culprits);
-    if (r == NULL) return -1;
-    int64_t cpu_wait = PyLong_AsLongLong(r);
-    Py_DECREF(r);
-    if (cpu_wait == -1 && PyErr_Occurred()) return -1;
+    if (rc < 0) return -1;
     return cpu_wait ? add_i64(call, s_cpu_wait_ns, cpu_wait) : 0;
+}
+
+static PyObject *py_explain_delay(PyObject *mod, PyObject *args) {
+    long long start, end;
+    PyObject *into;
+    if (!PyArg_ParseTuple(args, "LLO!", &start, &end, &PyDict_Type, &into)) return NULL;
+    int64_t wait;
+    if (explain_into(start, end, into, &wait) < 0) return NULL;
+    return PyLong_FromLongLong(wait);
 }
 
 /* CallState.on_socket_wait */
@@ -1328,13 +1461,16 @@ static PyTypeObject WaitHookType = {
 
 static PyObject *py_configure(PyObject *mod, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"getcurrent", "measuring", "tag_of", "call_state",
-                             "request_type", "max_waits", NULL};
-    PyObject *getcurrent, *measuring, *tag_of, *call_state, *request_type;
+                             "request_type", "max_waits", "runqueue_type", NULL};
+    PyObject *getcurrent, *measuring, *tag_of, *call_state, *request_type,
+        *runqueue_type = NULL;
     Py_ssize_t max_waits;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOO!n", kwlist, &getcurrent,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOO!n|O!", kwlist, &getcurrent,
                                      &PyList_Type, &measuring, &tag_of, &call_state,
-                                     &PyType_Type, &request_type, &max_waits))
+                                     &PyType_Type, &request_type, &max_waits, &PyType_Type,
+                                     &runqueue_type))
         return NULL;
+    Py_XSETREF(g_runqueue_type, runqueue_type == NULL ? NULL : Py_NewRef(runqueue_type));
     Py_XSETREF(g_getcurrent, Py_NewRef(getcurrent));
     Py_XSETREF(g_measuring, Py_NewRef(measuring));
     Py_XSETREF(g_tag_of, Py_NewRef(tag_of));
@@ -1369,6 +1505,9 @@ static PyMethodDef module_methods[] = {
      "removes it."},
     {"bad_states", (PyCFunction)py_bad_states, METH_NOARGS,
      "How many hook calls found a bad state, and were dropped."},
+    {"explain_delay", (PyCFunction)py_explain_delay, METH_VARARGS,
+     "call_state.explain_delay(start_ns, end_ns, into): culprits into the dict, returns "
+     "the CPU wait (ns); with the switch log and run-queue clock configured there."},
     {"peek_arrival_ns", (PyCFunction)py_peek_arrival_ns, METH_O,
      "kernel_rx.peek_arrival_ns on a socket (or descriptor)."},
     {NULL, NULL, 0, NULL},
@@ -1416,7 +1555,6 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_culprits_ns, "culprits_ns");
     INTERN(s_add_network, "add_network");
     INTERN(s_add_delay, "add_delay");
-    INTERN(s_explain_delay, "explain_delay");
     INTERN(s_culprit_threshold_ns, "_culprit_threshold_ns");
     INTERN(s_unknown, "<unknown>");
     INTERN(s_unrecorded, "<unrecorded>");
@@ -1425,6 +1563,13 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_armed, "armed");
     INTERN(s_fd, "_fd");
     INTERN(s_watched_sock, "sock");
+    INTERN(s_switch_log_attr, "_switch_log");
+    INTERN(s_cpu_wait_attr, "_cpu_wait");
+    INTERN(s_samples, "_samples");
+    INTERN(s_due_ns, "due_ns");
+    INTERN(s_sample_interval_ns, "sample_interval_ns");
+    INTERN(s_attribute, "attribute");
+    INTERN(s_wait_between, "wait_between");
     if (PyType_Ready(&SwitchLogType) < 0 || PyType_Ready(&TracerType) < 0 ||
         PyType_Ready(&WaitHookType) < 0)
         return NULL;

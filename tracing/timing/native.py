@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from greenlet import getcurrent
 
-from tracing.timing import call_state, kernel_rx, labels, request_state
+from tracing.timing import call_state, kernel_rx, labels, request_state, runqueue
 
 #: Set to 0 (or off/false/no) to run the Python reference even where the C path was built.
 ENV: Final = "PRICING_TIMING_NATIVE"
@@ -43,6 +43,7 @@ else:
         call_state=call_state,
         request_type=request_state.RequestState,
         max_waits=request_state.MAX_WAITS,
+        runqueue_type=runqueue.RunQueueClock,
     )
     module = _native
     if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
