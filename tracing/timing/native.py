@@ -72,6 +72,14 @@ def peek_arrival_ns(raw_sock: Any) -> int | None:
     return kernel_rx.peek_arrival_ns(raw_sock)
 
 
+def explain_delay(start_ns: int, end_ns: int, culprits_ns: dict[str, int]) -> int:
+    """``call_state.explain_delay``, compiled where the compiled path runs (the switch log
+    walked and the run-queue clock read without a Python call)."""
+    if reason is None:
+        return int(module.explain_delay(start_ns, end_ns, culprits_ns))
+    return call_state.explain_delay(start_ns, end_ns, culprits_ns)
+
+
 def bad_states() -> int:
     """Hook calls in the compiled path that met a state they could not handle, and were
     dropped (the reference logs those through ``hook_errors``)."""

@@ -37,7 +37,6 @@ from tracing.timing.call_state import (
     NS_PER_S,
     CallTiming,
     critical_call,
-    explain_delay,
     realtime_offset_ns,
 )
 from tracing.timing.hook_errors import swallow
@@ -286,7 +285,7 @@ def begin_request() -> RequestMeasurement:
             watch.arrival_unix_ns = None
             if arrival <= measurement.start_unix_ns:
                 measurement.arrival_unix_ns = arrival
-                measurement.inbound_cpu_wait_ns = explain_delay(
+                measurement.inbound_cpu_wait_ns = native.explain_delay(
                     arrival - offset, now, measurement.inbound_culprits_ns
                 )
         if tag.request is None:
