@@ -18,7 +18,7 @@ from routing.env import ROUTES_ENV
 from routing.model import RouteConfig
 from routing.write import write_routes
 
-HOOKS = ("child_exit", "on_starting", "post_fork", "worker_exit")
+HOOKS = ("child_exit", "on_starting", "post_fork", "post_worker_init", "worker_exit")
 
 COMMON = {
     "worker_class": "gunicorn_conf.worker.PoolWorker",
@@ -166,3 +166,14 @@ def test_worker_exit_flushes_the_metrics_the_request_path_kept_in_process() -> N
     assert exported() == before  # kept in process until a flush
     common.worker_exit(server=None, worker=SimpleNamespace(pid=123))
     assert exported() == before + 1
+
+
+def test_post_worker_init_freezes_the_start_up_heap(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from gunicorn_conf import common
+
+    frozen: list[bool] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    common.post_worker_init(SimpleNamespace(log=logging.getLogger("test")))
+    assert frozen == [True]
