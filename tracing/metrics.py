@@ -162,12 +162,12 @@ CULPRIT_OTHER: Final = "<other>"
 ROUTE_TIMING_TOP_K: Final = 16
 #: The RED histogram (HTTP_SERVER_DURATION, 15 buckets a series) keeps its own series
 #: for at most this many (method, route) per worker, chosen like the timing histograms'
-#: (the busiest when it first had room, named for good, every status of a named route
-#: included); every other route's observations go to http_route=CULPRIT_OTHER, with
-#: their method, status and pool. So the histogram's series stay at most
-#: (RED_TOP_K + methods) x statuses in use per worker, and the pool's latency
-#: distribution summed over routes stays whole.
-RED_TOP_K: Final = 24
+#: and as many (the busiest when it first had room, named for good, every status of a
+#: named route included); every other route's observations go to
+#: http_route=CULPRIT_OTHER, with their method, status and pool. So the histogram's
+#: series stay at most (RED_TOP_K + methods) x statuses in use per worker, and the
+#: pool's latency distribution summed over routes stays whole.
+RED_TOP_K: Final = ROUTE_TIMING_TOP_K
 #: What stays exact per (method, route, status, pool) past RED_TOP_K: a summary (count
 #: and sum, no quantiles, two lines a series) fed at flush from the RED histogram's own
 #: in-process children, so the request path pays nothing for it. Requests per route
@@ -256,9 +256,7 @@ class _Family:
     def _add(self, values: tuple[str, ...], gained: Sequence[int], sum_delta: float) -> None:
         """Fold a histogram child's gains (per bucket, and their sum) into the exposed
         series."""
-        prometheus_adapter.add_to_histogram(
-            self._target(self._exposed(values)), gained, sum_delta
-        )
+        prometheus_adapter.add_to_histogram(self._target(self._exposed(values)), gained, sum_delta)
 
     def _exposed(self, values: tuple[str, ...]) -> tuple[str, ...]:
         """The label values *values*' gains are exposed under (their own here)."""

@@ -6,7 +6,8 @@ histogram's or a summary's ``observe`` takes one value. ``tracing.metrics`` coun
 observations in plain in-process histograms on the request path and folds their deltas
 into the prometheus_client values once a second; folding bucket counts needs a
 histogram child's ``_buckets`` (one value per bucket, ``+Inf`` last, not cumulative)
-and ``_sum``, folding a count a summary child's ``_count`` and ``_sum``. prometheus-client is pinned in pyproject.toml for this reason, and
+and ``_sum``, folding a count a summary child's ``_count`` and ``_sum``.
+prometheus-client is pinned in pyproject.toml for this reason, and
 tests/unit/tracing/test_prometheus_adapter.py fails if those internals change.
 """
 

@@ -377,7 +377,8 @@ def test_the_red_histogram_names_the_busiest_routes_and_the_summary_keeps_every_
         ("<other>", "200"): 6,
         ("<other>", "503"): 1,
     }
-    assert value(seen, DURATION + "_bucket", **{**BIKE_503, "http_route": "<other>"}, le="0.005") == 1
+    other_503 = {**BIKE_503, "http_route": "<other>"}
+    assert value(seen, DURATION + "_bucket", **other_503, le="0.005") == 1
     assert value(seen, FOLDED, family=DURATION) == 3
     # The summary: every route and status, exact, with its time.
     assert red_series(seen, REQUESTS + "_count") == {
@@ -385,7 +386,8 @@ def test_the_red_histogram_names_the_busiest_routes_and_the_summary_keeps_every_
         ("/r0", "503"): 1,
         ("/r4", "503"): 1,
     }
-    assert value(seen, REQUESTS + "_sum", **{**BIKE_200, "http_route": "/r2"}) == pytest.approx(0.45)
+    r2 = {**BIKE_200, "http_route": "/r2"}
+    assert value(seen, REQUESTS + "_sum", **r2) == pytest.approx(0.45)
 
     # A named route keeps its series; a newcomer, however busy, is folded, counted once;
     # the summary counts it all the same.
@@ -395,7 +397,13 @@ def test_the_red_histogram_names_the_busiest_routes_and_the_summary_keeps_every_
     metrics.flush()
     seen = scraped(registry)
     counts = red_series(seen, DURATION + "_count")
-    assert set(counts) == {("/r4", "200"), ("/r4", "503"), ("/r3", "200"), ("<other>", "200"), ("<other>", "503")}
+    assert set(counts) == {
+        ("/r4", "200"),
+        ("/r4", "503"),
+        ("/r3", "200"),
+        ("<other>", "200"),
+        ("<other>", "503"),
+    }
     assert counts[("<other>", "200")] == 6 + 20 + 1
     assert value(seen, FOLDED, family=DURATION) == 4
     summary = red_series(seen, REQUESTS + "_count")
