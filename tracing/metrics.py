@@ -36,7 +36,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
-from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    ProcessCollector,
+    Summary,
+    generate_latest,
+)
 from prometheus_client import Histogram as PromHistogram
 
 from routing.env import POOL_ENV
@@ -150,11 +157,25 @@ CULPRIT_OTHER: Final = "<other>"
 #: The per-route timing histograms (ROUTE_TIMING_BUCKETS_S) keep their own series for
 #: at most this many routes per worker: the ones with the most requests when it first
 #: had room; every other route's observations go to route=CULPRIT_OTHER. The RED
-#: family and the route CPU, network and culprit counters stay per route (what
-#: `routes suggest` counts requests and CPU by).
+#: summary (ROUTE_REQUESTS) and the route CPU, network and culprit counters stay per
+#: route (what `routes suggest` counts requests and CPU by).
 ROUTE_TIMING_TOP_K: Final = 16
+#: The RED histogram (HTTP_SERVER_DURATION, 15 buckets a series) keeps its own series
+#: for at most this many (method, route) per worker, chosen like the timing histograms'
+#: and as many (the busiest when it first had room, named for good, every status of a
+#: named route included); every other route's observations go to
+#: http_route=CULPRIT_OTHER, with their method, status and pool. So the histogram's
+#: series stay at most (RED_TOP_K + methods) x statuses in use per worker, and the
+#: pool's latency distribution summed over routes stays whole.
+RED_TOP_K: Final = ROUTE_TIMING_TOP_K
+#: What stays exact per (method, route, status, pool) past RED_TOP_K: a summary (count
+#: and sum, no quantiles, two lines a series) fed at flush from the RED histogram's own
+#: in-process children, so the request path pays nothing for it. Requests per route
+#: (`routes suggest`), error rates per route and mean latency per route come from here.
+ROUTE_REQUESTS: Final = "pricing_route_request_duration_seconds"
 #: Counts the label sets a worker folded into CULPRIT_OTHER, per family: (culprit,
-#: victim) pairs of the culprit family, routes of the timing histograms.
+#: victim) pairs of the culprit family, routes of the timing histograms, (method,
+#: route) of the RED histogram.
 SERIES_FOLDED: Final = "pricing_metric_series_folded_total"
 
 __all__ = ["CONTENT_TYPE", "ENDPOINT", "PoolMetrics", "flush", "pool_metrics", "render"]
@@ -223,9 +244,7 @@ class _Family:
                 if not any(gained):
                     continue
                 self._flushed[values] = (counts, total)
-                prometheus_adapter.add_to_histogram(
-                    self._target(self._exposed(values)), gained, total - before[1]
-                )
+                self._add(values, gained, total - before[1])
             else:
                 now = child.value
                 gained = now - self._flushed.get(values, 0.0)
@@ -234,49 +253,95 @@ class _Family:
                 self._flushed[values] = now
                 self._target(self._exposed(values)).inc(gained)
 
+    def _add(self, values: tuple[str, ...], gained: Sequence[int], sum_delta: float) -> None:
+        """Fold a histogram child's gains (per bucket, and their sum) into the exposed
+        series."""
+        prometheus_adapter.add_to_histogram(self._target(self._exposed(values)), gained, sum_delta)
+
     def _exposed(self, values: tuple[str, ...]) -> tuple[str, ...]:
         """The label values *values*' gains are exposed under (their own here)."""
         return values
 
 
 class _TopRoutesFamily(_Family):
-    """A per-route histogram (one label: the route) that exposes at most *top_k* routes
-    per worker by name. The request path is the plain family's. At each flush, while
-    there is room, the unnamed routes with the most observations so far are named, for
-    good (a series never moves); every other route's gains go to ``(CULPRIT_OTHER,)``,
-    so the family's count and sum stay the worker's whole, and each route folded for
-    the first time counts once in *folded*."""
+    """A per-route histogram that exposes at most *top_k* routes per worker by name.
 
-    __slots__ = ("_folded", "_folded_routes", "_named", "_top_k")
+    The route is the label values up to *route_at* included (``("GET /x",)`` for the
+    timing histograms; ``(method, http_route)`` for the RED one, whose status and pool
+    follow). The request path is the plain family's. At each flush, while there is
+    room, the unnamed routes with the most observations so far are named, for good (a
+    series never moves), every series of a named route with it; every other route's
+    gains go to its label values with the route label (*route_at*) set to
+    CULPRIT_OTHER, so the family's count and sum stay the worker's whole, and each
+    route folded for the first time counts once in *folded*."""
+
+    __slots__ = ("_folded", "_folded_routes", "_named", "_route_at", "_top_k")
 
     def __init__(
-        self, metric: Any, bounds: Sequence[float], top_k: int, folded: LocalCounter
+        self,
+        metric: Any,
+        bounds: Sequence[float],
+        top_k: int,
+        folded: LocalCounter,
+        *,
+        route_at: int = 0,
     ) -> None:
         super().__init__(metric, bounds)
         self._top_k = top_k
+        self._route_at = route_at
         self._named: set[tuple[str, ...]] = set()
         self._folded = folded
         self._folded_routes: set[tuple[str, ...]] = set()
 
     def flush(self) -> None:
         if len(self._named) < self._top_k:
-            unnamed = [
-                (sum(child.counts), values)
-                for values, child in list(self._by.items())
-                if values not in self._named
-            ]
-            unnamed.sort(key=lambda pair: (-pair[0], pair[1]))
-            for _, values in unnamed[: self._top_k - len(self._named)]:
-                self._named.add(values)
+            unnamed: dict[tuple[str, ...], int] = {}
+            for values, child in list(self._by.items()):
+                route = values[: self._route_at + 1]
+                if route not in self._named:
+                    unnamed[route] = unnamed.get(route, 0) + sum(child.counts)
+            ranked = sorted(unnamed.items(), key=lambda pair: (-pair[1], pair[0]))
+            for route, _ in ranked[: self._top_k - len(self._named)]:
+                self._named.add(route)
         super().flush()
 
     def _exposed(self, values: tuple[str, ...]) -> tuple[str, ...]:
-        if values in self._named:
+        at = self._route_at
+        route = values[: at + 1]
+        if route in self._named:
             return values
-        if values not in self._folded_routes:
-            self._folded_routes.add(values)
+        if route not in self._folded_routes:
+            self._folded_routes.add(route)
             self._folded.inc()
-        return (CULPRIT_OTHER,)
+        return (*values[:at], CULPRIT_OTHER, *values[at + 1 :])
+
+
+class _RedFamily(_TopRoutesFamily):
+    """The RED histogram (``HTTP_SERVER_DURATION``: method, route, status, pool), named
+    for the top *top_k* (method, route) only, whose every label set's count and sum
+    also go, unfolded, to the summary *totals* (``ROUTE_REQUESTS``): one observation on
+    the request path, exact requests per route in the scrape."""
+
+    __slots__ = ("_totals", "_totals_targets")
+
+    def __init__(
+        self,
+        metric: Any,
+        bounds: Sequence[float],
+        top_k: int,
+        folded: LocalCounter,
+        totals: Any,
+    ) -> None:
+        super().__init__(metric, bounds, top_k, folded, route_at=1)
+        self._totals = totals
+        self._totals_targets: dict[tuple[str, ...], Any] = {}
+
+    def _add(self, values: tuple[str, ...], gained: Sequence[int], sum_delta: float) -> None:
+        super()._add(values, gained, sum_delta)
+        target = self._totals_targets.get(values)
+        if target is None:
+            target = self._totals_targets[values] = self._totals.labels(*values)
+        prometheus_adapter.add_to_summary(target, sum(gained), sum_delta)
 
 
 class _TopKFamily(_Family):
@@ -334,6 +399,7 @@ class PoolMetrics:
         *,
         culprit_top_k: int = CULPRIT_TOP_K,
         route_timing_top_k: int = ROUTE_TIMING_TOP_K,
+        red_top_k: int = RED_TOP_K,
     ) -> None:
         self.families: list[_Family] = []
         #: Called on the hub before every flush: bring in counts kept elsewhere
@@ -378,13 +444,32 @@ class PoolMetrics:
         self.pool = pool if pool is not None else (os.environ.get(POOL_ENV) or "")
         # RED per route, as OpenTelemetry's http.server.request.duration: the route is
         # the template ("/v1/offers/bike", "" when no rule matched), never a raw URL.
-        self.request_duration = histogram(
+        # The histogram names the busiest (method, route) of each worker (RED_TOP_K),
+        # the summary keeps every one's count and sum (RED_TOP_K's comment says why).
+        red = PromHistogram(
             HTTP_SERVER_DURATION,
             "Duration of HTTP server requests: from the app receiving a request until "
-            "its response.",
+            f"its response; per worker, the {red_top_k} busiest routes by name, the rest "
+            f"as http_route={CULPRIT_OTHER!r} ({ROUTE_REQUESTS} has every route).",
             HTTP_SERVER_LABELS,
-            buckets,
+            registry=registry,
+            buckets=buckets,
         )
+        self.route_requests = Summary(
+            ROUTE_REQUESTS,
+            "Duration of HTTP server requests per route, every route: count and sum "
+            f"({HTTP_SERVER_DURATION} has the buckets of the busiest).",
+            HTTP_SERVER_LABELS,
+            registry=registry,
+        )
+        self.request_duration = _RedFamily(
+            red,
+            prometheus_adapter.histogram_bounds(red)[:-1],
+            red_top_k,
+            self.series_folded(HTTP_SERVER_DURATION),
+            self.route_requests,
+        )
+        self.families.append(self.request_duration)
         # Answered 503 without being worked on, by reason (SHED_REASONS).
         self.shed = counter(
             "pricing_shed",

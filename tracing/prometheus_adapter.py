@@ -1,12 +1,13 @@
 """The one place that reaches into prometheus_client's internals: adding a batch of
-observations to a histogram at once.
+observations to a histogram or a summary at once.
 
 prometheus_client has no public call for "add these bucket counts and this sum": a
-histogram's ``observe`` takes one value. ``tracing.metrics`` counts observations in
-plain in-process histograms on the request path and folds their deltas into the
-prometheus_client values once a second; folding bucket counts needs a histogram
-child's ``_buckets`` (one value per bucket, ``+Inf`` last, not cumulative) and
-``_sum``. prometheus-client is pinned in pyproject.toml for this reason, and
+histogram's or a summary's ``observe`` takes one value. ``tracing.metrics`` counts
+observations in plain in-process histograms on the request path and folds their deltas
+into the prometheus_client values once a second; folding bucket counts needs a
+histogram child's ``_buckets`` (one value per bucket, ``+Inf`` last, not cumulative)
+and ``_sum``, folding a count a summary child's ``_count`` and ``_sum``.
+prometheus-client is pinned in pyproject.toml for this reason, and
 tests/unit/tracing/test_prometheus_adapter.py fails if those internals change.
 """
 
@@ -33,3 +34,11 @@ def add_to_histogram(child: Any, bucket_counts: Sequence[int], sum_delta: float)
     for bucket, count in zip(buckets, bucket_counts, strict=True):
         if count:
             bucket.inc(count)
+
+
+def add_to_summary(child: Any, count: int, sum_delta: float) -> None:
+    """Add *count* observations summing to *sum_delta* to a summary child (no quantiles:
+    prometheus_client's summaries have none): same result as ``observe`` called once
+    per observation."""
+    child._count.inc(count)
+    child._sum.inc(sum_delta)

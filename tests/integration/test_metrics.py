@@ -20,6 +20,8 @@ from tracing.metrics import FLUSH_INTERVAL_S
 
 pytestmark = pytest.mark.integration
 HTTP_COUNT = "http_server_request_duration_seconds_count"
+#: The RED summary: every route's requests, what `routes suggest` counts.
+ROUTE_REQUESTS_COUNT = "pricing_route_request_duration_seconds_count"
 BIKE_200 = {
     "http_request_method": "GET",
     "http_route": "/v1/offers/bike",
@@ -68,6 +70,7 @@ def test_every_scrape_gives_the_pool_totals_and_a_dead_worker_keeps_its_counts(
     def pool_totals(scraped: Samples) -> dict[str, float]:
         return {
             "requests": value(scraped, HTTP_COUNT, **BIKE_200),
+            "route requests": value(scraped, ROUTE_REQUESTS_COUNT, **BIKE_200),
             "vehicles": value(scraped, "pricing_upstream_calls_total", upstream="vehicles"),
             "promotions 5xx": value(
                 scraped, "pricing_upstream_failures_total", upstream="promotions", reason="5xx"
@@ -79,6 +82,7 @@ def test_every_scrape_gives_the_pool_totals_and_a_dead_worker_keeps_its_counts(
 
     expected = {
         "requests": offers,
+        "route requests": offers,
         "vehicles": offers,
         "promotions 5xx": FAILED,
         "failures": FAILED,

@@ -170,13 +170,14 @@ def usage_from_metrics(
     per: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     buckets: dict[str, list[tuple[float, float]]] = defaultdict(list)
     victims: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    # Requests and handler time per route from the RED family, which keeps every route
-    # (the timing histograms name the busiest routes only: ``metrics.ROUTE_TIMING_TOP_K``);
-    # from the handler histogram only for an exposition without it.
+    # Requests and handler time per route from the RED summary, which keeps every route
+    # (the timing histograms name the busiest routes only: ``metrics.ROUTE_TIMING_TOP_K``,
+    # the RED histogram too: ``metrics.RED_TOP_K``); from the handler histogram only for
+    # an exposition without it.
     red: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for (name, labels), value in counts.items():
         label = dict(labels)
-        if name in (f"{metrics.HTTP_SERVER_DURATION}_count", f"{metrics.HTTP_SERVER_DURATION}_sum"):
+        if name in (f"{metrics.ROUTE_REQUESTS}_count", f"{metrics.ROUTE_REQUESTS}_sum"):
             template = f"{label.get('http_request_method', '')} {label.get('http_route', '')}"
             red[template]["requests" if name.endswith("_count") else "wall_s"] += value
             continue

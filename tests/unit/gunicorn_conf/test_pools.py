@@ -153,7 +153,7 @@ def test_worker_exit_flushes_the_metrics_the_request_path_kept_in_process() -> N
     metrics = pool_metrics()
 
     def exported() -> float:
-        (family,) = metrics.request_duration.metric.collect()
+        (family,) = metrics.route_requests.collect()
         return sum(
             s.value
             for s in family.samples

@@ -26,6 +26,7 @@ def scraped(registry: CollectorRegistry) -> dict:
 
 
 DURATION = "http_server_request_duration_seconds"
+REQUESTS = "pricing_route_request_duration_seconds"
 BIKE_200 = {
     "http_request_method": "GET",
     "http_route": "/v1/offers/bike",
@@ -153,6 +154,8 @@ print(json.dumps(generate_latest(registry).decode()))
     assert done.returncode == 0, done.stderr
     totals = samples(json.loads(done.stdout))
     assert value(totals, DURATION + "_count", **BIKE_200) == 7
+    assert value(totals, REQUESTS + "_count", **BIKE_200) == 7
+    assert value(totals, REQUESTS + "_sum", **BIKE_200) == pytest.approx(0.7)
 
 
 # --- what routes suggest reads ---------------------------------------------------------
@@ -289,8 +292,9 @@ def test_timing_histograms_name_the_busiest_routes_and_fold_the_rest_into_other(
         "pricing_route_hub_wait_seconds",
     ):
         assert value(seen, FOLDED, family=family) == 3, family
-    # RED and the route's CPU and network counters stay per route: suggest counts by them.
-    assert value(seen, DURATION + "_count", **{**BIKE_200, "http_route": "/r0", "pool": ""}) == 1
+    # The RED summary and the route's CPU and network counters stay per route: suggest
+    # counts by them.
+    assert value(seen, REQUESTS + "_count", **{**BIKE_200, "http_route": "/r0", "pool": ""}) == 1
     network = {
         dict(labels)["route"] for (n, labels) in seen if n == "pricing_route_network_seconds_total"
     }
@@ -339,3 +343,134 @@ def test_at_300_routes_a_worker_exposes_each_timing_histogram_for_the_top_k_only
     buckets = [n for (n, _) in seen if n == "pricing_handler_duration_seconds_bucket"]
     assert len(buckets) == (ROUTE_TIMING_TOP_K + 1) * (len(ROUTE_TIMING_BUCKETS_S) + 1)
     assert sum(handler_counts(seen).values()) == 300  # nothing lost in the fold
+
+
+# --- the RED family at hundreds of routes ----------------------------------------------
+
+
+def red_series(seen: dict, name: str) -> dict[tuple[str, str], float]:
+    """(http_route, status) -> value of every series of *name*."""
+    out = {}
+    for (n, labels), v in seen.items():
+        if n == name:
+            label = dict(labels)
+            out[(label["http_route"], label["http_response_status_code"])] = v
+    return out
+
+
+def test_the_red_histogram_names_the_busiest_routes_and_the_summary_keeps_every_route() -> None:
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry, pool="io", red_top_k=2)
+    # Route i is asked i + 1 times, and /r0 and /r4 also fail once each.
+    for i in range(5):
+        for _ in range(i + 1):
+            metrics.observe_request("GET", f"/r{i}", 200, 0.15)
+    metrics.observe_request("GET", "/r0", 503, 0.001)
+    metrics.observe_request("GET", "/r4", 503, 0.001)
+    metrics.flush()
+    seen = scraped(registry)
+    # The histogram: r4 (every status of it) and r3 by name, the rest in <other> by status.
+    assert red_series(seen, DURATION + "_count") == {
+        ("/r4", "200"): 5,
+        ("/r4", "503"): 1,
+        ("/r3", "200"): 4,
+        ("<other>", "200"): 6,
+        ("<other>", "503"): 1,
+    }
+    other_503 = {**BIKE_503, "http_route": "<other>"}
+    assert value(seen, DURATION + "_bucket", **other_503, le="0.005") == 1
+    assert value(seen, FOLDED, family=DURATION) == 3
+    # The summary: every route and status, exact, with its time.
+    assert red_series(seen, REQUESTS + "_count") == {
+        **{(f"/r{i}", "200"): i + 1 for i in range(5)},
+        ("/r0", "503"): 1,
+        ("/r4", "503"): 1,
+    }
+    r2 = {**BIKE_200, "http_route": "/r2"}
+    assert value(seen, REQUESTS + "_sum", **r2) == pytest.approx(0.45)
+
+    # A named route keeps its series; a newcomer, however busy, is folded, counted once;
+    # the summary counts it all the same.
+    for _ in range(20):
+        metrics.observe_request("GET", "/new", 200, 0.01)
+    metrics.observe_request("GET", "/r1", 200, 0.01)
+    metrics.flush()
+    seen = scraped(registry)
+    counts = red_series(seen, DURATION + "_count")
+    assert set(counts) == {
+        ("/r4", "200"),
+        ("/r4", "503"),
+        ("/r3", "200"),
+        ("<other>", "200"),
+        ("<other>", "503"),
+    }
+    assert counts[("<other>", "200")] == 6 + 20 + 1
+    assert value(seen, FOLDED, family=DURATION) == 4
+    summary = red_series(seen, REQUESTS + "_count")
+    assert summary[("/new", "200")] == 20 and summary[("/r1", "200")] == 3
+
+
+def red_exposition(routes: int) -> tuple[dict, str]:
+    """One worker that served *routes* routes, each answering 200 and 503 (the io pool
+    at 300 routes on a busy machine sheds on budget)."""
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry, pool="io")
+    for i in range(routes):
+        route = f"/v1/synth/route-{i:04d}/offers"
+        for _ in range(1 + i % 7):
+            metrics.observe_request("GET", route, 200, 0.12)
+        metrics.observe_request("GET", route, 503, 0.002)
+    metrics.flush()
+    text = generate_latest(registry).decode()
+    return samples(text), text
+
+
+@pytest.mark.parametrize("routes", [300, 1000])
+def test_at_hundreds_of_routes_the_red_histogram_stays_top_k_and_the_rest_is_two_lines_a_series(
+    routes: int,
+) -> None:
+    """The rule that keeps a pool's /metrics under 1 MB at 300 routes: a test fails if
+    the RED family grows with routes x buckets again."""
+    from tracing.metrics import DURATION_BUCKETS_S, RED_TOP_K
+
+    seen, text = red_exposition(routes)
+    buckets = [labels for (n, labels) in seen if n == DURATION + "_bucket"]
+    # The busiest RED_TOP_K routes with both statuses, and <other> with both.
+    assert len(buckets) == (RED_TOP_K + 1) * 2 * (len(DURATION_BUCKETS_S) + 1)
+    # Every route and status in the summary, exact, nothing lost in the histogram's fold.
+    summary = red_series(seen, REQUESTS + "_count")
+    assert len(summary) == routes * 2
+    assert sum(summary.values()) == sum(red_series(seen, DURATION + "_count").values())
+    assert sum(summary.values()) == sum(1 + i % 7 + 1 for i in range(routes))
+    # Lines: what a route and status add past the top k is the summary's two (count,
+    # sum), not a histogram's 18 (16 buckets, count, sum; multiprocess mode writes no
+    # _created lines).
+    lines = [
+        line
+        for line in text.splitlines()
+        if line.startswith((DURATION, REQUESTS)) and "_created" not in line
+    ]
+    assert len(lines) == routes * 2 * 2 + (RED_TOP_K + 1) * 2 * (len(DURATION_BUCKETS_S) + 3)
+
+
+def test_the_exposition_with_folded_series_is_valid_prometheus_text() -> None:
+    """prometheus_client's parser (text format) and its OpenMetrics parser both read it;
+    every RED histogram series has its +Inf bucket equal to its count."""
+    from prometheus_client.openmetrics.exposition import generate_latest as om_latest
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry, pool="io", red_top_k=3)
+    for i in range(40):
+        metrics.observe_request("GET", f"/v1/synth/r{i}", 200 if i % 5 else 504, 0.01 * i)
+    metrics.flush()
+    seen = scraped(registry)
+    counts = red_series(seen, DURATION + "_count")
+    infs = {
+        (dict(labels)["http_route"], dict(labels)["http_response_status_code"]): v
+        for (n, labels), v in seen.items()
+        if n == DURATION + "_bucket" and dict(labels)["le"] == "+Inf"
+    }
+    assert infs == counts and ("<other>", "504") in counts
+    families = {f.name: f.type for f in om_parse(om_latest(registry).decode())}
+    assert families[DURATION] == "histogram" and families[REQUESTS] == "summary"

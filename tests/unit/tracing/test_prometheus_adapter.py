@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, Summary
 
-from tracing.prometheus_adapter import add_to_histogram, histogram_bounds
+from tracing.prometheus_adapter import add_to_histogram, add_to_summary, histogram_bounds
 
 BOUNDS = (0.001, 0.01, 0.1, 1.0)
 VALUES = (0.0005, 0.001, 0.002, 0.05, 0.05, 0.3, 7.0, 0.0)
@@ -57,14 +57,19 @@ def test_folding_writes_the_multiprocess_files_a_scrape_reads(tmp_path: Path) ->
     files and MultiProcessCollector sums them like observed ones."""
     script = """
 import json
-from prometheus_client import CollectorRegistry, Histogram, multiprocess
-from tracing.prometheus_adapter import add_to_histogram
+from prometheus_client import CollectorRegistry, Histogram, Summary, multiprocess
+from tracing.prometheus_adapter import add_to_histogram, add_to_summary
 from tests.unit.tracing.test_prometheus_adapter import BOUNDS, VALUES, per_bucket
 observed = Histogram("a_seconds", "a", registry=None, buckets=BOUNDS)
 folded = Histogram("b_seconds", "b", registry=None, buckets=BOUNDS)
 for v in VALUES:
     observed.observe(v)
 add_to_histogram(folded, per_bucket(VALUES), sum(VALUES))
+observed_summary = Summary("c_seconds", "c", registry=None)
+folded_summary = Summary("d_seconds", "d", registry=None)
+for v in VALUES:
+    observed_summary.observe(v)
+add_to_summary(folded_summary, len(VALUES), sum(VALUES))
 registry = CollectorRegistry()
 multiprocess.MultiProcessCollector(registry)
 out = {}
@@ -83,3 +88,20 @@ print(json.dumps(out))
     out = json.loads(done.stdout)
     assert out["b_seconds"] == out["a_seconds"]
     assert ["seconds_count", "", 8] in out["b_seconds"]
+    assert out["d_seconds"] == out["c_seconds"]
+    assert ["seconds_count", "", 8] in out["d_seconds"]
+
+
+def test_a_folded_summary_reads_as_the_same_observations_made_one_by_one() -> None:
+    registry = CollectorRegistry()
+    observed = Summary("a_seconds", "a", ["route"], registry=registry)
+    folded = Summary("b_seconds", "b", ["route"], registry=registry)
+    for v in VALUES:
+        observed.labels("r").observe(v)
+    half = len(VALUES) // 2
+    for part in (VALUES[:half], VALUES[half:]):
+        add_to_summary(folded.labels("r"), len(part), sum(part))
+    got, want = exposition(folded), exposition(observed)
+    assert [(n, ls) for n, ls, _ in got] == [(n, ls) for n, ls, _ in want]
+    assert [v for *_, v in got] == pytest.approx([v for *_, v in want])
+    assert ("seconds_count", {"route": "r"}, 8) in got

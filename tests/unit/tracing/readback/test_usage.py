@@ -162,22 +162,29 @@ def test_a_scrape_that_times_out_is_a_quiet_try_not_the_end() -> None:
     assert set(scrape("http://pool/metrics", fetch=fetch)) == {"11", "12"}
 
 
-def test_requests_of_a_route_past_the_timing_cap_come_from_the_red_family() -> None:
-    """A worker names only its busiest routes in the timing histograms (the rest in
-    ``<other>``): a route named by one worker and folded by another must not look like
-    fewer requests for the same CPU (a CPU-heavy verdict from a partial count)."""
+def test_requests_of_a_route_past_the_timing_cap_come_from_the_red_summary() -> None:
+    """A worker names only its busiest routes in the timing histograms and the RED
+    histogram (the rest in ``<other>``): a route named by one worker and folded by
+    another must not look like fewer requests for the same CPU (a CPU-heavy verdict
+    from a partial count). The RED summary keeps every route; the histogram's named
+    part is not counted on top of it."""
     red_labels = (
         'http_request_method="GET",http_route="/v1/offers/bike",'
         'http_response_status_code="200",pool="io"'
     )
-    red = f"{metrics.HTTP_SERVER_DURATION}_count{{{red_labels}}}"
+    red = f"{metrics.ROUTE_REQUESTS}_count{{{red_labels}}}"
     red_sum = red.replace("_count{", "_sum{")
+    histogram = f"{metrics.HTTP_SERVER_DURATION}_count{{{red_labels}}}"
+    folded = histogram.replace('http_route="/v1/offers/bike"', 'http_route="<other>"')
     base = 'pool="io"'
 
     def text(bikes: int, named: int) -> str:
         return "\n".join(
             [
                 f"# TYPE {metrics.HTTP_SERVER_DURATION} histogram",
+                f"{histogram} {named}",
+                f"{folded} {bikes - named}",
+                f"# TYPE {metrics.ROUTE_REQUESTS} summary",
                 f"{red} {bikes}",
                 f"{red_sum} {bikes * 0.1}",
                 f"# TYPE {metrics.HANDLER} histogram",
