@@ -8,6 +8,12 @@ threshold, the thread captures the hub thread's stack and the running greenlet's
 and publishes a :class:`HubBlocked` event to the registered callbacks: once when the block
 is detected (``ongoing=True``) and once when it ends, with its real length.
 
+A hub that is silent because it has nothing to do is not blocked: it sleeps in the loop's
+``epoll_wait``. Where the kernel says where a thread sleeps (``/proc/self/task/<tid>/wchan``,
+see :func:`parked_probe`), a silent hub found parked there counts as a heartbeat, so the
+loop-lag gauge need not tick faster than the threshold to keep an idle hub from looking
+blocked; without it, the gauge is the idle hub's heartbeat.
+
 Callbacks run on the watcher thread: keep them short and thread-safe (logging, a metric).
 Limits: a C call that holds the GIL also stops this thread, so such a block is only seen
 once it is over (``ongoing=False``, no stack of the culprit); many short hogs that yield
@@ -55,6 +61,69 @@ class HubBlocked:
 
 HubBlockedCallback = Callable[[HubBlocked], None]
 
+#: Where the kernel says a thread parked in ``epoll_wait`` sleeps (``wchan``): the function
+#: names differ between kernel versions (``do_epoll_wait``, ``ep_poll``).
+_PARKED_MARKERS: Final = (b"epoll", b"ep_poll")
+
+
+def parked_probe(native_tid: int) -> Callable[[], bool] | None:
+    """A function that says whether thread *native_tid* of this process sleeps in
+    ``epoll_wait`` now (the gevent loop waiting for I/O or a timer, with nothing to run),
+    or None where the kernel does not say: no ``wchan``, or one that hides where threads
+    sleep (it then reads ``0`` for every thread; checked on a thread that sleeps). One
+    ``pread`` per call; safe from any thread."""
+    if not _wchan_visible():
+        return None
+    try:
+        fd = os.open(f"/proc/self/task/{native_tid}/wchan", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+    def parked() -> bool:
+        try:
+            where = os.pread(fd, 64, 0)
+        except OSError:
+            return False
+        return any(marker in where for marker in _PARKED_MARKERS)
+
+    return parked
+
+
+def _wchan_visible() -> bool:
+    """True when ``wchan`` names where a sleeping thread of this process sleeps: a real
+    OS thread is started, left waiting on a lock, and read."""
+    from gevent.monkey import get_original
+
+    allocate_lock, get_native_id, start_new_thread = get_original(
+        "_thread", ["allocate_lock", "get_native_id", "start_new_thread"]
+    )
+    (sleep,) = get_original("time", ["sleep"])
+    hold, started = allocate_lock(), allocate_lock()
+    hold.acquire()
+    started.acquire()
+    tid: list[int] = []
+
+    def wait() -> None:
+        tid.append(get_native_id())
+        started.release()
+        hold.acquire()  # sleeps in the kernel (a futex) until released below
+
+    start_new_thread(wait, ())
+    try:
+        started.acquire()
+        for _ in range(50):  # until it sleeps: at most ~0.05 s
+            try:
+                with open(f"/proc/self/task/{tid[0]}/wchan", "rb") as file:
+                    where = file.read(64).strip()
+            except OSError:
+                return False
+            if where not in (b"", b"0"):
+                return True
+            sleep(0.001)
+        return False
+    finally:
+        hold.release()
+
 
 class HubBlockDetector:
     """Watches a heartbeat from a real OS thread; fork-safe (restart with ``start()``)."""
@@ -67,6 +136,7 @@ class HubBlockDetector:
         threshold_s: float = DEFAULT_THRESHOLD_S,
         check_interval_s: float | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        parked: Callable[[], bool] | None = None,
     ) -> None:
         if threshold_s <= 0:
             raise ValueError(f"hub block threshold_s must be positive, got {threshold_s}")
@@ -79,6 +149,11 @@ class HubBlockDetector:
         # could first be stale (``next_check_s``), about once per threshold.
         self.check_interval_s = threshold_s / 5 if check_interval_s is None else check_interval_s
         self._clock_ns = clock_ns
+        #: Says whether the hub's thread sleeps in the loop's poll (None: unknown; then
+        #: the heartbeat alone decides, and an idle hub needs the loop-lag ticks).
+        self.parked = parked
+        # When the hub was last seen parked: a heartbeat of its own.
+        self._parked_ns = 0
         self._callbacks: list[HubBlockedCallback] = []
         # The open block: the last heartbeat before it, and what was captured.
         self._block_since_ns: int | None = None
@@ -113,11 +188,14 @@ class HubBlockDetector:
     def check(self) -> HubBlocked | None:
         """Look at the heartbeat once; publish and return an event if there is one."""
         now = self._clock_ns()
-        beat = self._heartbeat_ns()
+        beat = max(self._heartbeat_ns(), self._parked_ns)
         since = self._block_since_ns
         event = None
         if since is None:
             if now - beat > self._threshold_ns:
+                if self.parked is not None and self.parked():
+                    self._parked_ns = now  # silent, but idle: nothing to run
+                    return None
                 self._block_since_ns = beat
                 self._block_label = self._running_label() or UNKNOWN_LABEL
                 self._block_stack = self._hub_stack()
@@ -148,7 +226,8 @@ class HubBlockDetector:
         interval = self.check_interval_s
         if self._block_since_ns is not None:
             return interval
-        stale_in_ns = self._heartbeat_ns() + self._threshold_ns - self._clock_ns()
+        beat = max(self._heartbeat_ns(), self._parked_ns)
+        stale_in_ns = beat + self._threshold_ns - self._clock_ns()
         stale_in_ns = min(stale_in_ns, self._threshold_ns)  # a beat "from the future"
         return max(interval, stale_in_ns / 1e9 + interval)
 
@@ -176,6 +255,7 @@ class HubBlockDetector:
         get_ident, start_new_thread = get_original("_thread", ["get_ident", "start_new_thread"])
         self._hub_thread_ident = get_ident()
         self._block_since_ns = None
+        self._parked_ns = 0
         self._generation += 1
         self._thread_pid = os.getpid()
         self._running = True

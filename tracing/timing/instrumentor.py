@@ -42,7 +42,7 @@ from tracing.timing.switch_tracer import SwitchTracer
 logger = logging.getLogger("tracing")
 
 # The OS thread's id even under monkey patching (patched, it is the greenlet's id).
-(_os_thread_ident,) = get_original("_thread", ["get_ident"])
+(_os_thread_ident, _os_native_id) = get_original("_thread", ["get_ident", "get_native_id"])
 
 # One instrumentor at a time per process: two would chain their patches.
 _active: GeventTimingInstrumentor | None = None
@@ -53,8 +53,11 @@ class GeventTimingInstrumentor:
 
     Tunables (seconds): ``culprit_threshold_s`` is the smallest delay piece whose culprits
     are named; ``loop_lag_interval_s`` the gauge's period (None: no gauge);
-    ``hub_block_threshold_s`` the silence that counts as a blocked hub (None: no detector;
-    it needs the gauge as heartbeat when the process is idle).
+    ``hub_block_threshold_s`` the silence that counts as a blocked hub (None: no detector).
+    The detector needs to tell an idle hub from a blocked one: where the kernel says the
+    hub's thread sleeps in the loop's poll (``hub_block.parked_probe``) that is enough;
+    elsewhere the gauge is the idle hub's heartbeat, and ticks at least every
+    ``loop_lag.HEARTBEAT_INTERVAL_S`` (shorter than the threshold) whatever was asked.
     """
 
     def __init__(
@@ -69,16 +72,6 @@ class GeventTimingInstrumentor:
             raise ValueError(f"culprit_threshold_s must be >= 0, got {culprit_threshold_s}")
         if hub_block_threshold_s is not None and loop_lag_interval_s is None:
             raise ValueError("hub_block_threshold_s needs loop_lag_interval_s (its heartbeat)")
-        if (
-            hub_block_threshold_s is not None
-            and loop_lag_interval_s is not None
-            and loop_lag_interval_s >= hub_block_threshold_s
-        ):
-            raise ValueError(
-                f"loop_lag_interval_s ({loop_lag_interval_s}) must be shorter than "
-                f"hub_block_threshold_s ({hub_block_threshold_s}): an idle hub would look "
-                "blocked between two ticks"
-            )
         self.culprit_threshold_s = culprit_threshold_s
         self._switch_log_size = switch_log_size
         self.switch_log = switchlog.new_log(switch_log_size)
@@ -140,8 +133,18 @@ class GeventTimingInstrumentor:
                     self._running_label,
                     threshold_s=self._hub_block_threshold_s,
                 )
+            interval = self._loop_lag_interval_s
+            if detector is not None:
+                detector.parked = hub_block.parked_probe(_os_native_id())
+                if detector.parked is None and interval >= detector.threshold_s:
+                    interval = min(loop_lag.HEARTBEAT_INTERVAL_S, detector.threshold_s / 2)
+                    logger.info(
+                        "the kernel does not say where threads sleep (wchan): the loop-lag "
+                        "gauge ticks every %.0f ms to be the idle hub's heartbeat",
+                        interval * 1000,
+                    )
             self.loop_lag = LoopLagGauge(
-                self._loop_lag_interval_s,
+                interval,
                 loop=hub.loop,
                 on_tick=None if detector is None else detector.ensure_running,
             )

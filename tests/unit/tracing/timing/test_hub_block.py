@@ -11,6 +11,7 @@ import time
 import gevent
 import pytest
 
+from tracing.timing import hub_block
 from tracing.timing.hub_block import HubBlockDetector, HubBlocked
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import set_greenlet_label
@@ -170,3 +171,51 @@ def test_a_beating_hub_is_looked_at_once_per_threshold_and_a_block_every_interva
     # A beat "from the future" (a bad heartbeat) never makes it sleep past a threshold.
     beats.beat_ns = beats.now_ns + 10_000 * MS
     assert detector.next_check_s() == pytest.approx(0.1 + interval)
+
+
+def test_a_silent_hub_parked_in_its_poll_is_idle_not_blocked() -> None:
+    beats = Beats()
+    detector, events = detector_on(beats)
+    parked = [True]
+    detector.parked = lambda: parked[0]
+    beats.now_ns += 500 * MS  # silent for five thresholds, but asleep in epoll_wait
+    assert detector.check() is None
+    # Seen parked now: that counts as a beat, so the next look is a threshold away.
+    assert detector.next_check_s() == pytest.approx(0.1 + detector.check_interval_s)
+    parked[0] = False  # then it runs and stays silent: a block, from when it was parked
+    beats.now_ns += 150 * MS
+    seen = detector.check()
+    assert seen is not None and seen.ongoing
+    assert seen.blocked_s == pytest.approx(0.150)
+    assert events == [seen]
+
+
+def test_the_kernel_says_where_a_sleeping_thread_sleeps() -> None:
+    """The probe on a real thread: parked while it waits in epoll_wait, not while it
+    runs or sleeps elsewhere (a lock)."""
+    import select
+    import threading
+
+    probe_of: dict[str, object] = {}
+    ready = threading.Event()
+
+    def in_epoll() -> None:
+        probe_of["tid"] = threading.get_native_id()
+        poller = select.epoll()
+        ready.set()
+        poller.poll(2.0)
+        poller.close()
+
+    if hub_block.parked_probe(threading.get_native_id()) is None:
+        pytest.skip("this kernel does not say where threads sleep (wchan)")
+    thread = threading.Thread(target=in_epoll, daemon=True)
+    thread.start()
+    ready.wait(1)
+    probe = hub_block.parked_probe(int(probe_of["tid"]))  # type: ignore[call-overload]
+    assert probe is not None
+    deadline = time.monotonic() + 1
+    while not probe() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert probe()
+    mine = hub_block.parked_probe(threading.get_native_id())
+    assert mine is not None and not mine()  # this thread runs

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 import gevent
@@ -12,7 +14,7 @@ from gevent._socketcommon import SocketMixin
 from gevent.ssl import SSLSocket
 from gevent.threadpool import ThreadPool
 
-from tracing.timing import socket_hooks
+from tracing.timing import hub_block, loop_lag, socket_hooks
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.patching import is_patch
 
@@ -136,5 +138,38 @@ def test_starts_and_stops_the_gauge_and_the_watcher_thread() -> None:
 def test_rejects_settings_that_cannot_work() -> None:
     with pytest.raises(ValueError, match="heartbeat"):
         GeventTimingInstrumentor(loop_lag_interval_s=None, hub_block_threshold_s=0.1)
-    with pytest.raises(ValueError, match="shorter"):
-        GeventTimingInstrumentor(loop_lag_interval_s=0.2, hub_block_threshold_s=0.1)
+
+
+@pytest.mark.parametrize("kernel_says", [True, False])
+def test_an_idle_hub_is_told_from_a_blocked_one_with_a_slow_gauge(
+    kernel_says: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gauge slower than the threshold: where the kernel says where the hub sleeps, an
+    idle hub is seen parked and never reported; where it does not, the gauge ticks
+    faster, as the heartbeat."""
+    if not kernel_says:
+        monkeypatch.setattr(hub_block, "parked_probe", lambda tid: None)
+    elif hub_block.parked_probe(threading.get_native_id()) is None:
+        pytest.skip("this kernel does not say where threads sleep (wchan)")
+    inst = GeventTimingInstrumentor(loop_lag_interval_s=0.5, hub_block_threshold_s=0.06)
+    inst.instrument()
+    try:
+        gauge, detector = inst.loop_lag, inst.hub_block
+        assert gauge is not None and detector is not None
+        events: list[hub_block.HubBlocked] = []
+        detector.register(events.append)
+        assert (detector.parked is not None) == kernel_says
+        assert gauge.interval_s == (0.5 if kernel_says else hub_block_fallback(0.06))
+        gevent.sleep(0.4)  # idle: silent for far longer than the threshold
+        assert events == []
+        end = time.monotonic() + 0.25  # now a real block: CPU on the hub
+        while time.monotonic() < end:
+            pass
+        gevent.sleep(0.1)
+        assert [event.ongoing for event in events][:1] == [True]
+    finally:
+        inst.uninstrument()
+
+
+def hub_block_fallback(threshold_s: float) -> float:
+    return min(loop_lag.HEARTBEAT_INTERVAL_S, threshold_s / 2)
