@@ -392,7 +392,9 @@ def test_offer_burst_is_shed_fast_and_the_service_recovers(small_stack: Stack) -
         assert peak - before.get(pid, peak) < RSS_GROWTH_LIMIT_KIB, (names.get(pid), peak)
     # Recovered by itself: same processes, every request served again.
     assert stack_pids(stack) == pids_before
-    assert recovered_s < 5
+    # ... and sooner than the burst lasted: what it left queued drains, it is not worked
+    # through (Envoy ends the queued ones at the route timeout).
+    assert recovered_s < BURST_S, recovered_s
     assert after.statuses == {200: len(after.outcomes)}, after.summary("after")
     assert calm.statuses == {200: len(calm.outcomes)}, calm.summary("calm")
 
