@@ -1,0 +1,287 @@
+"""What a sampled request's spans cost in CPU: one server span and three client spans,
+as the io pool makes them for an offer, through the worker's real tracing set-up.
+
+    python -m bench.span_cost [--requests 400] [--repeat 7] [--profile]
+
+The set-up is ``tracing.server.setup_worker`` (the provider, its ``QueryRedactor`` and
+``ThreadedSpanProcessor``, the span-file exporter writing to a temporary file). A request
+goes through what the pool's hooks run (``tracing.server.init_app``): the server span
+(``tracing.server_span``), three upstream calls through ``TracingCallObserver`` with
+their timing attributes and reply event, the request's attributes and events
+(``tracing.server._account``), the server span's end. The timing core is not measured
+here: its measurements are replaced by fixed, realistic ones, so a call's attributes are
+the ones a real call gets (culprits included).
+
+Printed, in CPU microseconds (``time.thread_time``, best of *repeat* interleaved runs,
+so other processes' load drops out):
+
+- on the hub, per request: sampled minus unsampled (the same request with Envoy's
+  unsampled ``traceparent``: no span, the same metrics): what the spans add in the
+  request's greenlet;
+- on the exporter thread: ``JsonLinesFileExporter.export`` of batches of 512 spans
+  (the processor's batch size), per span and per request (4 spans);
+- the sum, per request and per span.
+
+``--profile`` prints cProfile's top functions for each of the two parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+ROUTE = "GET /v1/offers/bike"
+SPANS_PER_REQUEST = 4
+BATCH = 512
+SAMPLED = "00-3f46897b98285b503783b345657b90a1-e571980c4ab6026b-01"
+UNSAMPLED = "00-3f46897b98285b503783b345657b90a1-e571980c4ab6026b-00"
+# The io pool's three upstream calls for an offer (their query values get redacted).
+CALLS = (
+    ("vehicles", "/vehicles/v1/nearby?lat=37.77&lng=-122.42&mode=bike&limit=5"),
+    ("routing", "/routing/v1/eta?origin=37.77,-122.42&destination=37.79,-122.40&mode=bike"),
+    ("promotions", "/promotions/v1/active?user_id=u-123&mode=bike"),
+)
+
+
+@dataclass
+class _Request:
+    """What ``start_server_span`` reads of a Flask request."""
+
+    environ: dict[str, Any]
+    method: str = "GET"
+    path: str = "/v1/offers/bike"
+
+
+def _environ(traceparent: str) -> dict[str, Any]:
+    return {
+        "HTTP_TRACEPARENT": traceparent,
+        "QUERY_STRING": "region=sf&user_id=u-123&lat=37.77&lng=-122.42",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "58065",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_USER_AGENT": "bench",
+        "wsgi.url_scheme": "http",
+    }
+
+
+def _call_timing() -> Any:
+    from tracing.timing.call_state import CallTiming
+
+    now = time.time_ns()
+    return CallTiming(
+        duration_s=0.1012,
+        network_s=0.1009,
+        scheduling_delay_s=0.000296,
+        blocked_s=0.0,
+        culprits=MappingProxyType({"GET /v1/offers/scooter": 0.000201, "<hub>": 0.00008}),
+        socket_waits=2,
+        cpu_wait_s=0.0,
+        reply_arrived_unix_ns=now,
+    )
+
+
+def _request_timing(critical: Any) -> Any:
+    from tracing.timing.server_timing import RequestTiming
+
+    now = time.time_ns()
+    return RequestTiming(
+        arrival_unix_ns=now - 1_300_000,
+        start_unix_ns=now - 102_000_000,
+        end_unix_ns=now,
+        inbound_delay_s=0.0012,
+        inbound_cpu_wait_s=0.0,
+        inbound_culprits=MappingProxyType({"GET /v1/offers/bike": 0.000588, "<hub>": 0.000488}),
+        duration_s=0.1023,
+        running_s=0.00063,
+        waiting_s=0.10167,
+        critical=critical,
+        critical_upstream="promotions",
+        presend_delay_s=0.00004,
+        wake_delay_s=0.00009,
+        overlap_s=0.0,
+        calls=3,
+    )
+
+
+class _FixedMeasurement:
+    """Stands in for ``CallMeasurement``: a realistic timing, no timing core."""
+
+    def __init__(self) -> None:
+        self.timing = _call_timing()
+
+    def finish(self) -> Any:
+        return self.timing
+
+
+@contextlib.contextmanager
+def _worker(span_file: Path) -> Iterator[tuple[Any, Any]]:
+    """The worker's tracing set-up, with an exporter thread that never wakes by itself:
+    the benchmark exports the queued spans on its own thread, to time them."""
+    from tracing import client, server
+    from tracing.settings import BatchSettings, Exporter, Mode, TracingSettings
+
+    settings = TracingSettings(
+        mode=Mode.SPANS,
+        otlp_endpoint=None,
+        span_file=span_file,
+        exporter=Exporter.FILE,
+        batch=BatchSettings(
+            schedule_delay_s=3600.0, max_queue_size=10**9, max_export_batch_size=10**9
+        ),
+    )
+    worker = server.setup_worker("io", settings)
+    if worker is None:
+        raise SystemExit("span-cost: tracing set-up failed")
+    observer = client.TracingCallObserver(worker.tracer, measure=True, metrics=worker.metrics)
+    real_begin = client.begin_call
+    client.begin_call = _FixedMeasurement  # type: ignore[assignment]
+    try:
+        yield worker, observer
+    finally:
+        client.begin_call = real_begin
+        worker.processor._queue.clear()
+        server.shutdown_worker()
+
+
+def _one_request(worker: Any, observer: Any, traceparent: str) -> None:
+    """What ``tracing.server.init_app``'s hooks and the io pool's view do for an offer."""
+    from tracing import server
+    from tracing.client import RequestTotals, request_totals
+    from tracing.server_span import end_server_span, start_server_span, unsampled_traceparent
+
+    request = _Request(_environ(traceparent))
+    started = None
+    if unsampled_traceparent(traceparent):
+        request_totals.set(RequestTotals(traceparent))
+    else:
+        request_totals.set(RequestTotals())
+        started = start_server_span(worker.tracer, ROUTE, request)
+    for upstream, path in CALLS:
+        with observer.call(upstream, "GET", "127.0.0.1", 36397, path) as observed:
+            observed.status = 200
+    totals = request_totals.get()
+    assert totals is not None
+    timing = _request_timing(totals.records[-1].timing)
+    done = server.FinishedRequest(ROUTE, timing, totals, timing.arrival_unix_ns - 400_000, 200, {})
+    server._account(worker, done)
+    request_totals.set(None)
+    if started is not None:
+        end_server_span(started[0], started[1], 200, None)
+
+
+def sampled_request_spans(requests: int) -> list[Any]:
+    """The finished spans of *requests* sampled offers (4 spans each), for tests that
+    compare encoders on what a worker really exports."""
+    with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as (w, obs):
+        for _ in range(requests):
+            _one_request(w, obs, SAMPLED)
+        return _take_spans(w)
+
+
+def _per_request_us(run: Callable[[], None], requests: int) -> float:
+    clock = time.thread_time
+    start = clock()
+    for _ in range(requests):
+        run()
+    return (clock() - start) / requests * 1e6
+
+
+def _take_spans(worker: Any) -> list[Any]:
+    queue = worker.processor._queue
+    spans = list(queue)
+    queue.clear()
+    return spans
+
+
+def _export_us_per_span(worker: Any, spans: list[Any]) -> float:
+    exporter = worker.processor.exporter
+    clock = time.thread_time
+    start = clock()
+    for at in range(0, len(spans), BATCH):
+        exporter.export(spans[at : at + BATCH])
+    return (clock() - start) / len(spans) * 1e6
+
+
+def measure(requests: int, repeat: int) -> dict[str, float]:
+    """CPU microseconds: the hub's part per request (sampled, unsampled), the exporter's
+    per span. Best of *repeat* interleaved runs."""
+    with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as (w, obs):
+        best = {"sampled": float("inf"), "unsampled": float("inf"), "export": float("inf")}
+        for _ in range(repeat):
+            best["unsampled"] = min(
+                best["unsampled"], _per_request_us(lambda: _one_request(w, obs, UNSAMPLED), requests)
+            )
+            best["sampled"] = min(
+                best["sampled"], _per_request_us(lambda: _one_request(w, obs, SAMPLED), requests)
+            )
+            spans = _take_spans(w)
+            assert len(spans) == requests * SPANS_PER_REQUEST, len(spans)
+            best["export"] = min(best["export"], _export_us_per_span(w, spans))
+            os.truncate(Path(tmp) / "spans.jsonl", 0)
+    return best
+
+
+def render(best: dict[str, float]) -> str:
+    hub = best["sampled"] - best["unsampled"]
+    export_request = best["export"] * SPANS_PER_REQUEST
+    total = hub + export_request
+    return "\n".join(
+        [
+            f"hub, per request: sampled {best['sampled']:.1f} us, unsampled "
+            f"{best['unsampled']:.1f} us: the spans add {hub:.1f} us",
+            f"exporter thread: {best['export']:.1f} us per span, {export_request:.1f} us "
+            f"per request ({SPANS_PER_REQUEST} spans, batches of {BATCH})",
+            f"a sampled request's spans: {total:.1f} us per request, "
+            f"{total / SPANS_PER_REQUEST:.1f} us per span",
+        ]
+    )
+
+
+def profile(requests: int) -> None:
+    """cProfile's top functions: the hub's part (sampled requests), then the export."""
+    with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as (w, obs):
+        hub = cProfile.Profile()
+        hub.enable()
+        for _ in range(requests):
+            _one_request(w, obs, SAMPLED)
+        hub.disable()
+        spans = _take_spans(w)
+        export = cProfile.Profile()
+        export.enable()
+        _export_us_per_span(w, spans)
+        export.disable()
+    for name, prof in (("hub (sampled requests)", hub), ("exporter thread", export)):
+        print(f"--- {name}, {requests} requests")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top functions")
+    args = parser.parse_args()
+    if args.requests <= 0 or args.repeat <= 0:
+        parser.error("--requests and --repeat must be positive")
+    if args.profile:
+        profile(args.requests)
+        return
+    print(
+        f"CPU time per sampled request (1 server + 3 client spans), best of {args.repeat} "
+        f"runs of {args.requests} requests"
+    )
+    print(render(measure(args.requests, args.repeat)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""The span file's OTLP/JSON encoder against the SDK's: the same bytes for spans of every
+shape (``tracing.export.encode_otlp_json`` writes dicts directly; the SDK builds protobuf
+messages and protobuf's JSON mapping reads them back, which is what it replaced)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.span import TraceState
+
+from tracing.export import encode_otlp_json
+
+RESOURCE = Resource.create({"service.name": "pricingservice", "pricing.pool": "io"})
+OTHER_RESOURCE = Resource({"service.name": "other"}, schema_url="https://example.com/schema")
+
+
+def sdk_encoding(spans: list[ReadableSpan]) -> dict[str, Any]:
+    """What the span file held before: the SDK's OTLP encoder, read back by protobuf's
+    canonical JSON mapping, ids turned from base64 to hex."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    document = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    for resource_spans in document.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                items = [span, *span.get("links", ())]
+                for item in items:
+                    for key in ("traceId", "spanId", "parentSpanId"):
+                        if key in item:
+                            item[key] = base64.b64decode(item[key]).hex()
+    return document
+
+
+def line(document: dict[str, Any]) -> str:
+    """As ``JsonLinesFileExporter`` writes it."""
+    return json.dumps(document, separators=(",", ":"))
+
+
+def assert_same_bytes(spans: list[ReadableSpan]) -> None:
+    assert line(encode_otlp_json(spans)) == line(sdk_encoding(spans))
+
+
+def recorded_worker_spans() -> list[ReadableSpan]:
+    """Sampled offers through the worker's real set-up (server span, three client spans
+    with timing attributes and events, the redactor), as ``bench.span_cost`` makes them."""
+    from bench import span_cost
+
+    return span_cost.sampled_request_spans(3)
+
+
+def test_the_worker_spans_encode_to_the_same_bytes() -> None:
+    spans = recorded_worker_spans()
+    assert len(spans) == 12
+    assert_same_bytes(spans)
+
+
+def sdk_made_spans() -> list[ReadableSpan]:
+    """Spans the SDK made: every kind, error status with a description, events, links,
+    a remote parent with trace state, limits that drop attributes, events and links."""
+    memory = InMemorySpanExporter()
+    limits = SpanLimits(max_span_attributes=3, max_events=1, max_links=1)
+    provider = TracerProvider(resource=RESOURCE, span_limits=limits)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("pricingservice", "1.2.3", schema_url="https://x/1")
+    plain = TracerProvider(resource=OTHER_RESOURCE)
+    plain.add_span_processor(SimpleSpanProcessor(memory))
+    other = plain.get_tracer("other-scope")
+    remote = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0x00F067AA0BA902B7,
+        is_remote=True,
+        trace_flags=TraceFlags(1),
+        trace_state=TraceState([("vendor", "abc"), ("other", "x-1")]),
+    )
+    from opentelemetry import trace
+
+    parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+    with tracer.start_as_current_span(
+        "GET /v1/offers/bike",
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes={"a": 1, "b": True, "c": 0.5, "d": "x", "e": (1, 2)},  # two dropped
+    ) as server:
+        server.set_status(Status(StatusCode.ERROR, "upstream refused"))
+        server.add_event("first", {"x": 1.0}, timestamp=1234)
+        server.add_event("second")  # dropped
+        linked = server.get_span_context()
+        with tracer.start_as_current_span("GET /vehicles", kind=SpanKind.CLIENT) as client:
+            client.set_status(Status(StatusCode.OK))
+            client.set_attribute("empty", "")
+            client.set_attribute("culprits", ["GET /a=0.1", "<hub>=0.2"])
+    links = [Link(linked, {"why": "retry"}), Link(remote)]  # one dropped
+    with tracer.start_as_current_span("retry", links=links):
+        pass
+    for kind in (SpanKind.INTERNAL, SpanKind.PRODUCER, SpanKind.CONSUMER):
+        with other.start_as_current_span(f"kind-{kind.name}", kind=kind):
+            pass
+    with tracer.start_as_current_span("after the other scope"):
+        pass
+    return list(memory.get_finished_spans())
+
+
+def test_sdk_made_spans_of_every_shape_encode_to_the_same_bytes() -> None:
+    spans = sdk_made_spans()
+    document = encode_otlp_json(spans)
+    assert len(document["resourceSpans"]) == 2  # grouped by resource, then scope
+    assert_same_bytes(spans)
+
+
+def raw_span(name: str = "raw", **kwargs: Any) -> ReadableSpan:
+    context = SpanContext(trace_id=1, span_id=2, is_remote=False, trace_flags=TraceFlags(1))
+    defaults: dict[str, Any] = {"context": context, "resource": RESOURCE}
+    return ReadableSpan(name=name, **{**defaults, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        -0.0,
+        0.0,
+        0,
+        -(2**63),
+        2**63 - 1,
+        False,
+        "",
+        "ünïcode ✓",
+        b"\x00\xffbytes",
+        (),
+        ("a", "b"),
+        (1.5, float("nan")),
+        {"k": 1, "nested": {"x": [True]}},
+        {},
+        None,
+    ],
+    ids=repr,
+)
+def test_attribute_values_encode_as_the_sdk_does(value: Any) -> None:
+    span = raw_span(attributes={"key": value, "after": 1}, start_time=10, end_time=20)
+    assert_same_bytes([span])
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, "lone \udc80 surrogate", object()])
+def test_a_value_the_sdk_cannot_encode_is_left_out_with_a_log_line(
+    value: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    span = raw_span(attributes={"bad": value, "good": "kept"})
+    with caplog.at_level(logging.ERROR):
+        assert_same_bytes([span])
+    (attrs,) = [s["attributes"] for s in _spans(encode_otlp_json([span]))]
+    assert attrs == [{"key": "good", "value": {"stringValue": "kept"}}]
+    assert "Failed to encode key bad" in caplog.text
+
+
+def _spans(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        span
+        for rs in document["resourceSpans"]
+        for scope in rs["scopeSpans"]
+        for span in scope["spans"]
+    ]
+
+
+def test_fields_at_their_defaults_are_left_out_as_the_sdk_does() -> None:
+    spans = [
+        raw_span(""),  # no name, no times, no scope
+        raw_span("no status", status=None),  # type: ignore[arg-type]
+        raw_span(
+            "zero ids",
+            context=SpanContext(trace_id=0, span_id=0, is_remote=False),
+            parent=SpanContext(trace_id=0, span_id=0, is_remote=True),
+            instrumentation_scope=InstrumentationScope("", None, None, {"scope.attr": 1}),
+            events=[Event("", {}, timestamp=0), Event("e", None, timestamp=5)],
+        ),
+        raw_span("no resource attributes", resource=Resource({}, schema_url="")),
+    ]
+    assert_same_bytes(spans)
+
+
+def test_no_spans_encode_as_an_empty_request() -> None:
+    assert encode_otlp_json([]) == sdk_encoding([]) == {}
