@@ -219,7 +219,8 @@ def measure(requests: int, repeat: int) -> dict[str, float]:
         best = {"sampled": float("inf"), "unsampled": float("inf"), "export": float("inf")}
         for _ in range(repeat):
             best["unsampled"] = min(
-                best["unsampled"], _per_request_us(lambda: _one_request(w, obs, UNSAMPLED), requests)
+                best["unsampled"],
+                _per_request_us(lambda: _one_request(w, obs, UNSAMPLED), requests),
             )
             best["sampled"] = min(
                 best["sampled"], _per_request_us(lambda: _one_request(w, obs, SAMPLED), requests)
