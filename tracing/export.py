@@ -169,7 +169,7 @@ def make_exporter(settings: TracingSettings) -> SpanExporter | None:
 
 class JsonLinesFileExporter(SpanExporter):
     """Writes each batch as one line of OTLP JSON (an ExportTraceServiceRequest, made by
-    the SDK's OTLP encoder: ``encode_otlp_json``).
+    as the SDK's OTLP encoder would: ``encode_otlp_line``).
 
     The fallback when no collector runs: `pricingctl traces --file` reads it.
     Several worker processes append to the same file; each line is written
@@ -181,7 +181,7 @@ class JsonLinesFileExporter(SpanExporter):
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        line = json.dumps(encode_otlp_json(spans), separators=(",", ":")) + "\n"
+        line = encode_otlp_line(spans) + "\n"
         # Owner only: spans name routes, timings and hosts of the service.
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
@@ -195,181 +195,200 @@ class JsonLinesFileExporter(SpanExporter):
 
 
 def encode_otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    """OTLP/JSON of *spans*, an ExportTraceServiceRequest, exactly as the SDK's own OTLP
-    encoder (``opentelemetry.exporter.otlp.proto.common``, the one the OTLP exporters
-    send) read back with protobuf's canonical JSON mapping would write it, except ids as
-    hex and enums as numbers (OTLP/JSON): events, links, the instrumentation scope,
-    dropped counts and trace state are all there, in the same order.
+    """OTLP/JSON of *spans* as a document (``encode_otlp_line`` parsed back)."""
+    parsed: dict[str, Any] = json.loads(encode_otlp_line(spans))
+    return parsed
 
-    Written straight to dicts, without building protobuf messages and walking them back
-    (``MessageToDict``): that took about 200 us of the exporter thread's CPU per span;
-    this takes a tenth (``python -m bench.span_cost``). The rules of the mapping kept
-    here: a field at its default (0, "", empty) is left out, except a value of an
-    ``AnyValue`` (a oneof); 64-bit integers are decimal strings, ``fixed32`` flags a
-    number; doubles that JSON cannot hold are "NaN", "Infinity", "-Infinity"; fields go
-    in field-number order. ``tests/unit/tracing/test_export.py`` compares the two
-    encoders on spans of every shape."""
+
+def encode_otlp_line(spans: Sequence[ReadableSpan]) -> str:
+    """OTLP/JSON of *spans*, an ExportTraceServiceRequest, in compact JSON: the bytes
+    ``json.dumps(..., separators=(",", ":"))`` writes of what the SDK's own OTLP encoder
+    (``opentelemetry.exporter.otlp.proto.common``, the one the OTLP exporters send)
+    read back with protobuf's canonical JSON mapping gives, except ids as hex and enums
+    as numbers (OTLP/JSON): events, links, the instrumentation scope, dropped counts and
+    trace state are all there, in the same order.
+
+    Written straight to text, without building protobuf messages, walking them back
+    (``MessageToDict``) and dumping the dicts: that took about 200 us of the exporter
+    thread's CPU per span of the io pool (``python -m bench.span_cost``). The mapping's
+    rules kept here: a field at its default (0, "", empty) is left out, except a value of
+    an ``AnyValue`` (a oneof); 64-bit integers are decimal strings, ``fixed32`` flags a
+    number; doubles JSON cannot hold are "NaN", "Infinity", "-Infinity"; strings are
+    escaped to ASCII as ``json.dumps`` does; fields go in field-number order.
+    ``tests/unit/tracing/test_export_encoding.py`` compares the bytes with the SDK's
+    encoder on spans of every shape."""
     # Grouped as the SDK does, by equal resources, then equal scopes; but each distinct
     # object is hashed once: a Resource's hash is a JSON dump of its attributes.
-    by_resource: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
-    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    by_resource: dict[Any, dict[Any, list[str]]] = {}
+    groups: dict[tuple[int, int], list[str]] = {}
     for span in spans:
         resource, scope = span.resource, span.instrumentation_scope or None
         group = groups.get((id(resource), id(scope)))
         if group is None:
             scopes = by_resource.setdefault(resource, {})
             group = groups[id(resource), id(scope)] = scopes.setdefault(scope, [])
-        group.append(_span_json(span))
+        group.append(_span_text(span))
     if not by_resource:
-        return {}
+        return "{}"
     resource_spans = []
     for resource, scopes in by_resource.items():
         scope_spans = []
         for scope, encoded in scopes.items():
-            item: dict[str, Any] = {"scope": _scope_json(scope), "spans": encoded}
+            item = '{"scope":' + _scope_text(scope) + ',"spans":[' + ",".join(encoded) + "]"
             if scope is not None and scope.schema_url:
-                item["schemaUrl"] = scope.schema_url
-            scope_spans.append(item)
-        attrs = _attributes_json(resource.attributes)
-        entry: dict[str, Any] = {
-            "resource": {"attributes": attrs} if attrs else {},
-            "scopeSpans": scope_spans,
-        }
+                item += ',"schemaUrl":' + _string(scope.schema_url)
+            scope_spans.append(item + "}")
+        attrs = _attributes_text(resource.attributes)
+        entry = '{"resource":{' + ('"attributes":' + attrs if attrs else "") + "}"
+        entry += ',"scopeSpans":[' + ",".join(scope_spans) + "]"
         if resource.schema_url:
-            entry["schemaUrl"] = resource.schema_url
-        resource_spans.append(entry)
-    return {"resourceSpans": resource_spans}
+            entry += ',"schemaUrl":' + _string(resource.schema_url)
+        resource_spans.append(entry + "}")
+    return '{"resourceSpans":[' + ",".join(resource_spans) + "]}"
 
 
 # OTLP's span flags: bit 8 says whether the parent's "is remote" is known, bit 9 says it is.
 _FLAGS_HAS_IS_REMOTE = 0x100
 _FLAGS_IS_REMOTE = 0x200
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_KINDS = {
+    SpanKind.INTERNAL: "1",
+    SpanKind.SERVER: "2",
+    SpanKind.CLIENT: "3",
+    SpanKind.PRODUCER: "4",
+    SpanKind.CONSUMER: "5",
+}
+# A JSON string literal, escaped to ASCII: json.dumps's own (C) escaping.
+_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+# Attribute key -> its JSON prefix ('{"key":"http.route","value":'); keys are few.
+_key_prefixes: dict[str, str] = {}
+_MAX_KEY_PREFIXES = 4096
 
 
-def _flags(parent: Any) -> int:
+def _flags(parent: Any) -> str:
     if parent is not None and parent.is_remote:
-        return _FLAGS_HAS_IS_REMOTE | _FLAGS_IS_REMOTE
-    return _FLAGS_HAS_IS_REMOTE
+        return str(_FLAGS_HAS_IS_REMOTE | _FLAGS_IS_REMOTE)
+    return str(_FLAGS_HAS_IS_REMOTE)
 
 
-def _span_json(span: ReadableSpan) -> dict[str, Any]:
+def _span_text(span: ReadableSpan) -> str:
     context = span.get_span_context()
     assert context is not None  # an SDK span always has one
-    out: dict[str, Any] = {
-        "traceId": format(context.trace_id, "032x"),
-        "spanId": format(context.span_id, "016x"),
-    }
+    out = [f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}"']
     if context.trace_state is not None:
         trace_state = ",".join([f"{key}={value}" for key, value in context.trace_state.items()])
         if trace_state:
-            out["traceState"] = trace_state
+            out.append(',"traceState":' + _string(trace_state))
     parent = span.parent
     if parent is not None:
-        out["parentSpanId"] = format(parent.span_id, "016x")
+        out.append(f',"parentSpanId":"{parent.span_id:016x}"')
     if span.name:
-        out["name"] = span.name
-    out["kind"] = _KINDS[span.kind]
+        out.append(',"name":' + _string(span.name))
+    out.append(',"kind":' + _KINDS[span.kind])
     if span.start_time:
-        out["startTimeUnixNano"] = str(span.start_time)
+        out.append(f',"startTimeUnixNano":"{int(span.start_time)}"')
     if span.end_time:
-        out["endTimeUnixNano"] = str(span.end_time)
-    attrs = _attributes_json(span.attributes)
+        out.append(f',"endTimeUnixNano":"{int(span.end_time)}"')
+    attrs = _attributes_text(span.attributes)
     if attrs:
-        out["attributes"] = attrs
+        out.append(',"attributes":' + attrs)
     if span.dropped_attributes:
-        out["droppedAttributesCount"] = span.dropped_attributes
-    if span.events:
-        out["events"] = [_event_json(event) for event in span.events]
+        out.append(f',"droppedAttributesCount":{span.dropped_attributes}')
+    events = span.events
+    if events:
+        out.append(',"events":[' + ",".join([_event_text(event) for event in events]) + "]")
     if span.dropped_events:
-        out["droppedEventsCount"] = span.dropped_events
-    if span.links:
-        out["links"] = [_link_json(link) for link in span.links]
+        out.append(f',"droppedEventsCount":{span.dropped_events}')
+    links = span.links
+    if links:
+        out.append(',"links":[' + ",".join([_link_text(link) for link in links]) + "]")
     if span.dropped_links:
-        out["droppedLinksCount"] = span.dropped_links
+        out.append(f',"droppedLinksCount":{span.dropped_links}')
     status = span.status
     if status is not None:
-        encoded_status: dict[str, Any] = {}
+        fields = []
         if status.description:
-            encoded_status["message"] = status.description
+            fields.append('"message":' + _string(status.description))
         if status.status_code.value:
-            encoded_status["code"] = status.status_code.value
-        out["status"] = encoded_status
-    out["flags"] = _flags(parent)
-    return out
+            fields.append(f'"code":{status.status_code.value}')
+        out.append(',"status":{' + ",".join(fields) + "}")
+    out.append(',"flags":' + _flags(parent) + "}")
+    return "".join(out)
 
 
-_KINDS = {
-    SpanKind.INTERNAL: 1,
-    SpanKind.SERVER: 2,
-    SpanKind.CLIENT: 3,
-    SpanKind.PRODUCER: 4,
-    SpanKind.CONSUMER: 5,
-}
-
-
-def _event_json(event: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _event_text(event: Any) -> str:
+    fields = []
     if event.timestamp:
-        out["timeUnixNano"] = str(event.timestamp)
+        fields.append(f'"timeUnixNano":"{int(event.timestamp)}"')
     if event.name:
-        out["name"] = event.name
-    attrs = _attributes_json(event.attributes)
+        fields.append('"name":' + _string(event.name))
+    attrs = _attributes_text(event.attributes)
     if attrs:
-        out["attributes"] = attrs
+        fields.append('"attributes":' + attrs)
     if event.dropped_attributes:
-        out["droppedAttributesCount"] = event.dropped_attributes
-    return out
+        fields.append(f'"droppedAttributesCount":{event.dropped_attributes}')
+    return "{" + ",".join(fields) + "}"
 
 
-def _link_json(link: Any) -> dict[str, Any]:
+def _link_text(link: Any) -> str:
     # As the SDK's encoder: no trace state on links.
-    out: dict[str, Any] = {
-        "traceId": format(link.context.trace_id, "032x"),
-        "spanId": format(link.context.span_id, "016x"),
-    }
-    attrs = _attributes_json(link.attributes)
+    out = f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}"'
+    attrs = _attributes_text(link.attributes)
     if attrs:
-        out["attributes"] = attrs
+        out += ',"attributes":' + attrs
     if link.dropped_attributes:
-        out["droppedAttributesCount"] = link.dropped_attributes
-    out["flags"] = _flags(link.context)
-    return out
+        out += f',"droppedAttributesCount":{link.dropped_attributes}'
+    return out + ',"flags":' + _flags(link.context) + "}"
 
 
-def _scope_json(scope: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _scope_text(scope: Any) -> str:
     if scope is None:
-        return out
+        return "{}"
+    fields = []
     if scope.name:
-        out["name"] = scope.name
+        fields.append('"name":' + _string(scope.name))
     if scope.version:
-        out["version"] = scope.version
-    attrs = _attributes_json(scope.attributes)
+        fields.append('"version":' + _string(scope.version))
+    attrs = _attributes_text(scope.attributes)
     if attrs:
-        out["attributes"] = attrs
-    return out
+        fields.append('"attributes":' + attrs)
+    return "{" + ",".join(fields) + "}"
 
 
-def _attributes_json(attributes: Any) -> list[dict[str, Any]]:
+def _attributes_text(attributes: Any) -> str:
+    """A JSON array of KeyValue, or "" when there is none."""
     if not attributes:
-        return []
+        return ""
     out = []
     for key, value in attributes.items():
+        # Inlined for the common values (this runs for every attribute of every span).
+        kind = type(value)
         try:
-            out.append(_key_value_json(key, value))
+            if kind is str and value.isascii():
+                text = '{"stringValue":' + _string(value) + "}"
+            elif kind is float and -math.inf < value < math.inf:
+                text = '{"doubleValue":' + float.__repr__(value) + "}"
+            else:
+                text = _value_text(value)
         except Exception as error:  # as the SDK's encoder: the attribute is left out
             log.exception("Failed to encode key %s: %s", key, error)
-    return out
+            continue
+        out.append((_key_prefixes.get(key) or _key_prefix(key)) + text + "}")
+    return "[" + ",".join(out) + "]" if out else ""
 
 
-def _key_value_json(key: str, value: Any) -> dict[str, Any]:
-    if key:
-        return {"key": key, "value": _value_json(value)}
-    return {"value": _value_json(value)}
+def _key_prefix(key: str) -> str:
+    prefix = '{"key":' + _string(key) + ',"value":' if key else '{"value":'
+    if len(_key_prefixes) < _MAX_KEY_PREFIXES and type(key) is str:
+        _key_prefixes[key] = prefix
+    return prefix
 
 
-def _value_json(value: Any) -> dict[str, Any]:
+def _key_value_text(key: str, value: Any) -> str:
+    return (_key_prefixes.get(key) or _key_prefix(key)) + _value_text(value) + "}"
+
+
+def _value_text(value: Any) -> str:
     # The types attribute values have (the SDK keeps str, bool, int, float and tuples of
     # them), by exact type first; then the SDK encoder's checks, in its order (bool
     # before int, str and bytes before Sequence), for anything else.
@@ -377,41 +396,41 @@ def _value_json(value: Any) -> dict[str, Any]:
     if kind is str:
         if not value.isascii():
             value.encode()  # protobuf refuses a string that is not UTF-8 (lone surrogates)
-        return {"stringValue": value}
+        return '{"stringValue":' + _string(value) + "}"
     if kind is float:
-        return {"doubleValue": value if -math.inf < value < math.inf else _double(value)}
+        return '{"doubleValue":' + _double(value) + "}"
     if kind is int and _INT64_MIN <= value <= _INT64_MAX:
-        return {"intValue": str(value)}
+        return f'{{"intValue":"{value}"}}'
     if kind is tuple and value:
-        return {"arrayValue": {"values": [_value_json(item) for item in value]}}
+        return '{"arrayValue":{"values":[' + ",".join([_value_text(v) for v in value]) + "]}}"
     if value is None:
-        return {}
+        return "{}"
     if isinstance(value, bool):
-        return {"boolValue": value}
+        return '{"boolValue":true}' if value else '{"boolValue":false}'
     if isinstance(value, str):
-        if not value.isascii():
-            value.encode()  # protobuf refuses a string that is not UTF-8 (lone surrogates)
-        return {"stringValue": value}
+        value.encode()
+        return '{"stringValue":' + _string(value) + "}"
     if isinstance(value, int):
         if not _INT64_MIN <= value <= _INT64_MAX:
             raise ValueError(f"{value} does not fit in int64")
-        return {"intValue": str(int(value))}
+        return f'{{"intValue":"{int(value)}"}}'
     if isinstance(value, float):
-        return {"doubleValue": _double(value)}
+        return '{"doubleValue":' + _double(float(value)) + "}"
     if isinstance(value, bytes):
-        return {"bytesValue": base64.b64encode(value).decode()}
+        return '{"bytesValue":"' + base64.b64encode(value).decode() + '"}'
     if isinstance(value, Sequence):
-        values = [_value_json(item) for item in value]
-        return {"arrayValue": {"values": values} if values else {}}
+        values = ",".join([_value_text(v) for v in value])
+        return '{"arrayValue":{' + ('"values":[' + values + "]" if values else "") + "}}"
     if isinstance(value, Mapping):
-        pairs = [_key_value_json(str(k), v) for k, v in value.items()]
-        return {"kvlistValue": {"values": pairs} if pairs else {}}
+        pairs = ",".join([_key_value_text(str(k), v) for k, v in value.items()])
+        return '{"kvlistValue":{' + ('"values":[' + pairs + "]" if pairs else "") + "}}"
     raise Exception(f"Invalid type {type(value)} of value {value}")
 
 
-def _double(value: float) -> float | str:
+def _double(value: float) -> str:
+    # json.dumps writes a float with float.__repr__; JSON has no NaN nor infinities.
     if value != value:
-        return "NaN"
+        return '"NaN"'
     if value in (math.inf, -math.inf):
-        return "Infinity" if value > 0 else "-Infinity"
-    return value
+        return '"Infinity"' if value > 0 else '"-Infinity"'
+    return float.__repr__(value)

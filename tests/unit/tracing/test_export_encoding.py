@@ -1,6 +1,6 @@
 """The span file's OTLP/JSON encoder against the SDK's: the same bytes for spans of every
-shape (``tracing.export.encode_otlp_json`` writes dicts directly; the SDK builds protobuf
-messages and protobuf's JSON mapping reads them back, which is what it replaced)."""
+shape (``tracing.export.encode_otlp_line`` writes the text directly; what it replaced built
+the SDK's protobuf messages, read them back with protobuf's JSON mapping and dumped that)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
-from tracing.export import encode_otlp_json
+from tracing.export import encode_otlp_json, encode_otlp_line
 
 RESOURCE = Resource.create({"service.name": "pricingservice", "pricing.pool": "io"})
 OTHER_RESOURCE = Resource({"service.name": "other"}, schema_url="https://example.com/schema")
@@ -42,13 +42,11 @@ def sdk_encoding(spans: list[ReadableSpan]) -> dict[str, Any]:
     return document
 
 
-def line(document: dict[str, Any]) -> str:
-    """As ``JsonLinesFileExporter`` writes it."""
-    return json.dumps(document, separators=(",", ":"))
-
-
 def assert_same_bytes(spans: list[ReadableSpan]) -> None:
-    assert line(encode_otlp_json(spans)) == line(sdk_encoding(spans))
+    """The line ``JsonLinesFileExporter`` writes is the one it wrote with the SDK."""
+    expected = json.dumps(sdk_encoding(spans), separators=(",", ":"))
+    assert encode_otlp_line(spans) == expected
+    assert encode_otlp_json(spans) == json.loads(expected)
 
 
 def recorded_worker_spans() -> list[ReadableSpan]:
@@ -137,7 +135,8 @@ def raw_span(name: str = "raw", **kwargs: Any) -> ReadableSpan:
         2**63 - 1,
         False,
         "",
-        "ünïcode ✓",
+        "ünïcode ✓ \U0001f6b2",
+        'quote " backslash \\ newline \n tab \t control \x01 slash /',
         b"\x00\xffbytes",
         (),
         ("a", "b"),
@@ -151,6 +150,8 @@ def raw_span(name: str = "raw", **kwargs: Any) -> ReadableSpan:
 def test_attribute_values_encode_as_the_sdk_does(value: Any) -> None:
     span = raw_span(attributes={"key": value, "after": 1}, start_time=10, end_time=20)
     assert_same_bytes([span])
+    odd_key = raw_span('name "ünïcode" \n', attributes={'k "é"\n': value})
+    assert_same_bytes([odd_key])
 
 
 @pytest.mark.parametrize("value", [2**63, -(2**63) - 1, "lone \udc80 surrogate", object()])
@@ -191,4 +192,5 @@ def test_fields_at_their_defaults_are_left_out_as_the_sdk_does() -> None:
 
 
 def test_no_spans_encode_as_an_empty_request() -> None:
-    assert encode_otlp_json([]) == sdk_encoding([]) == {}
+    assert_same_bytes([])
+    assert encode_otlp_line([]) == "{}"
