@@ -34,7 +34,7 @@ def allow_from_env() -> frozenset[str]:
 
 def redact_query(query: str, allow: Iterable[str] = DEFAULT_ALLOW) -> str:
     """``user_id=u-1&region=sf`` -> ``user_id=REDACTED&region=sf``."""
-    allowed = set(allow)
+    allowed = allow if isinstance(allow, frozenset) else frozenset(allow)
     parts = []
     for item in query.split("&"):
         key, sep, _ = item.partition("=")
@@ -68,11 +68,15 @@ class QueryRedactor(SpanProcessor):
             for key in URL_ATTRIBUTES:
                 value = attributes.get(key)
                 if isinstance(value, str) and "?" in value:
-                    span.set_attribute(key, redact_url(value, self.allow))
+                    redacted = redact_url(value, self.allow)
+                    if redacted != value:  # setting an attribute costs its validation
+                        span.set_attribute(key, redacted)
             for key in QUERY_ATTRIBUTES:
                 value = attributes.get(key)
                 if isinstance(value, str) and value:
-                    span.set_attribute(key, redact_query(value, self.allow))
+                    redacted = redact_query(value, self.allow)
+                    if redacted != value:
+                        span.set_attribute(key, redacted)
         except Exception:  # pragma: no cover - defensive: a span keeps its attributes
             return
 
