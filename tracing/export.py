@@ -259,7 +259,7 @@ _KINDS = {
     SpanKind.CONSUMER: "5",
 }
 # A JSON string literal, escaped to ASCII: json.dumps's own (C) escaping.
-_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_string = json.encoder.encode_basestring_ascii
 # Attribute key -> its JSON prefix ('{"key":"http.route","value":'); keys are few.
 _key_prefixes: dict[str, str] = {}
 _MAX_KEY_PREFIXES = 4096
