@@ -123,8 +123,15 @@ class _FixedMeasurement:
         return self.timing
 
 
+@dataclass(frozen=True)
+class _Rig:
+    worker: Any  # tracing.server.WorkerTracing
+    observer: Any  # tracing.client.TracingCallObserver
+    tracer: Any  # taken once, as tracing.server.init_app does (get_tracer makes a new one)
+
+
 @contextlib.contextmanager
-def _worker(span_file: Path) -> Iterator[tuple[Any, Any]]:
+def _worker(span_file: Path) -> Iterator[_Rig]:
     """The worker's tracing set-up, with an exporter thread that never wakes by itself:
     the benchmark exports the queued spans on its own thread, to time them."""
     from tracing import client, server
@@ -142,18 +149,19 @@ def _worker(span_file: Path) -> Iterator[tuple[Any, Any]]:
     worker = server.setup_worker("io", settings)
     if worker is None:
         raise SystemExit("span-cost: tracing set-up failed")
-    observer = client.TracingCallObserver(worker.tracer, measure=True, metrics=worker.metrics)
+    tracer = worker.tracer
+    observer = client.TracingCallObserver(tracer, measure=True, metrics=worker.metrics)
     real_begin = client.begin_call
     client.begin_call = _FixedMeasurement  # type: ignore[assignment]
     try:
-        yield worker, observer
+        yield _Rig(worker, observer, tracer)
     finally:
         client.begin_call = real_begin
         worker.processor._queue.clear()
         server.shutdown_worker()
 
 
-def _one_request(worker: Any, observer: Any, traceparent: str) -> None:
+def _one_request(rig: _Rig, traceparent: str) -> None:
     """What ``tracing.server.init_app``'s hooks and the io pool's view do for an offer."""
     from tracing import server
     from tracing.client import RequestTotals, request_totals
@@ -165,15 +173,15 @@ def _one_request(worker: Any, observer: Any, traceparent: str) -> None:
         request_totals.set(RequestTotals(traceparent))
     else:
         request_totals.set(RequestTotals())
-        started = start_server_span(worker.tracer, ROUTE, request)
+        started = start_server_span(rig.tracer, ROUTE, request)
     for upstream, path in CALLS:
-        with observer.call(upstream, "GET", "127.0.0.1", 36397, path) as observed:
+        with rig.observer.call(upstream, "GET", "127.0.0.1", 36397, path) as observed:
             observed.status = 200
     totals = request_totals.get()
     assert totals is not None
     timing = _request_timing(totals.records[-1].timing)
     done = server.FinishedRequest(ROUTE, timing, totals, timing.arrival_unix_ns - 400_000, 200, {})
-    server._account(worker, done)
+    server._account(rig.worker, done)
     request_totals.set(None)
     if started is not None:
         end_server_span(started[0], started[1], 200, None)
@@ -182,10 +190,10 @@ def _one_request(worker: Any, observer: Any, traceparent: str) -> None:
 def sampled_request_spans(requests: int) -> list[Any]:
     """The finished spans of *requests* sampled offers (4 spans each), for tests that
     compare encoders on what a worker really exports."""
-    with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as (w, obs):
+    with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as rig:
         for _ in range(requests):
-            _one_request(w, obs, SAMPLED)
-        return _take_spans(w)
+            _one_request(rig, SAMPLED)
+        return _take_spans(rig.worker)
 
 
 def _per_request_us(run: Callable[[], None], requests: int) -> float:
@@ -215,19 +223,19 @@ def _export_us_per_span(worker: Any, spans: list[Any]) -> float:
 def measure(requests: int, repeat: int) -> dict[str, float]:
     """CPU microseconds: the hub's part per request (sampled, unsampled), the exporter's
     per span. Best of *repeat* interleaved runs."""
-    with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as (w, obs):
+    with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as rig:
         best = {"sampled": float("inf"), "unsampled": float("inf"), "export": float("inf")}
         for _ in range(repeat):
             best["unsampled"] = min(
                 best["unsampled"],
-                _per_request_us(lambda: _one_request(w, obs, UNSAMPLED), requests),
+                _per_request_us(lambda: _one_request(rig, UNSAMPLED), requests),
             )
             best["sampled"] = min(
-                best["sampled"], _per_request_us(lambda: _one_request(w, obs, SAMPLED), requests)
+                best["sampled"], _per_request_us(lambda: _one_request(rig, SAMPLED), requests)
             )
-            spans = _take_spans(w)
+            spans = _take_spans(rig.worker)
             assert len(spans) == requests * SPANS_PER_REQUEST, len(spans)
-            best["export"] = min(best["export"], _export_us_per_span(w, spans))
+            best["export"] = min(best["export"], _export_us_per_span(rig.worker, spans))
             os.truncate(Path(tmp) / "spans.jsonl", 0)
     return best
 
@@ -250,16 +258,16 @@ def render(best: dict[str, float]) -> str:
 
 def profile(requests: int) -> None:
     """cProfile's top functions: the hub's part (sampled requests), then the export."""
-    with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as (w, obs):
+    with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as rig:
         hub = cProfile.Profile()
         hub.enable()
         for _ in range(requests):
-            _one_request(w, obs, SAMPLED)
+            _one_request(rig, SAMPLED)
         hub.disable()
-        spans = _take_spans(w)
+        spans = _take_spans(rig.worker)
         export = cProfile.Profile()
         export.enable()
-        _export_us_per_span(w, spans)
+        _export_us_per_span(rig.worker, spans)
         export.disable()
     for name, prof in (("hub (sampled requests)", hub), ("exporter thread", export)):
         print(f"--- {name}, {requests} requests")
