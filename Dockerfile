@@ -89,6 +89,7 @@ COPY routes.toml simulator.toml ./
 COPY pricing ./pricing
 COPY routing ./routing
 COPY tracing ./tracing
+COPY toolkit ./toolkit
 # The compiled hot path from the wheel (a missing file fails the build: no silent
 # fallback to the Python reference in the image).
 COPY --from=build /wheels/unpacked/tracing/timing/_native*.so ./tracing/timing/

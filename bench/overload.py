@@ -38,7 +38,8 @@ from bench.traffic import BATCH_KINDS, CPU_KINDS, OFFER_KINDS, targets_for
 from routing.envoy import CDS_FILE, LDS_FILE, cluster_name, xds_version
 from routing.model import Layout, RouteConfig
 from stack.envoy import write_xds
-from stack.launch import Stack, wait_until
+from stack.launch import Stack
+from toolkit.wait import wait_until
 from tracing.readback.report import percentile
 
 SCHEMA = "pricingservice.bench.overload/1"

@@ -12,11 +12,11 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 from stack.launch import DEFAULT_RUN_DIR
 from stack.state import clear_state, pid_alive, read_state
+from toolkit.wait import wait_until
 
 # Seconds the launcher gets to drain Envoy (the longest route timeout) and stop the
 # pools (gunicorn's graceful timeout) before what is left is killed.
@@ -30,12 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _wait_gone(pids: list[int], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(pid_alive(pid) for pid in pids):
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_until(lambda: not any(pid_alive(pid) for pid in pids), timeout_s, 0.1)
 
 
 def run(args: argparse.Namespace) -> int:

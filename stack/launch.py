@@ -18,8 +18,9 @@ from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
 from stack import jaeger
 from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
-from stack.procs import Proc, StartError, free_port, http_ok, port_in_use, wait_until
+from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
 from stack.state import Running, clear_state, process_start, replica_name, write_state
+from toolkit.wait import wait_until
 from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, SPAN_FILE_ENV, TRACES_PATH
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +31,7 @@ ENVOY_CONCURRENCY = 1
 # Seconds beyond the longest route timeout that a drain waits for in-flight requests.
 DRAIN_MARGIN_S = 1.0
 
-__all__ = ["PortTaken", "Stack", "envoy_binary", "wait_until"]
+__all__ = ["PortTaken", "Stack", "envoy_binary"]
 
 
 class PortTaken(StartError):

@@ -24,8 +24,8 @@ from routing.model import Layout, RouteConfig
 from routing.write import render_routes_toml, write_atomic, write_routes
 from stack.envoy import Admin, validate, write_xds
 from stack.procfs import children, serving_workers
-from stack.procs import wait_until
 from stack.state import Running, pid_alive, replica_name
+from toolkit.wait import wait_until
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Seconds a new worker gets to load the app and accept (the cpu pool builds its road

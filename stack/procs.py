@@ -9,12 +9,13 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from toolkit.wait import wait_until
 
 # prctl(2): the signal the kernel sends a process when the thread that forked it exits.
 PR_SET_PDEATHSIG = 1
@@ -120,21 +121,20 @@ class Proc:
     def wait_ready(
         self, ready: Callable[[], bool], timeout_s: float = 30.0, what: str = "ready"
     ) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def alive_and_ready() -> bool:
             if not self.alive():
                 code = self.popen.returncode if self.popen else None
                 raise StartError(
                     f"{self.name} exited with code {code} before it was {what}; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            if ready():
-                return
-            time.sleep(0.05)
-        raise StartError(
-            f"{self.name} was not {what} after {timeout_s:.0f} s; "
-            f"log {self.log_path}:\n{self.log_tail()}"
-        )
+            return ready()
+
+        if not wait_until(alive_and_ready, timeout_s):
+            raise StartError(
+                f"{self.name} was not {what} after {timeout_s:.0f} s; "
+                f"log {self.log_path}:\n{self.log_tail()}"
+            )
 
     def signal(self, sig: int) -> None:
         if self.alive():
@@ -155,13 +155,3 @@ class Proc:
             os.killpg(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=5)
-
-
-def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Poll `predicate` until it is true (True) or `timeout_s` has passed (False)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return False

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
 
+from toolkit.wait import wait_until
 from tracing.settings import BatchSettings, Exporter, Protocol, TracingSettings
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,7 @@ class ThreadedSpanProcessor(SpanProcessor):
             return False
         self._signal()
         end = time.monotonic() + min(timeout_millis / 1000, self.export_timeout_s)
-        while self._queue and time.monotonic() < end:
-            time.sleep(0.01)
+        wait_until(lambda: not self._queue, end - time.monotonic(), 0.01)
         # Wait for a batch being exported right now.
         if self._export_lock.acquire(timeout=max(0.0, end - time.monotonic())):
             self._export_lock.release()

@@ -41,7 +41,8 @@ from routing.compose import COMPOSE_FILE
 from routing.container import ENVOY_IMAGE, IMAGE, JAEGER_IMAGE, JAEGER_UI_PORT
 from stack import jaeger
 from stack.envoy import envoy_binary
-from stack.procs import free_port, http_ok, wait_until
+from stack.procs import free_port, http_ok
+from toolkit.wait import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCK = REPO_ROOT / "requirements.lock"

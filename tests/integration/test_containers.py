@@ -21,10 +21,10 @@ import pytest
 
 from routing.container import IMAGE, POOL_PORT, SERVICE_NAMES
 from routing.model import RouteConfig
-from stack.procs import wait_until
 from tests.integration import podman
 from tests.integration.conftest import http
 from tests.integration.test_stack import OFFER_QUERY, call_endpoint
+from toolkit.wait import wait_for, wait_until
 from tracing.readback.spans import Span, from_jaeger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -164,11 +164,7 @@ def test_a_request_through_envoy_makes_one_trace_in_jaeger(topology: podman.Topo
     (OTLP HTTP to jaeger:4318) under one trace id."""
     reply = http("GET", f"{topology.url}/v1/offers/bike?{OFFER_QUERY}")
     assert reply.status == 200
-    deadline = time.monotonic() + 30
-    trace = None
-    while trace is None and time.monotonic() < deadline:
-        time.sleep(1.0)
-        trace = _complete_trace(topology.jaeger_url)
+    trace = wait_for(lambda: _complete_trace(topology.jaeger_url), 30, 1.0)
     assert trace is not None, "no trace with Envoy's and the pool's spans in Jaeger"
     server = [s for s in trace if s.service == "pricingservice" and s.kind == "server"]
     envoy = [s for s in trace if s.service == "envoy"]

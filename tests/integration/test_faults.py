@@ -22,7 +22,7 @@ import pytest
 
 from pricing.upstream.gateway import UPSTREAMS
 from routing.model import Layout, RouteConfig
-from stack.launch import Stack, wait_until
+from stack.launch import Stack
 from stack.procfs import children, connections_to
 from stack.procs import free_port
 from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
@@ -36,6 +36,7 @@ from tests.integration.test_overload import (
 from tests.integration.test_overload import (
     ride as _ride,
 )
+from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

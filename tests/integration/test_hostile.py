@@ -22,8 +22,8 @@ from routing.gunicorn import READ_TIMEOUT_S
 from routing.model import Layout, RouteConfig
 from stack.jaeger import cached_binary
 from stack.launch import Stack
-from stack.procs import wait_until
 from tests.integration.conftest import http, reset_upstreams, set_upstream
+from toolkit.wait import wait_until
 from tracing.readback.spans import SpanSourceError, from_jaeger
 from tracing.settings import service_name
 

@@ -24,6 +24,7 @@ import yaml
 from stack import jaeger
 from stack.procfs import tcp_sockets
 from stack.procs import Proc, free_port
+from toolkit.wait import wait_for
 
 SERVICE = "pricing-jaeger-selftest"
 OPERATION = "GET /quote"
@@ -106,12 +107,11 @@ def _check_round_trip(proc: Proc, ports: jaeger.JaegerPorts) -> None:
     with urllib.request.urlopen(request, timeout=5) as resp:
         assert resp.status == 200
 
-    traces: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not traces:
-        traces = _get_json(f"{ports.query_url}/api/traces?service={SERVICE}&limit=20")["data"] or []
-        if not traces:
-            time.sleep(0.1)
+    traces: list[dict[str, Any]] = wait_for(
+        lambda: _get_json(f"{ports.query_url}/api/traces?service={SERVICE}&limit=20")["data"] or [],
+        10,
+        0.1,
+    )
     assert traces, f"span not found in Jaeger after 10 s; log:\n{proc.log_tail()}"
 
     assert SERVICE in _get_json(f"{ports.query_url}/api/services")["data"]

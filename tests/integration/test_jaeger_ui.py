@@ -26,6 +26,7 @@ from stack.launch import Stack
 from tests.integration.browser import Browser, BrowserError, find_chromium
 from tests.integration.conftest import http
 from tests.integration.test_tracing import D_MS, HOG_ROUTE, OFFER, Hogs, fixed_latency
+from toolkit.wait import wait_for
 from tracing import attributes
 from tracing.readback.report import parse_culprits
 from tracing.readback.spans import Span, from_jaeger, jaeger_trace_url
@@ -147,11 +148,13 @@ def offer_trace(
         since_us = time.time_ns() // 1000
         with Hogs(stack.url, hog_threads):
             send_offers(stack.url, 12)
-        deadline = time.monotonic() + 10
-        traces: dict[str, list[Span]] = {}
-        while time.monotonic() < deadline and len(traces) < 8:
-            time.sleep(0.7)  # spans leave the pools' exporter threads every 0.5 s
-            traces = _complete_offer_traces(stack, since_us)
+        # spans leave the pools' exporter threads every 0.5 s
+        traces = wait_for(
+            lambda since_us=since_us: _complete_offer_traces(stack, since_us),
+            10,
+            0.7,
+            until=lambda traces: len(traces) >= 8,
+        )
         calls = [
             (trace_id, s) for trace_id, spans in traces.items() for s in spans if s.kind == "client"
         ]

@@ -18,7 +18,8 @@ import yaml
 from routing.container import ENVOY_CONFIG_PATH, ENVOY_STATS_PORT
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from stack.envoy import envoy_binary
-from stack.procs import free_port, wait_until
+from stack.procs import free_port
+from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from routing.model import Layout, RouteConfig
-from stack.launch import Stack, wait_until
+from stack.launch import Stack
 from stack.procfs import children
 from tests.integration.conftest import http, reset_upstreams, set_upstream
 from tests.prometheus import Samples, samples, total, value
+from toolkit.wait import wait_until
 from tracing.metrics import FLUSH_INTERVAL_S
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,6 @@ to the pool's lines to its trace."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -19,8 +18,9 @@ import pytest
 from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.jaeger import JaegerPorts
-from stack.launch import Stack, wait_until
+from stack.launch import Stack
 from tests.integration.conftest import http, reset_upstreams, set_upstream
+from toolkit.wait import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -66,11 +66,8 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
 ) -> None:
     for _ in range(3):
         assert http("GET", f"{env_stack.url}{OFFER}").status == 200
-    deadline = time.monotonic() + 15
-    traces: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and not traces:
-        time.sleep(0.7)  # the exporter thread sends every 0.5 s
-        traces = jaeger_traces(env_jaeger, SERVICE)
+    # the exporter thread sends every 0.5 s
+    traces: list[dict[str, Any]] = wait_for(lambda: jaeger_traces(env_jaeger, SERVICE), 15, 0.7)
     assert traces, f"no trace of service {SERVICE!r} in Jaeger"
     spans = [s for t in traces for s in t["spans"]]
     # (process ids are per trace: p1 in one trace is not p1 in another)

@@ -23,13 +23,14 @@ import pytest
 
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
-from stack.launch import Stack, wait_until
+from stack.launch import Stack
 from stack.procfs import (
     descendants,
     rss_kib,
     serving_workers,
 )
 from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
+from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from routing.model import Layout, RouteConfig
-from stack.launch import Stack, wait_until
+from stack.launch import Stack
 from tests.integration.conftest import http, reset_upstreams, set_upstream
 from tests.integration.test_overload import OFFER_QUERY, derived_config, offer_request
 from tests.integration.test_workers import (
@@ -26,6 +26,7 @@ from tests.integration.test_workers import (
     assert_nothing_lost,
     under_load,
 )
+from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ import pytest
 
 from routing.model import Layout, RouteConfig
 from routing.write import write_routes
-from stack.launch import Stack, wait_until
+from stack.launch import Stack
 from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
 from tests.integration.test_overload import (
     OFFER_QUERY,
@@ -34,6 +34,7 @@ from tests.integration.test_overload import (
     open_loop,
     post_json,
 )
+from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -24,8 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.jaeger import JaegerPorts
-from stack.launch import Stack, wait_until
+from stack.launch import Stack
 from tests.integration.conftest import http
+from toolkit.wait import wait_until
 from tracing.readback.spans import Span, from_jaeger
 
 pytestmark = pytest.mark.integration

@@ -20,6 +20,7 @@ from bench.run import prepared_config
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from tests.integration.conftest import http, set_upstream
+from toolkit.wait import wait_for
 from tracing import attributes
 from tracing.readback.breakdown import Breakdown, breakdowns
 from tracing.readback.spans import Span, from_file, from_jaeger
@@ -79,11 +80,8 @@ def offers(url: str, count: int, pause_s: float = 0.05) -> list[int]:
 
 
 def client_spans(stack: Stack, since_us: int) -> list[Span]:
-    deadline = time.monotonic() + 10
-    spans: list[Span] = []
-    while time.monotonic() < deadline:
-        time.sleep(0.7)  # the exporter thread writes every 0.5 s
-        spans = [
+    def answered() -> list[Span]:
+        return [
             s
             for s in from_file(stack.span_file)
             if s.kind == "client"
@@ -92,9 +90,11 @@ def client_spans(stack: Stack, since_us: int) -> list[Span]:
             # calls that got their answer (not cut off by the offer's deadline)
             and s.attributes.get("http.response.status_code") == 200
         ]
-        if spans:
-            break
-    return spans
+
+    # The exporter thread writes every 0.5 s: after one interval the spans of the offers
+    # just sent are all in the file (the first that shows any may not hold them all).
+    time.sleep(0.7)
+    return wait_for(answered, 10, 0.7)
 
 
 def ground_truth(stack: Stack) -> dict[str, int]:
@@ -279,17 +279,17 @@ def test_one_trace_runs_envoy_server_and_client_spans_in_jaeger(jaeger_stack: St
     statuses = offers(jaeger_stack.url, 5, pause_s=0.01)
     assert statuses == [200] * 5
     assert jaeger_stack.jaeger_url is not None
-    deadline = time.monotonic() + 15
-    traces: dict[str, list[Span]] = {}
-    while time.monotonic() < deadline:
-        time.sleep(0.7)
-        spans = from_jaeger(jaeger_stack.jaeger_url, service="envoy", limit=20)
-        traces = {}
-        for span in spans:
+    jaeger_url = jaeger_stack.jaeger_url
+
+    def by_trace() -> dict[str, list[Span]]:
+        traces: dict[str, list[Span]] = {}
+        for span in from_jaeger(jaeger_url, service="envoy", limit=20):
             traces.setdefault(span.trace_id, []).append(span)
-        complete = [t for t in traces.values() if len(t) >= 5]
-        if len(complete) >= 5:
-            break
+        return traces
+
+    traces = wait_for(
+        by_trace, 15, 0.7, until=lambda traces: sum(len(t) >= 5 for t in traces.values()) >= 5
+    )
     complete = [t for t in traces.values() if len(t) >= 5]
     assert complete, {k: [s.name for s in v] for k, v in traces.items()}
     trace = complete[0]
@@ -383,22 +383,20 @@ def jaeger_shared(
 def offer_breakdowns(stack: Stack, since_us: int, count: int) -> list[Breakdown]:
     """The breakdowns of the bike offers traced since *since_us* (Envoy's span included)."""
     assert stack.jaeger_url is not None
-    deadline = time.monotonic() + 20
-    found: list[Breakdown] = []
-    while time.monotonic() < deadline:
-        time.sleep(1.0)
+    jaeger_url = stack.jaeger_url
+
+    def found() -> list[Breakdown]:
         spans = [
             s
             # Newest first, and the hogs' quotes are traces too: ask for plenty.
-            for s in from_jaeger(stack.jaeger_url, service="envoy", limit=500)
+            for s in from_jaeger(jaeger_url, service="envoy", limit=500)
             if s.start_us >= since_us
         ]
-        found = [
+        return [
             b for b in breakdowns(spans, "GET /v1/offers/bike") if "envoy before pool" in b.parts
         ]
-        if len(found) >= count:
-            break
-    return found
+
+    return wait_for(found, 20, 1.0, until=lambda found: len(found) >= count)
 
 
 @pytest.mark.parametrize("layout", ["shared", "split"])

@@ -21,6 +21,7 @@ from routing.write import write_routes
 from stack.procs import free_port, port_in_use
 from tests.integration.conftest import http
 from tests.integration.test_overload import Background, Tally, offer_request
+from toolkit.wait import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -92,10 +93,7 @@ class Up:
         return marked_pids(self.marker)
 
     def gone(self, timeout_s: float = 15) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self.pids() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return self.pids() == []
+        return wait_until(lambda: self.pids() == [], timeout_s, 0.1)
 
     def __enter__(self) -> Up:
         return self
@@ -221,10 +219,7 @@ def test_up_serves_then_sigterm_leaves_no_process(tmp_path: Path) -> None:
         assert len(started) >= 9, started
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-        deadline = time.monotonic() + 10
-        while marked_pids(marker) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert marked_pids(marker) == []
+        assert wait_for(lambda: marked_pids(marker), 10, 0.1, until=lambda pids: pids == []) == []
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from routing.model import Layout, RouteConfig
-from stack.launch import Stack, wait_until
+from stack.launch import Stack
 from stack.procfs import children
 from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
 from tests.integration.test_overload import (
@@ -35,6 +35,7 @@ from tests.integration.test_overload import (
 from tests.integration.test_overload import (
     ride as _ride,
 )
+from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,33 +16,35 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pricing", "routing", "tracing", "simulator", "stack", "bench", "gunicorn_conf")
-PACKAGES += ("pricingctl",)
+PACKAGES += ("pricingctl", "toolkit")
 
-# Layer -> the other layers it may import. Bottom first: routing (pure data) and the
-# simulator (a stand-alone process); the timing core; the tracing wiring; the tracing
-# read-back (outside the pools); the app (its factory wires tracing in); the pools'
-# gunicorn configs; the launcher; the benchmark; the command package on top, which may
-# import anything.
+# Layer -> the other layers it may import. Bottom first: the toolkit (standard library
+# only), which every layer but the timing core may use (the core stays usable by any
+# gevent program on its own); routing (pure data) and the simulator (a stand-alone
+# process); the timing core; the tracing wiring; the tracing read-back (outside the
+# pools); the app (its factory wires tracing in); the pools' gunicorn configs; the
+# launcher; the benchmark; the command package on top, which may import anything.
 ALLOWED: dict[str, set[str]] = {
-    "routing": set(),
-    "simulator": set(),
+    "toolkit": set(),
+    "routing": {"toolkit"},
+    "simulator": {"toolkit"},
     "tracing.timing": set(),
     # routing.logfields: the log field names the pools share with Envoy's access log.
-    "tracing": {"tracing.timing", "routing"},
-    "tracing.readback": {"tracing", "tracing.timing", "routing"},
-    "pricing": {"routing", "tracing", "tracing.timing"},
-    "gunicorn_conf": {"routing", "tracing"},
-    "stack": {"routing", "tracing", "simulator"},
+    "tracing": {"tracing.timing", "routing", "toolkit"},
+    "tracing.readback": {"tracing", "tracing.timing", "routing", "toolkit"},
+    "pricing": {"routing", "tracing", "tracing.timing", "toolkit"},
+    "gunicorn_conf": {"routing", "tracing", "toolkit"},
+    "stack": {"routing", "tracing", "simulator", "toolkit"},
     # gunicorn_conf: bench.log_cost measures the pools' access-log writer itself.
     "bench": {
         *("routing", "tracing", "tracing.timing", "tracing.readback", "pricing"),
-        *("simulator", "stack", "gunicorn_conf"),
+        *("simulator", "stack", "gunicorn_conf", "toolkit"),
     },
     "pricingctl": {*PACKAGES, "tracing.timing", "tracing.readback"},
 }
 # What the issue asks in so many words: the lower layers never import these.
 UPPER = ("stack", "bench", "pricingctl")
-LOWER = ("pricing", "routing", "tracing.timing")
+LOWER = ("pricing", "routing", "tracing.timing", "toolkit")
 # What runs inside a pool's worker: it never imports the read-back side.
 WORKER = ("tracing.timing", "tracing", "pricing", "gunicorn_conf")
 

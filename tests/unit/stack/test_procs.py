@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
+from toolkit.wait import wait_until
 
 
 def test_free_port_is_bindable_and_port_in_use_sees_a_listener() -> None:
@@ -40,10 +40,7 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
     grandchild = int(pid_file.read_text())
     proc.stop(timeout_s=5)
     assert not proc.alive()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _running(grandchild):
-        time.sleep(0.05)
-    assert not _running(grandchild)
+    assert wait_until(lambda: not _running(grandchild), 5)
 
 
 def test_a_process_that_dies_before_ready_names_itself_and_its_log(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from toolkit.wait import wait_until
 from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor, encode_otlp_json
 from tracing.settings import BatchSettings
 
@@ -209,10 +210,9 @@ def test_shutdown_delivers_the_queue_stops_the_thread_and_shuts_the_exporter_dow
     assert exporter.names == [s.name for s in spans[:2]]
     if sys.platform.startswith("linux"):
         task = Path(f"/proc/self/task/{exporter.native_ids[0]}")
-        deadline = time.monotonic() + 2
-        while task.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not task.exists(), "the export thread is still running after shutdown"
+        assert wait_until(lambda: not task.exists(), 2, 0.01), (
+            "the export thread is still running after shutdown"
+        )
 
 
 # --- JsonLinesFileExporter / encode_otlp_json ------------------------------------

@@ -14,6 +14,7 @@ import pytest
 from gevent import socket as gsocket
 from gevent.monkey import get_original
 
+from toolkit.wait import wait_until
 from tracing.timing import server_timing
 from tracing.timing.call_state import CallTiming
 from tracing.timing.instrumentor import GeventTimingInstrumentor
@@ -131,9 +132,7 @@ def test_inbound_delay_matches_ground_truth_while_the_hub_is_blocked(
         go[i].set()
         os_sleep(0.0005)  # the client thread stamps and sends while the hub is ours
         blocks.append(gevent.spawn(block_hub, block_s).get())
-        deadline = time.monotonic() + 5
-        while len(server.timings) <= i and time.monotonic() < deadline:
-            gevent.sleep(0.001)
+        wait_until(lambda i=i: len(server.timings) > i, 5, 0.001, sleep=gevent.sleep)
     thread.join(5)
     assert len(server.timings) == rounds
     # How far each round is past its bound (s; 0: within). The clocks are read from two
@@ -178,12 +177,10 @@ def test_an_idle_keep_alive_connection_is_stamped_per_request(server: Server) ->
     go = [threading.Event() for _ in range(2)]
     thread = client_thread(server.port, sends, go, 2)
     go[0].set()
-    while not server.timings:
-        gevent.sleep(0.001)
+    assert wait_until(lambda: server.timings, 5, 0.001, sleep=gevent.sleep)
     gevent.sleep(0.2)  # the connection idles, armed for the next request
     go[1].set()
-    while len(server.timings) < 2:
-        gevent.sleep(0.001)
+    assert wait_until(lambda: len(server.timings) >= 2, 5, 0.001, sleep=gevent.sleep)
     thread.join(5)
     second = server.timings[1]
     assert second.inbound_delay_s is not None
@@ -252,8 +249,7 @@ def one_request_during_a_block(server: Server, block_s: float) -> RequestTiming:
     go[0].set()
     os_sleep(0.002)
     gevent.spawn(block_hub, block_s).get()
-    while not server.timings:
-        gevent.sleep(0.001)
+    assert wait_until(lambda: server.timings, 5, 0.001, sleep=gevent.sleep)
     thread.join(5)
     return server.timings[0]
 

@@ -11,6 +11,7 @@ import time
 import gevent
 import pytest
 
+from toolkit.wait import wait_until
 from tracing.timing import hub_block
 from tracing.timing.hub_block import HubBlockDetector, HubBlocked
 from tracing.timing.instrumentor import GeventTimingInstrumentor
@@ -104,9 +105,7 @@ def test_real_block_is_caught_with_stack_and_label() -> None:
 
         spawned_ns = time.monotonic_ns()
         gevent.spawn(block_the_hub).join()
-        deadline = time.monotonic() + 2
-        while len(events) < 2 and time.monotonic() < deadline:
-            gevent.sleep(0.010)
+        wait_until(lambda: len(events) >= 2, 2, 0.010, sleep=gevent.sleep)
         reported_by_ns = time.monotonic_ns()
     finally:
         inst.uninstrument()
@@ -123,7 +122,8 @@ def test_real_block_is_caught_with_stack_and_label() -> None:
 def test_the_watcher_restarts_in_a_forked_child() -> None:
     script = textwrap.dedent(
         """
-        import os, sys, time
+        import os, sys
+        from toolkit.wait import wait_until
         from tracing.timing.hub_block import HubBlockDetector
 
         # A heartbeat that never beats: a running watcher reports a block at once.
@@ -135,9 +135,7 @@ def test_the_watcher_restarts_in_a_forked_child() -> None:
             detector.register(events.append)
             before = detector.running
             detector.ensure_running()
-            deadline = time.monotonic() + 2
-            while not events and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_until(lambda: events, 2, 0.01)
             os._exit(0 if (not before and detector.running and events) else 1)
         _, status = os.waitpid(pid, 0)
         sys.exit(os.waitstatus_to_exitcode(status) or (0 if detector.running else 2))
@@ -213,9 +211,6 @@ def test_the_kernel_says_where_a_sleeping_thread_sleeps() -> None:
     ready.wait(1)
     probe = hub_block.parked_probe(int(probe_of["tid"]))  # type: ignore[call-overload]
     assert probe is not None
-    deadline = time.monotonic() + 1
-    while not probe() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert probe()
+    assert wait_until(probe, 1, 0.005)
     mine = hub_block.parked_probe(threading.get_native_id())
     assert mine is not None and not mine()  # this thread runs
