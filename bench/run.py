@@ -54,6 +54,7 @@ from routing.write import write_routes
 from stack.launch import PROJECT_ROOT, Stack
 from stack.procfs import descendants, serving_workers
 from stack.procs import StartError
+from toolkit.logs import tail_file
 from tracing.readback.breakdown import Breakdown
 from tracing.readback.spans import SpanSourceError
 
@@ -325,10 +326,9 @@ class LoadgenProcess:
         return self.popen.pid
 
     def failure(self, what: str) -> BenchError:
-        tail = ""
-        with contextlib.suppress(OSError):
-            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
-        return BenchError(f"load generator {what}; log {self.log_path}:\n{tail}")
+        return BenchError(
+            f"load generator {what}; log {self.log_path}:\n{tail_file(self.log_path, 20)}"
+        )
 
     def wait_ready(self, timeout_s: float = _READY_TIMEOUT_S) -> None:
         assert self.popen.stdout is not None

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from stack.procs import Proc, StartError, free_port, http_ok
+from toolkit.logs import tail
 
 # The Go module keeps v1 tags; module v1.76.0 is the Jaeger v2.13.0 release
 # (same code as the Docker image jaegertracing/jaeger:2.13.0 in deploy/compose/).
@@ -100,7 +101,7 @@ def build(timeout_s: float = DEFAULT_BUILD_TIMEOUT_S) -> Path:
     """Build (or reuse, in well under a second) the Jaeger binary; return its path."""
     code, out, err = _run_script(BUILD_SCRIPT, timeout_s)
     if code != 0:
-        raise JaegerBuildError(f"{BUILD_SCRIPT} failed with exit code {code}:\n{_tail(err)}")
+        raise JaegerBuildError(f"{BUILD_SCRIPT} failed with exit code {code}:\n{tail(err)}")
     return _printed_path(BUILD_SCRIPT, out)
 
 
@@ -110,9 +111,9 @@ def build_ui(timeout_s: float = DEFAULT_UI_BUILD_TIMEOUT_S) -> Path:
     failed. The source is JAEGER_UI_SOURCE (tarball or directory) or a git clone."""
     code, out, err = _run_script(UI_BUILD_SCRIPT, timeout_s)
     if code == UI_UNAVAILABLE_EXIT:
-        raise JaegerUIUnavailable(_tail(err, 1))
+        raise JaegerUIUnavailable(tail(err, 1))
     if code != 0:
-        raise JaegerBuildError(f"{UI_BUILD_SCRIPT} failed with exit code {code}:\n{_tail(err)}")
+        raise JaegerBuildError(f"{UI_BUILD_SCRIPT} failed with exit code {code}:\n{tail(err)}")
     return _printed_path(UI_BUILD_SCRIPT, out)
 
 
@@ -138,7 +139,7 @@ def _run_script(script: Path, timeout_s: float) -> tuple[int, str, str]:
         out, err = proc.communicate()
         raise JaegerBuildError(
             f"{script.name} ({JAEGER_VERSION}) took longer than {timeout_s:.0f} s; "
-            f"last output:\n{_tail(err)}"
+            f"last output:\n{tail(err)}"
         ) from None
     except BaseException:
         # Ctrl-C reaches only our process group, not the build's own session.
@@ -154,10 +155,6 @@ def _printed_path(script: Path, out: str) -> Path:
     if path is None or not path.exists():
         raise JaegerBuildError(f"{script} printed no path (stdout: {out!r})")
     return path
-
-
-def _tail(text: str, lines: int = 30) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:]) or "(no output)"
 
 
 @dataclass(frozen=True)

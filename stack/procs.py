@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit.logs import tail_file
 from toolkit.wait import wait_until
 
 # prctl(2): the signal the kernel sends a process when the thread that forked it exits.
@@ -112,11 +113,7 @@ class Proc:
         return self.popen is not None and self.popen.poll() is None
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return tail_file(self.log_path, lines)
 
     def wait_ready(
         self, ready: Callable[[], bool], timeout_s: float = 30.0, what: str = "ready"

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from toolkit.logs import tail_file
+
 # Without the background-networking flags Chromium keeps trying to reach Google's
 # hosts, which these machines refuse (and CI machines may not reach).
 CHROMIUM_FLAGS = (
@@ -127,11 +129,7 @@ class Browser:
         return message
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self._log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return tail_file(self._log_path, lines)
 
     # --- the page ------------------------------------------------------------------
 

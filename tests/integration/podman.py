@@ -42,6 +42,7 @@ from routing.container import ENVOY_IMAGE, IMAGE, JAEGER_IMAGE, JAEGER_UI_PORT
 from stack import jaeger
 from stack.envoy import envoy_binary
 from stack.procs import free_port, http_ok
+from toolkit.logs import tail
 from toolkit.wait import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -65,10 +66,6 @@ def cache_dir() -> Path:
     return jaeger.cache_dir() / "containers"
 
 
-def _tail(text: str, lines: int = 30) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
 @dataclass
 class Podman:
     """The podman and podman-compose commands, with the test's containers.conf."""
@@ -89,7 +86,7 @@ class Podman:
         if check and result.returncode != 0:
             raise RuntimeError(
                 f"podman {' '.join(args[:3])} ... exited {result.returncode}:\n"
-                + _tail(result.stdout + result.stderr)
+                + tail(result.stdout + result.stderr)
             )
         return result
 
@@ -106,7 +103,7 @@ class Podman:
         if check and result.returncode != 0:
             raise RuntimeError(
                 f"podman-compose {' '.join(args)} exited {result.returncode}:\n"
-                + _tail(result.stdout + result.stderr)
+                + tail(result.stdout + result.stderr)
             )
         return result
 
@@ -185,7 +182,7 @@ def base_image(engine: Podman) -> str:
         )
         if result.returncode != 0:
             partial.unlink(missing_ok=True)
-            raise RuntimeError("mmdebstrap failed:\n" + _tail(result.stdout + result.stderr))
+            raise RuntimeError("mmdebstrap failed:\n" + tail(result.stdout + result.stderr))
         partial.rename(rootfs)
     engine.run("import", str(rootfs), BASE_IMAGE)
     return BASE_IMAGE
@@ -220,7 +217,7 @@ def wheelhouse(lock: Path = LOCK) -> Path:
     )
     if result.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
-        raise RuntimeError("pip wheel failed:\n" + _tail(result.stdout + result.stderr))
+        raise RuntimeError("pip wheel failed:\n" + tail(result.stdout + result.stderr))
     partial.rename(folder)
     return folder
 
@@ -240,7 +237,7 @@ def project_wheelhouse(work: Path) -> Path:
     )  # fmt: skip
     if result.returncode != 0:
         raise RuntimeError(
-            "pip wheel of the project failed:\n" + _tail(result.stdout + result.stderr)
+            "pip wheel of the project failed:\n" + tail(result.stdout + result.stderr)
         )
     return folder
 
@@ -359,7 +356,7 @@ class Topology:
         parts = []
         for name in names:
             result = self.engine.run("logs", "--tail", str(lines), name, check=False)
-            parts.append(f"--- {name}\n{_tail(result.stdout + result.stderr, lines)}")
+            parts.append(f"--- {name}\n{tail(result.stdout + result.stderr, lines)}")
         return "\n".join(parts)
 
 
