@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from bench.cpu import process_cpu_s, tree
 from bench.run import prepared_config, running_stack
 from bench.traffic import rideshare_requests
 from routing.model import Layout, RouteConfig
+from toolkit.fetch import fetch
 from tracing.readback.report import percentile
 
 SCHEMA = "pricingservice.bench.cpu-capacity/1"
@@ -46,16 +46,10 @@ def run_cpu_capacity(
             nonlocal failures
             i = n
             while (now := time.monotonic()) < stop_at:
-                request = urllib.request.Request(
-                    url,
-                    data=bodies[i % len(bodies)],
-                    headers={"content-type": "application/json"},
-                )
+                body = bodies[i % len(bodies)]
                 i += clients
                 try:
-                    with urllib.request.urlopen(request, timeout=10) as resp:
-                        resp.read()
-                        ok = resp.status == 200
+                    ok = fetch(url, method="POST", body=body, timeout_s=10).status == 200
                 except OSError:
                     ok = False
                 if now >= window_start:

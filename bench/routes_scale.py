@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import statistics
 import time
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,6 +45,7 @@ from stack.envoy import validate
 from stack.launch import Stack
 from stack.ops import apply_routes
 from stack.procs import StartError
+from toolkit.fetch import fetch
 from tracing.readback.usage import usage_from_scrapes
 
 #: Offers/s of the offers-only load both services get (the per-offer CPU).
@@ -168,8 +168,7 @@ def scrape_figures(url: str) -> dict[str, float]:
     sizes, times = [], []
     for _ in range(SCRAPES):
         started = time.perf_counter()
-        with urllib.request.urlopen(url, timeout=30) as response:
-            body = response.read()
+        body = fetch(url, timeout_s=30).expect_ok().body
         times.append(time.perf_counter() - started)
         sizes.append(len(body))
     return {"metrics_bytes": max(sizes), "scrape_s": statistics.median(times)}

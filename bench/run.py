@@ -20,7 +20,6 @@ import select
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -54,6 +53,7 @@ from routing.write import write_routes
 from stack.launch import PROJECT_ROOT, Stack
 from stack.procfs import descendants, serving_workers
 from stack.procs import StartError
+from toolkit.fetch import fetch
 from toolkit.logs import tail_file
 from tracing.readback.breakdown import Breakdown
 from tracing.readback.spans import SpanSourceError
@@ -257,12 +257,8 @@ def pool_workers(stack: Stack, pool: str) -> frozenset[int]:
 
 
 def _http_json(method: str, url: str, body: Any = None, timeout_s: float = 10.0) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        url, data=data, method=method, headers={"content-type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return json.loads(resp.read())
+    reply = fetch(url, method=method, body=body, timeout_s=timeout_s)
+    return reply.expect_ok().json()
 
 
 def set_upstreams_fixed(stack: Stack, ms: float) -> dict[str, Any]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from routing.envoy import CDS_FILE, LDS_FILE
 from routing.write import write_atomic
+from toolkit.fetch import fetch
 
 # Seconds Envoy's admin gets to answer one call: it runs on Envoy's main thread,
 # which a busy machine can hold up for a while.
@@ -60,13 +60,11 @@ class Admin:
     url: str
 
     def get(self, path: str) -> str:
-        with urllib.request.urlopen(f"{self.url}{path}", timeout=ADMIN_TIMEOUT_S) as resp:
-            return str(resp.read().decode())
+        return fetch(f"{self.url}{path}", timeout_s=ADMIN_TIMEOUT_S).expect_ok().text
 
     def post(self, path: str) -> str:
-        request = urllib.request.Request(f"{self.url}{path}", data=b"", method="POST")
-        with urllib.request.urlopen(request, timeout=ADMIN_TIMEOUT_S) as resp:
-            return str(resp.read().decode())
+        reply = fetch(f"{self.url}{path}", method="POST", body=b"", timeout_s=ADMIN_TIMEOUT_S)
+        return reply.expect_ok().text
 
     def stat(self, name: str) -> int:
         """A counter or gauge by its exact name."""

@@ -33,7 +33,8 @@ from typing import Any
 
 import yaml
 
-from stack.procs import Proc, StartError, free_port, http_ok
+from stack.procs import Proc, StartError, free_port
+from toolkit.fetch import http_ok
 from toolkit.logs import tail
 
 # The Go module keeps v1 tags; module v1.76.0 is the Jaeger v2.13.0 release

@@ -18,8 +18,9 @@ from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
 from stack import jaeger
 from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
-from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
+from stack.procs import Proc, StartError, free_port, port_in_use
 from stack.state import Running, clear_state, process_start, replica_name, write_state
+from toolkit.fetch import http_ok
 from toolkit.wait import wait_until
 from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, SPAN_FILE_ENV, TRACES_PATH
 

@@ -9,8 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,14 +60,6 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def http_ok(url: str, timeout_s: float = 1.0) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            return 200 <= resp.status < 300
-    except (OSError, urllib.error.URLError):
-        return False
 
 
 @dataclass

@@ -2,6 +2,6 @@
 
 `toolkit` is the bottom layer: standard library only, it imports no other package of
 the project, and any of them may import it (but the gevent timing core, which stays
-usable on its own). One module per helper: a wait for a condition (`wait`), the last
-lines of a log (`logs`).
+usable on its own). One module per helper: an HTTP request read back whole (`fetch`), a
+wait for a condition (`wait`), the last lines of a log (`logs`).
 """

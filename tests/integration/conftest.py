@@ -6,9 +6,6 @@ process fails to start, the error carries the tail of its log.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +14,7 @@ import pytest
 
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
+from toolkit.fetch import Reply, fetch
 
 pytestmark = pytest.mark.integration
 
@@ -33,17 +31,6 @@ def shared_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) 
         yield stack
 
 
-class Reply:
-    def __init__(self, status: int, headers: dict[str, str], body: bytes, elapsed_s: float) -> None:
-        self.status = status
-        self.headers = headers
-        self.body = body
-        self.elapsed_s = elapsed_s
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
 def http(
     method: str,
     url: str,
@@ -52,32 +39,7 @@ def http(
     timeout_s: float = 10.0,
 ) -> Reply:
     """One request; HTTP errors are returned, not raised."""
-    import time
-
-    data = None
-    headers = dict(headers or {})
-    if body is not None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        headers.setdefault("content-type", "application/json")
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    started = time.monotonic()
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            payload = resp.read()
-            return Reply(
-                resp.status,
-                {k.lower(): v for k, v in resp.headers.items()},
-                payload,
-                time.monotonic() - started,
-            )
-    except urllib.error.HTTPError as err:
-        payload = err.read()
-        return Reply(
-            err.code,
-            {k.lower(): v for k, v in err.headers.items()},
-            payload,
-            time.monotonic() - started,
-        )
+    return fetch(url, method=method, body=body, headers=headers, timeout_s=timeout_s)
 
 
 def set_upstream(stack: Stack, name: str, **settings: Any) -> None:

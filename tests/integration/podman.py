@@ -41,7 +41,8 @@ from routing.compose import COMPOSE_FILE
 from routing.container import ENVOY_IMAGE, IMAGE, JAEGER_IMAGE, JAEGER_UI_PORT
 from stack import jaeger
 from stack.envoy import envoy_binary
-from stack.procs import free_port, http_ok
+from stack.procs import free_port
+from toolkit.fetch import http_ok
 from toolkit.logs import tail
 from toolkit.wait import wait_until
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from routing.container import ENVOY_CONFIG_PATH, ENVOY_STATS_PORT
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from stack.envoy import envoy_binary
 from stack.procs import free_port
+from toolkit.fetch import fetch
 from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -27,11 +26,8 @@ MANIFEST = DEFAULT_ROUTES_PATH.parent / "deploy" / "kubernetes" / "envoy.yaml"
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
+    reply = fetch(f"http://127.0.0.1:{port}{path}", timeout_s=2)
+    return reply.status, reply.body
 
 
 def _ready(port: int) -> bool:

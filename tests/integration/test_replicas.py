@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,8 +54,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def host_stats(stack: Stack) -> dict[str, dict[str, str]]:
     """Envoy's view of each io replica: host -> {rq_total, health_flags, ...}."""
-    with urllib.request.urlopen(f"{stack.admin_url}/clusters", timeout=2) as resp:
-        text = resp.read().decode()
+    text = stack.admin.get("/clusters")
     hosts: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
         parts = line.split("::")

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from stack.procs import Proc, free_port, http_ok
+from stack.procs import Proc, free_port
+from toolkit.fetch import http_ok
 
 pytestmark = pytest.mark.integration
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.fetch import fetch
 from tracing.settings import service_name
 
 
@@ -83,19 +82,17 @@ def from_jaeger(
         )
         url = f"{base}{JAEGER_TRACES_PATH}?{query}"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            body = resp.read().decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            if trace_id is not None:
-                raise SpanSourceError(
-                    f"trace {trace_id} not found in Jaeger at {base_url}"
-                ) from None
-            return []  # Jaeger v2 answers a search that found nothing with 404
-        raise SpanSourceError(f"Jaeger at {base_url} answered HTTP {exc.code}") from None
+        reply = fetch(url, timeout_s=timeout_s)
     except OSError as exc:
         reason = getattr(exc, "reason", exc)
         raise SpanSourceError(f"cannot reach Jaeger at {base_url}: {reason}") from None
+    if reply.status == 404:
+        if trace_id is not None:
+            raise SpanSourceError(f"trace {trace_id} not found in Jaeger at {base_url}")
+        return []  # Jaeger v2 answers a search that found nothing with 404
+    if not reply.ok:
+        raise SpanSourceError(f"Jaeger at {base_url} answered HTTP {reply.status}")
+    body = reply.text
     try:
         return [
             span

@@ -15,8 +15,6 @@ up, and the workers' deltas are added up.
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +22,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from toolkit.fetch import fetch
 from tracing import attributes, metrics
 from tracing.readback.report import parse_culprits, percentile
 from tracing.readback.spans import Span
@@ -86,12 +85,12 @@ def parse_text(text: str) -> Samples:
 
 def _fetch(url: str, timeout_s: float) -> str:
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            return str(resp.read().decode("utf-8", errors="replace"))
-    except urllib.error.HTTPError as exc:
-        raise UsageSourceError(f"{url} answered HTTP {exc.code}") from None
+        reply = fetch(url, timeout_s=timeout_s)
     except OSError as exc:
         raise UsageSourceError(f"cannot scrape {url}: {getattr(exc, 'reason', exc)}") from None
+    if not reply.ok:
+        raise UsageSourceError(f"{url} answered HTTP {reply.status}") from None
+    return reply.text
 
 
 def scrape(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stack.procs import Proc, StartError, free_port, http_ok, port_in_use
+from stack.procs import Proc, StartError, free_port, port_in_use
 from toolkit.wait import wait_until
 
 
@@ -20,10 +20,6 @@ def test_free_port_is_bindable_and_port_in_use_sees_a_listener() -> None:
         listener.bind(("127.0.0.1", port))
         listener.listen()
         assert port_in_use("127.0.0.1", port)
-
-
-def test_http_ok_is_false_when_nothing_listens() -> None:
-    assert not http_ok(f"http://127.0.0.1:{free_port()}/readyz", timeout_s=0.5)
 
 
 def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
