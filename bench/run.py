@@ -52,9 +52,8 @@ from routing.model import Layout, RouteConfig
 from routing.write import write_routes
 from stack.launch import PROJECT_ROOT, Stack
 from stack.procfs import descendants, serving_workers
-from stack.procs import StartError
+from stack.procs import Proc, StartError
 from toolkit.fetch import fetch
-from toolkit.logs import tail_file
 from tracing.readback.breakdown import Breakdown
 from tracing.readback.spans import SpanSourceError
 
@@ -297,34 +296,28 @@ def _self_cpu_s() -> float:
 
 
 class LoadgenProcess:
-    """`python -m bench.loadgen` in its own session; mutable (it owns a live process)."""
+    """`python -m bench.loadgen` as a `Proc` (its own session, killed by group, dying
+    with the driver), told when to start over its stdin; mutable (it owns a live process)."""
 
     def __init__(self, plan: Plan, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.plan_path = run_dir / "loadgen.plan.json"
         self.out_path = run_dir / "loadgen.out.json"
-        self.log_path = run_dir / "logs" / "loadgen.log"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.plan_path.write_text(json.dumps(plan.to_json()), encoding="utf-8")
         self.out_path.unlink(missing_ok=True)
-        with self.log_path.open("ab") as log:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "bench.loadgen", str(self.plan_path), str(self.out_path)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                cwd=PROJECT_ROOT,
-                start_new_session=True,
-            )
+        argv = [sys.executable, "-m", "bench.loadgen", str(self.plan_path), str(self.out_path)]
+        log_path = run_dir / "logs" / "loadgen.log"
+        self.proc = Proc("loadgen", argv, log_path, cwd=PROJECT_ROOT, piped=True).start()
+        assert self.proc.popen is not None
+        self.popen = self.proc.popen
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        return self.proc.pid
 
     def failure(self, what: str) -> BenchError:
-        return BenchError(
-            f"load generator {what}; log {self.log_path}:\n{tail_file(self.log_path, 20)}"
-        )
+        log_path = self.proc.log_path
+        return BenchError(f"load generator {what}; log {log_path}:\n{self.proc.log_tail(20)}")
 
     def wait_ready(self, timeout_s: float = _READY_TIMEOUT_S) -> None:
         assert self.popen.stdout is not None
@@ -343,7 +336,7 @@ class LoadgenProcess:
         self.popen.stdin.close()
 
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        return self.proc.alive()
 
     def result(self, timeout_s: float) -> dict[str, Any]:
         try:
@@ -356,12 +349,8 @@ class LoadgenProcess:
         assert isinstance(doc, dict)
         return doc
 
-    def kill(self) -> None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.popen.pid, 9)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=5)
+    def stop(self) -> None:
+        self.proc.stop()
 
 
 def _sleep_until(deadline: float, progress: Progress | None, check: Callable[[], None]) -> None:
@@ -439,7 +428,7 @@ def measure(
         doc = gen.result(timeout_s=settings.timeout_s + 60)
         envoy_after = _envoy_counters(stack)
     finally:
-        gen.kill()
+        gen.stop()
     window = t_after - t_before
     driver_s = driver_after - driver_before
     driver = ComponentCpu(

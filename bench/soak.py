@@ -143,7 +143,7 @@ def run_soak(
                 time.sleep(0.2)
             doc = gen.result(timeout_s=settings.timeout_s + 60)
         finally:
-            gen.kill()
+            gen.stop()
         time.sleep(2.0)  # the last connections close
         pids = [pid for pid in _processes(stack)]
         close_wait = sum(1 for *_, state in tcp_sockets(pids) if state == "CLOSE_WAIT")

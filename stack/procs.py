@@ -71,6 +71,9 @@ class Proc:
     log_path: Path
     env: Mapping[str, str] | None = None
     cwd: Path | None = None
+    # True: the launcher talks to it over its stdin and stdout (pipes); its stderr
+    # alone goes to the log.
+    piped: bool = False
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> Proc:
@@ -80,9 +83,9 @@ class Proc:
         try:
             self.popen = subprocess.Popen(
                 list(self.argv),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if self.piped else log,
+                stderr=log if self.piped else subprocess.STDOUT,
+                stdin=subprocess.PIPE if self.piped else subprocess.DEVNULL,
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
