@@ -21,7 +21,7 @@ import pytest
 
 from routing.container import IMAGE, POOL_PORT, SERVICE_NAMES
 from routing.model import RouteConfig
-from tests.integration import podman
+from tests.integration import jaeger_api, podman
 from tests.integration.conftest import http
 from tests.integration.test_stack import OFFER_QUERY, call_endpoint
 from toolkit.wait import wait_for, wait_until
@@ -149,9 +149,7 @@ def test_every_route_is_served_by_its_pool_through_envoy(
 
 
 def _complete_trace(jaeger_url: str) -> list[Span] | None:
-    traces: dict[str, list[Span]] = {}
-    for span in from_jaeger(jaeger_url, service="envoy", limit=20):
-        traces.setdefault(span.trace_id, []).append(span)
+    traces = jaeger_api.by_trace(from_jaeger(jaeger_url, service="envoy", limit=20))
     for trace in traces.values():
         services = {s.service for s in trace}
         if {"envoy", "pricingservice"} <= services and any(s.kind == "client" for s in trace):

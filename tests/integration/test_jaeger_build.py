@@ -14,7 +14,6 @@ import secrets
 import shutil
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,8 @@ import yaml
 from stack import jaeger
 from stack.procfs import tcp_sockets
 from stack.procs import Proc, free_port
+from tests.integration import jaeger_api
+from toolkit.fetch import fetch
 from toolkit.wait import wait_for
 
 SERVICE = "pricing-jaeger-selftest"
@@ -75,11 +76,6 @@ def _otlp_json_span(trace_id: str, span_id: str, test_id: str) -> dict[str, Any]
     }
 
 
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.load(resp)
-
-
 @pytest.mark.integration
 def test_span_sent_over_otlp_http_comes_back_from_query_api(tmp_path: Path) -> None:
     binary = _jaeger_binary()
@@ -98,23 +94,18 @@ def _check_round_trip(proc: Proc, ports: jaeger.JaegerPorts) -> None:
     span_id = secrets.token_hex(8)
     test_id = secrets.token_hex(6)
 
-    request = urllib.request.Request(
-        f"{ports.otlp_http_url}/v1/traces",
-        data=json.dumps(_otlp_json_span(trace_id, span_id, test_id)).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=5) as resp:
-        assert resp.status == 200
+    span = _otlp_json_span(trace_id, span_id, test_id)
+    sent = fetch(f"{ports.otlp_http_url}/v1/traces", method="POST", body=span, timeout_s=5)
+    assert sent.status == 200
 
     traces: list[dict[str, Any]] = wait_for(
-        lambda: _get_json(f"{ports.query_url}/api/traces?service={SERVICE}&limit=20")["data"] or [],
+        lambda: jaeger_api.v1(ports.query_url, "/api/traces", service=SERVICE, limit=20) or [],
         10,
         0.1,
     )
     assert traces, f"span not found in Jaeger after 10 s; log:\n{proc.log_tail()}"
 
-    assert SERVICE in _get_json(f"{ports.query_url}/api/services")["data"]
+    assert SERVICE in jaeger_api.v1(ports.query_url, "/api/services")
     (trace,) = traces
     assert trace["traceID"] == trace_id
     (span,) = trace["spans"]

@@ -13,7 +13,6 @@ import contextlib
 import json
 import time
 import urllib.parse
-from collections import defaultdict
 from collections.abc import Iterator
 from http.client import HTTPException
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.launch import Stack
+from tests.integration import jaeger_api
 from tests.integration.browser import Browser, BrowserError, find_chromium
 from tests.integration.conftest import http
 from tests.integration.test_tracing import D_MS, HOG_ROUTE, OFFER, Hogs, fixed_latency
@@ -103,9 +103,7 @@ def _complete_offer_traces(stack: Stack, since_us: int) -> dict[str, list[Span]]
     """Bike-offer traces since since_us with all five spans in Jaeger (Envoy's, the
     pool's server span, three upstream calls)."""
     assert stack.jaeger_url is not None
-    traces: dict[str, list[Span]] = defaultdict(list)
-    for span in from_jaeger(stack.jaeger_url, limit=100, lookback="15m"):
-        traces[span.trace_id].append(span)
+    traces = jaeger_api.by_trace(from_jaeger(stack.jaeger_url, limit=100, lookback="15m"))
     return {
         trace_id: spans
         for trace_id, spans in traces.items()

@@ -7,8 +7,6 @@ to the pool's lines to its trace."""
 from __future__ import annotations
 
 import json
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.launch import Stack
+from tests.integration import jaeger_api
 from tests.integration.conftest import http, reset_upstreams, set_upstream
 from toolkit.wait import wait_for, wait_until
 
@@ -56,9 +55,10 @@ def env_stack(
 
 
 def jaeger_traces(ports: JaegerPorts, service: str) -> list[dict[str, Any]]:
-    query = urllib.parse.urlencode({"service": service, "limit": 20, "lookback": "1h"})
-    with urllib.request.urlopen(f"{ports.query_url}/api/traces?{query}", timeout=5) as resp:
-        return json.load(resp)["data"] or []
+    return (
+        jaeger_api.v1(ports.query_url, "/api/traces", service=service, limit=20, lookback="1h")
+        or []
+    )
 
 
 def test_spans_arrive_in_jaeger_under_the_configured_service_name(
@@ -66,8 +66,15 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
 ) -> None:
     for _ in range(3):
         assert http("GET", f"{env_stack.url}{OFFER}").status == 200
+
+    def offer_traced(traces: list[dict[str, Any]]) -> bool:
+        # A trace's server span ends last, and may leave in a later batch than its calls.
+        return any(s["operationName"] == "GET /v1/offers/bike" for t in traces for s in t["spans"])
+
     # the exporter thread sends every 0.5 s
-    traces: list[dict[str, Any]] = wait_for(lambda: jaeger_traces(env_jaeger, SERVICE), 15, 0.7)
+    traces: list[dict[str, Any]] = wait_for(
+        lambda: jaeger_traces(env_jaeger, SERVICE), 15, 0.7, until=offer_traced
+    )
     assert traces, f"no trace of service {SERVICE!r} in Jaeger"
     spans = [s for t in traces for s in t["spans"]]
     # (process ids are per trace: p1 in one trace is not p1 in another)
@@ -138,12 +145,10 @@ def test_one_request_is_followed_from_envoys_log_to_the_pools_log_to_its_trace(
     assert access[0]["http.response.status_code"] == 503
 
     def in_jaeger() -> bool:
-        url = f"{env_jaeger.query_url}/api/traces/{trace_id}"
         try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                spans = json.load(resp)["data"][0]["spans"]
+            traces = jaeger_api.v1(env_jaeger.query_url, f"/api/traces/{trace_id}")
         except OSError:
             return False
-        return any(s["spanID"] == access[0]["span_id"] for s in spans)
+        return bool(traces) and any(s["spanID"] == access[0]["span_id"] for s in traces[0]["spans"])
 
     assert wait_until(in_jaeger, 15), f"trace {trace_id} with the pool's span not in Jaeger"

@@ -25,9 +25,10 @@ from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.launch import Stack
+from tests.integration import jaeger_api
 from tests.integration.conftest import http
 from toolkit.wait import wait_until
-from tracing.readback.spans import Span, from_jaeger
+from tracing.readback.spans import Span
 
 pytestmark = pytest.mark.integration
 
@@ -73,17 +74,14 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
 
 def trace_of(stack: Stack, trace_id: str, services: set[str]) -> list[Span]:
     assert stack.jaeger_url is not None
-    found: list[Span] = []
-
-    def whole() -> bool:
-        nonlocal found
-        try:
-            found = from_jaeger(stack.jaeger_url or "", trace_id=trace_id)
-        except Exception:
-            return False
-        return services <= {s.service for s in found}
-
-    assert wait_until(whole, 20, 0.5), f"trace {trace_id}: {[s.name for s in found]}"
+    found = jaeger_api.wait_for_spans(
+        stack.jaeger_url,
+        lambda found: services <= {s.service for s in found},
+        20,
+        0.5,
+        trace_id=trace_id,
+    )
+    assert services <= {s.service for s in found}, f"trace {trace_id}: {[s.name for s in found]}"
     return found
 
 
@@ -284,15 +282,15 @@ def run_worker(
 
 
 def spans_of(ports: JaegerPorts, service: str, expect: int) -> list[Span]:
-    spans: list[Span] = []
-
-    def arrived() -> bool:
-        nonlocal spans
-        spans = from_jaeger(ports.query_url, service=service, limit=100, lookback="15m")
-        return len(spans) >= expect
-
-    wait_until(arrived, 15, 0.5)
-    return spans
+    return jaeger_api.wait_for_spans(
+        ports.query_url,
+        lambda spans: len(spans) >= expect,
+        15,
+        0.5,
+        service=service,
+        limit=100,
+        lookback="15m",
+    )
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])

@@ -19,6 +19,7 @@ import pytest
 from bench.run import prepared_config
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
+from tests.integration import jaeger_api
 from tests.integration.conftest import http, set_upstream
 from toolkit.wait import wait_for
 from tracing import attributes
@@ -279,17 +280,14 @@ def test_one_trace_runs_envoy_server_and_client_spans_in_jaeger(jaeger_stack: St
     statuses = offers(jaeger_stack.url, 5, pause_s=0.01)
     assert statuses == [200] * 5
     assert jaeger_stack.jaeger_url is not None
-    jaeger_url = jaeger_stack.jaeger_url
 
-    def by_trace() -> dict[str, list[Span]]:
-        traces: dict[str, list[Span]] = {}
-        for span in from_jaeger(jaeger_url, service="envoy", limit=20):
-            traces.setdefault(span.trace_id, []).append(span)
-        return traces
+    def five_complete(spans: list[Span]) -> bool:
+        return sum(len(t) >= 5 for t in jaeger_api.by_trace(spans).values()) >= 5
 
-    traces = wait_for(
-        by_trace, 15, 0.7, until=lambda traces: sum(len(t) >= 5 for t in traces.values()) >= 5
+    spans = jaeger_api.wait_for_spans(
+        jaeger_stack.jaeger_url, five_complete, 15, service="envoy", limit=20
     )
+    traces = jaeger_api.by_trace(spans)
     complete = [t for t in traces.values() if len(t) >= 5]
     assert complete, {k: [s.name for s in v] for k, v in traces.items()}
     trace = complete[0]
@@ -383,20 +381,24 @@ def jaeger_shared(
 def offer_breakdowns(stack: Stack, since_us: int, count: int) -> list[Breakdown]:
     """The breakdowns of the bike offers traced since *since_us* (Envoy's span included)."""
     assert stack.jaeger_url is not None
-    jaeger_url = stack.jaeger_url
 
-    def found() -> list[Breakdown]:
-        spans = [
-            s
-            # Newest first, and the hogs' quotes are traces too: ask for plenty.
-            for s in from_jaeger(jaeger_url, service="envoy", limit=500)
-            if s.start_us >= since_us
-        ]
+    def offers_of(spans: list[Span]) -> list[Breakdown]:
         return [
-            b for b in breakdowns(spans, "GET /v1/offers/bike") if "envoy before pool" in b.parts
+            b
+            for b in breakdowns([s for s in spans if s.start_us >= since_us], "GET /v1/offers/bike")
+            if "envoy before pool" in b.parts
         ]
 
-    return wait_for(found, 20, 1.0, until=lambda found: len(found) >= count)
+    # Newest first, and the hogs' quotes are traces too: ask for plenty.
+    spans = jaeger_api.wait_for_spans(
+        stack.jaeger_url,
+        lambda spans: len(offers_of(spans)) >= count,
+        20,
+        1.0,
+        service="envoy",
+        limit=500,
+    )
+    return offers_of(spans)
 
 
 @pytest.mark.parametrize("layout", ["shared", "split"])
