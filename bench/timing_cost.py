@@ -59,22 +59,28 @@ def _interleaved_best(configs: dict[str, Any], repeat: int) -> dict[str, float]:
 
 def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
     """Run the microbenchmarks; CPU microseconds per operation."""
-    import socket
+    return {
+        "schema": SCHEMA,
+        "settings": {"rounds": rounds, "repeat": repeat, "clock": "time.thread_time"},
+        "greenlet_switch_us": switch_costs(rounds, repeat),
+        "send_and_read_wait_us": socket_wait_costs(rounds, repeat),
+        "pieces_us": piece_costs(rounds, repeat),
+    }
 
-    import gevent
+
+def _cpu_clock() -> float:
+    """CPU time of this thread: other processes' load drops out."""
+    return time.thread_time()
+
+
+def switch_costs(rounds: int, repeat: int) -> dict[str, float]:
+    """Raw greenlet switches: bare, traced, traced while a measurement is in progress."""
     import greenlet
-    from gevent import socket as gsocket
 
-    from tracing.timing import call_state, kernel_rx, socket_hooks
-    from tracing.timing.call_timing import begin_call
-    from tracing.timing.instrumentor import GeventTimingInstrumentor
-    from tracing.timing.labels import set_greenlet_label
+    from tracing.timing import call_state
     from tracing.timing.switch_tracer import SwitchTracer
     from tracing.timing.switchlog import new_log
 
-    clock = time.thread_time  # CPU time of this thread: other processes' load drops out
-
-    # 1. Raw greenlet switches: bare, traced, traced while a measurement is in progress.
     def switch_us() -> float:
         def ping() -> None:
             for _ in range(rounds):
@@ -85,9 +91,9 @@ def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
                 ping_g.switch()
 
         ping_g, pong_g = greenlet.greenlet(ping), greenlet.greenlet(pong)
-        start = clock()
+        start = _cpu_clock()
         ping_g.switch()
-        return (clock() - start) / (2 * rounds) * 1e6
+        return (_cpu_clock() - start) / (2 * rounds) * 1e6
 
     tracer = SwitchTracer(new_log())
 
@@ -106,8 +112,24 @@ def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
     switch = _interleaved_best(
         {"bare": switch_us, "traced": traced(False), "busy": traced(True)}, repeat
     )
+    return {
+        "bare": round(switch["bare"], 3),
+        "switch_tracer_adds": round(switch["traced"] - switch["bare"], 3),
+        "switch_tracer_adds_while_measuring": round(switch["busy"] - switch["bare"], 3),
+    }
 
-    # 2. Socket waits through the hub: ping-pong over a socketpair, every recv waits.
+
+def socket_wait_costs(rounds: int, repeat: int) -> dict[str, float]:
+    """Socket waits through the hub: ping-pong over a socketpair, every recv waits; bare,
+    with the socket hooks alone, and with all instrumentation (no measurement, one
+    elsewhere, this one measured)."""
+    import gevent
+    from gevent import socket as gsocket
+
+    from tracing.timing import call_state, socket_hooks
+    from tracing.timing.call_timing import begin_call
+    from tracing.timing.instrumentor import GeventTimingInstrumentor
+
     def pingpong_us(measure: bool) -> float:
         a, b = gsocket.socketpair()
         exchanges = rounds // 10
@@ -122,9 +144,9 @@ def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
             if measurement is not None:
                 measurement.finish()
 
-        start = clock()
+        start = _cpu_clock()
         gevent.joinall([gevent.spawn(side, a, True), gevent.spawn(side, b, False)])
-        elapsed = clock() - start
+        elapsed = _cpu_clock() - start
         a.close()
         b.close()
         return elapsed / (2 * exchanges) * 1e6  # per exchange = send + read wait
@@ -160,17 +182,32 @@ def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
         },
         repeat,
     )
-    # 3. Pieces.
-    a, b = socket.socketpair()
-    kernel_rx.enable_rx_timestamps(b)
-    a.send(b"x")
+    plain = pingpong["plain"]
+    return {
+        "uninstrumented": round(plain, 2),
+        "socket_hooks_add": round(pingpong["hooks"] - plain, 2),
+        "everything_installed_adds": round(pingpong["idle"] - plain, 2),
+        "measurement_elsewhere_adds": round(pingpong["elsewhere"] - plain, 2),
+        "measured_adds": round(pingpong["measured"] - plain, 2),
+    }
+
+
+def piece_costs(rounds: int, repeat: int) -> dict[str, float]:
+    """The pieces, per call: a receive-timestamp peek, a measurement begun and finished,
+    naming the culprits of a 1 ms delay with 100 switches in it, a greenlet label."""
+    import socket
+
+    from tracing.timing import kernel_rx
+    from tracing.timing.call_timing import begin_call
+    from tracing.timing.labels import set_greenlet_label
+    from tracing.timing.switchlog import new_log
 
     def per_call(fn: Any) -> Any:
         def run() -> float:
-            start = clock()
+            start = _cpu_clock()
             for _ in range(rounds):
                 fn()
-            return (clock() - start) / rounds * 1e6
+            return (_cpu_clock() - start) / rounds * 1e6
 
         return run
 
@@ -183,37 +220,25 @@ def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
     def begin_finish() -> None:
         begin_call().finish()
 
-    pieces = _interleaved_best(
-        {
-            "peek": per_call(lambda: kernel_rx.peek_arrival_ns(b)),
-            "begin": per_call(begin_finish),
-            "walk": per_call(lambda: log.attribute(end_ns - 1_000_000, end_ns, into)),
-            "label": per_call(lambda: set_greenlet_label(HOG_LABEL)),
-        },
-        repeat,
-    )
-    a.close()
-    b.close()
-    plain = pingpong["plain"]
+    a, b = socket.socketpair()
+    try:
+        kernel_rx.enable_rx_timestamps(b)
+        a.send(b"x")
+        pieces = _interleaved_best(
+            {
+                "peek": per_call(lambda: kernel_rx.peek_arrival_ns(b)),
+                "begin": per_call(begin_finish),
+                "walk": per_call(lambda: log.attribute(end_ns - 1_000_000, end_ns, into)),
+                "label": per_call(lambda: set_greenlet_label(HOG_LABEL)),
+            },
+            repeat,
+        )
+    finally:
+        a.close()
+        b.close()
     return {
-        "schema": SCHEMA,
-        "settings": {"rounds": rounds, "repeat": repeat, "clock": "time.thread_time"},
-        "greenlet_switch_us": {
-            "bare": round(switch["bare"], 3),
-            "switch_tracer_adds": round(switch["traced"] - switch["bare"], 3),
-            "switch_tracer_adds_while_measuring": round(switch["busy"] - switch["bare"], 3),
-        },
-        "send_and_read_wait_us": {
-            "uninstrumented": round(plain, 2),
-            "socket_hooks_add": round(pingpong["hooks"] - plain, 2),
-            "everything_installed_adds": round(pingpong["idle"] - plain, 2),
-            "measurement_elsewhere_adds": round(pingpong["elsewhere"] - plain, 2),
-            "measured_adds": round(pingpong["measured"] - plain, 2),
-        },
-        "pieces_us": {
-            "peek_receive_timestamp": round(pieces["peek"], 2),
-            "begin_call_and_finish": round(pieces["begin"], 2),
-            "culprits_of_1ms_with_100_switches": round(pieces["walk"], 2),
-            "set_greenlet_label": round(pieces["label"], 2),
-        },
+        "peek_receive_timestamp": round(pieces["peek"], 2),
+        "begin_call_and_finish": round(pieces["begin"], 2),
+        "culprits_of_1ms_with_100_switches": round(pieces["walk"], 2),
+        "set_greenlet_label": round(pieces["label"], 2),
     }
