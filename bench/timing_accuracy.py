@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -304,78 +305,105 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     return summarize(args, raw, sent_window)
 
 
-def summarize(
-    args: argparse.Namespace,
-    raw: dict[int, dict[str, Any]],
-    sent: dict[int, tuple[int, int, int]],
-) -> dict[str, Any]:
-    """The figures of docs/scheduling-delay.md from the spied calls and the upstream's
-    send log (times in ms unless the key says us)."""
-    in_window = 0
-    arrival_us, network_ms, delay_err_ms, truth_delay, residual_ms = [], [], [], [], []
-    duration, total_delay, culprit_share = [], [], []
-    compared = 0
-    landing_us: list[float] = []
-    delay_total = [0.0]
-    blamed: dict[str, float] = {}
-    pre_send_ms: list[float] = []
-    odd_blame: list[str] = []
-    outliers: list[str] = []
+@dataclass(frozen=True)
+class CallFigures:
+    """What one spied call measured of itself (ms, the delay in s)."""
+
+    duration_ms: float
+    delay_s: float
+    residual_ms: float
+    # Calls delayed over 10 ms: the hogs' share of the delay, who got the blame (s),
+    # and a note when the hogs got less than half of it.
+    hog_share: float | None = None
+    culprits: dict[str, float] = field(default_factory=dict)
+    odd_blame: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplyFigures:
+    """One call's reply wait against the upstream's send log: the ground truth."""
+
+    arrival_in_window: bool
+    arrival_us: float  # the measured kernel arrival minus the upstream's send
+    landing_us: float | None  # the request landing minus our send
+    network_error_ms: float | None  # calls with one wait: network_s minus the true one
+    network_outlier: str | None
+    true_delay_ms: float
+    pre_send_ms: float | None  # calls with one wait: delay before the send
+    delay_error_ms: float
+
+
+def _call_figures(call_id: int, timing: Any) -> CallFigures:
+    figures = CallFigures(
+        timing.duration_s * 1e3, timing.scheduling_delay_s, timing.running_s * 1e3
+    )
+    if timing.scheduling_delay_s <= 0.010:
+        return figures
+    hog = timing.culprits.get(HOG_LABEL, 0.0)
+    odd_blame = None
+    if hog < 0.5 * timing.scheduling_delay_s:
+        blame = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in timing.top_culprits(3))
+        odd_blame = (
+            f"  call {call_id}: delay {timing.scheduling_delay_s * 1e3:.1f} ms in "
+            f"{timing.socket_waits} socket waits; culprits: {blame or 'none named'}"
+        )
+    return replace(
+        figures,
+        hog_share=hog / timing.scheduling_delay_s,
+        culprits=dict(timing.culprits),
+        odd_blame=odd_blame,
+    )
+
+
+def _reply_figures(
+    call_id: int, record: dict[str, Any], sent: dict[int, tuple[int, int, int]]
+) -> ReplyFigures | None:
+    """None when the call cannot be compared (no send logged, no wait, no ready stamp)."""
+    timing, waits = record["timing"], record["waits"]
+    if call_id not in sent or not waits or "sent" not in record:
+        return None
+    # The reply's wait: the last read wait (keep-alive calls have exactly one).
+    _started, resumed, ready, offset = waits[-1]
+    if ready is None:
+        return None
+    landed, before, after = sent[call_id]
+    arrival = ready + offset
+    true_reply_delay = (resumed + offset - before) / 1e6
+    network_error = outlier = None
+    if len(waits) == 1 and landed:
+        true_network = (before - landed) / 1e6
+        network_error = timing.network_s * 1e3 - true_network
+        if abs(network_error) > 1.0:
+            outlier = (
+                f"  call {call_id}: network_s {timing.network_s * 1e3:.3f} ms, true "
+                f"{true_network:.3f} ms; our send -> request landed "
+                f"{(landed - record['sent']) / 1e6:.3f} ms"
+            )
+    return ReplyFigures(
+        arrival_in_window=before <= arrival <= after,
+        arrival_us=(arrival - before) / 1e3,
+        landing_us=(landed - record["sent"]) / 1e3 if landed else None,
+        network_error_ms=network_error,
+        network_outlier=outlier,
+        true_delay_ms=true_reply_delay,
+        pre_send_ms=(
+            timing.scheduling_delay_s * 1e3 - (resumed - ready) / 1e6 if len(waits) == 1 else None
+        ),
+        delay_error_ms=(resumed - ready) / 1e6 - true_reply_delay,
+    )
+
+
+def _error_by_true_delay(replies: Sequence[ReplyFigures]) -> list[dict[str, Any]]:
+    """The largest reply-delay error per decade of true delay (1, 10, 100, 1000 ms, more)."""
     buckets: dict[float, list[float]] = {1.0: [], 10.0: [], 100.0: [], 1000.0: [], 1e9: []}
-    for call_id, record in raw.items():
-        timing = record["timing"]
-        duration.append(timing.duration_s * 1e3)
-        total_delay.append(timing.scheduling_delay_s * 1e3)
-        residual_ms.append(timing.running_s * 1e3)
-        if timing.scheduling_delay_s > 0.010:
-            hog = timing.culprits.get(HOG_LABEL, 0.0)
-            culprit_share.append(hog / timing.scheduling_delay_s)
-            if hog < 0.5 * timing.scheduling_delay_s and len(odd_blame) < 3:
-                blame = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in timing.top_culprits(3))
-                odd_blame.append(
-                    f"  call {call_id}: delay {timing.scheduling_delay_s * 1e3:.1f} ms in "
-                    f"{timing.socket_waits} socket waits; culprits: {blame or 'none named'}"
-                )
-            delay_total[0] += timing.scheduling_delay_s
-            for label, seconds in timing.culprits.items():
-                blamed[label] = blamed.get(label, 0.0) + seconds
-        waits = record["waits"]
-        if call_id not in sent or not waits or "sent" not in record:
-            continue
-        # The reply's wait: the last read wait (keep-alive calls have exactly one).
-        _started, resumed, ready, offset = waits[-1]
-        if ready is None:
-            continue
-        compared += 1
-        landed, before, after = sent[call_id]
-        if landed:
-            landing_us.append((landed - record["sent"]) / 1e3)
-        arrival = ready + offset
-        in_window += before <= arrival <= after
-        arrival_us.append((arrival - before) / 1e3)
-        true_reply_delay = (resumed + offset - before) / 1e6
-        if len(waits) == 1 and landed:
-            true_network = (before - landed) / 1e6
-            network_ms.append(timing.network_s * 1e3 - true_network)
-            if abs(network_ms[-1]) > 1.0:
-                outliers.append(
-                    f"  call {call_id}: network_s {timing.network_s * 1e3:.3f} ms, true "
-                    f"{true_network:.3f} ms; our send -> request landed "
-                    f"{(landed - record['sent']) / 1e6:.3f} ms"
-                )
-        truth_delay.append(true_reply_delay)
-        if len(waits) == 1:
-            pre_send_ms.append(timing.scheduling_delay_s * 1e3 - (resumed - ready) / 1e6)
-        delay_err_ms.append((resumed - ready) / 1e6 - true_reply_delay)
-        for bound in buckets:
-            if true_reply_delay < bound:
-                buckets[bound].append(delay_err_ms[-1])
-                break
-    by_true_delay = []
+    for reply in replies:
+        bound = next(b for b in buckets if reply.true_delay_ms < b)
+        buckets[bound].append(reply.delay_error_ms)
+    out = []
     low = 0.0
     for bound, errors in buckets.items():
         if errors:
-            by_true_delay.append(
+            out.append(
                 {
                     "from_ms": low,
                     "to_ms": bound,
@@ -384,10 +412,41 @@ def summarize(
                 }
             )
         low = bound
-    shares = {
-        label: round(seconds / delay_total[0] * 100, 2)
+    return out
+
+
+def _shares_of_all_delay(calls: Sequence[CallFigures]) -> dict[str, float]:
+    """Each culprit's share of the delay of all calls delayed over 10 ms (%)."""
+    delayed = [c for c in calls if c.hog_share is not None]
+    delay_total = sum(c.delay_s for c in delayed)
+    blamed: dict[str, float] = {}
+    for call in delayed:
+        for label, seconds in call.culprits.items():
+            blamed[label] = blamed.get(label, 0.0) + seconds
+    return {
+        label: round(seconds / delay_total * 100, 2)
         for label, seconds in sorted(blamed.items(), key=lambda item: -item[1])
     }
+
+
+def summarize(
+    args: argparse.Namespace,
+    raw: dict[int, dict[str, Any]],
+    sent: dict[int, tuple[int, int, int]],
+) -> dict[str, Any]:
+    """The figures of docs/scheduling-delay.md from the spied calls and the upstream's
+    send log (times in ms unless the key says us)."""
+    calls = [_call_figures(call_id, record["timing"]) for call_id, record in raw.items()]
+    replies = [
+        reply
+        for call_id, record in raw.items()
+        if (reply := _reply_figures(call_id, record, sent)) is not None
+    ]
+    shares = [c.hog_share for c in calls if c.hog_share is not None]
+
+    def some(values: Sequence[float | None]) -> list[float]:
+        return [v for v in values if v is not None]
+
     return {
         "schema": SCHEMA,
         "settings": {
@@ -401,22 +460,25 @@ def summarize(
             "client": "urllib3 HTTPConnectionPool (keep-alive), gevent monkey patching",
         },
         "calls": len(raw),
-        "call_duration_ms": _stats(duration),
-        "scheduling_delay_per_call_ms": _stats(total_delay),
-        "running_residual_per_call_ms": _stats(residual_ms),
-        "reply_arrival_in_send_window": {"in": in_window, "of": compared},
-        "arrival_minus_upstream_send_us": _stats(arrival_us),
-        "request_landed_minus_our_send_us": _stats(landing_us),
-        "network_minus_true_network_ms": _stats(network_ms),
-        "true_reply_delay_ms": _stats(truth_delay),
-        "delay_before_the_send_ms": _stats(pre_send_ms),
-        "reply_delay_error_ms": _stats(delay_err_ms),
-        "reply_delay_error_by_true_delay": by_true_delay,
-        "network_outliers_over_1ms": outliers,
-        "calls_with_delay_over_10ms": len(culprit_share),
-        "hog_share_of_delay_per_call_pct": _stats([s * 100 for s in culprit_share]),
-        "share_of_all_delay_pct": shares,
-        "calls_where_hogs_got_less_than_half": odd_blame,
+        "call_duration_ms": _stats([c.duration_ms for c in calls]),
+        "scheduling_delay_per_call_ms": _stats([c.delay_s * 1e3 for c in calls]),
+        "running_residual_per_call_ms": _stats([c.residual_ms for c in calls]),
+        "reply_arrival_in_send_window": {
+            "in": sum(r.arrival_in_window for r in replies),
+            "of": len(replies),
+        },
+        "arrival_minus_upstream_send_us": _stats([r.arrival_us for r in replies]),
+        "request_landed_minus_our_send_us": _stats(some([r.landing_us for r in replies])),
+        "network_minus_true_network_ms": _stats(some([r.network_error_ms for r in replies])),
+        "true_reply_delay_ms": _stats([r.true_delay_ms for r in replies]),
+        "delay_before_the_send_ms": _stats(some([r.pre_send_ms for r in replies])),
+        "reply_delay_error_ms": _stats([r.delay_error_ms for r in replies]),
+        "reply_delay_error_by_true_delay": _error_by_true_delay(replies),
+        "network_outliers_over_1ms": [r.network_outlier for r in replies if r.network_outlier],
+        "calls_with_delay_over_10ms": len(shares),
+        "hog_share_of_delay_per_call_pct": _stats([s * 100 for s in shares]),
+        "share_of_all_delay_pct": _shares_of_all_delay(calls),
+        "calls_where_hogs_got_less_than_half": [c.odd_blame for c in calls if c.odd_blame][:3],
     }
 
 
