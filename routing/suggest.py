@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -282,6 +282,29 @@ def suggest(
     unknown = sorted(set(rates_rps) - {r.endpoint for r in config.app_routes()})
     if unknown:
         raise ValueError(f"--rates names no app route: {', '.join(unknown)}")
+    placed = place(config, measured, thresholds, rates_rps)
+    sizing = size(config, placed, thresholds)
+    return Suggestion(config, proposed(config, placed, sizing), placed.evidence, sizing, thresholds)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where each app route goes (endpoint -> pool), the pools made for them, and why."""
+
+    pool_of: Mapping[str, str]
+    new_pools: tuple[Pool, ...]
+    evidence: tuple[RouteEvidence, ...]
+    sums_of: Mapping[str, _Sums]
+
+
+def place(
+    config: RouteConfig,
+    measured: Iterable[Measured],
+    thresholds: Thresholds,
+    rates_rps: Mapping[str, float],
+) -> Placement:
+    """Each route with enough requests measured goes to a pool of its kind (CPU- or
+    I/O-heavy): the one it is in if that fits, else one that does, else a new one."""
     by_template = {m.route: m for m in measured}
     pools_by_name = {p.name: p for p in config.pools}
     placement = {r.endpoint: r.pool for r in config.app_routes()}
@@ -329,25 +352,29 @@ def suggest(
                 reason=reason,
             )
         )
-    all_pools = (*config.pools, *new_pools.values())
+    return Placement(placement, tuple(new_pools.values()), tuple(evidence), sums_of)
+
+
+def size(config: RouteConfig, placed: Placement, thresholds: Thresholds) -> tuple[PoolSizing, ...]:
+    """Workers and connections for every pool, the new ones included, from the routes
+    placed in it and their rates."""
+    rate_of = {e.endpoint: e.rate_rps for e in placed.evidence}
+    new_names = {p.name for p in placed.new_pools}
     sizing = []
-    rate_of = {e.endpoint: e.rate_rps for e in evidence}
-    new_names = {p.name for p in new_pools.values()}
-    for pool in all_pools:
+    for pool in (*config.pools, *placed.new_pools):
         served = [
-            (route, sums_of[route.endpoint], rate_of[route.endpoint])
+            (route, placed.sums_of[route.endpoint], rate_of[route.endpoint])
             for route in config.app_routes()
-            if placement[route.endpoint] == pool.name
+            if placed.pool_of[route.endpoint] == pool.name
         ]
         sizing.append(
-            _size(
-                pool,
-                pool_kind(pool, thresholds),
-                pool.name in new_names,
-                served,
-                thresholds,
-            )
+            _size(pool, pool_kind(pool, thresholds), pool.name in new_names, served, thresholds)
         )
+    return tuple(sizing)
+
+
+def proposed(config: RouteConfig, placed: Placement, sizing: Sequence[PoolSizing]) -> RouteConfig:
+    """*config* with the routes placed and the pools, new ones included, sized."""
     size_of = {s.pool: s for s in sizing}
     proposed_pools = tuple(
         replace(
@@ -355,19 +382,19 @@ def suggest(
             workers=size_of[p.name].workers,
             worker_connections=size_of[p.name].worker_connections,
         )
-        for p in all_pools
+        for p in (*config.pools, *placed.new_pools)
     )
     proposed_routes = tuple(
-        replace(r, pool=placement[r.endpoint]) if r.endpoint in placement else r
+        replace(r, pool=placed.pool_of[r.endpoint]) if r.endpoint in placed.pool_of else r
         for r in config.routes
     )
-    proposed = replace(config, pools=proposed_pools, routes=proposed_routes)
+    out = replace(config, pools=proposed_pools, routes=proposed_routes)
     if proposed_pools != config.pools:
         # The shared ("before") layout has as many processes as the split pools.
-        proposed = replace(
-            proposed, shared=replace(config.shared, workers=sum(p.workers for p in proposed_pools))
+        out = replace(
+            out, shared=replace(config.shared, workers=sum(p.workers for p in proposed_pools))
         )
-    return Suggestion(config, proposed, tuple(evidence), tuple(sizing), thresholds)
+    return out
 
 
 # --- what the command prints -------------------------------------------------------------
