@@ -1,5 +1,5 @@
 """The benchmark: the shared pool vs dedicated pools, measured side by side, and the
-separately measurable parts. Its flags live in the command package (`pricingctl/bench.py`).
+separately measurable parts. Its flags live in the command package (`pricingctl/bench/`).
 
 Module per idea:
 

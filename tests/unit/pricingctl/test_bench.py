@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pricingctl.bench import parse_rates
+from pricingctl.bench.flags import parse_rates
 from pricingctl.main import build_parser
 
 
