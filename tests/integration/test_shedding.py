@@ -92,8 +92,13 @@ def test_an_offer_whose_budget_was_spent_waiting_is_shed_without_an_upstream_cal
 ) -> None:
     reset_upstreams(stack)
     assert offer(stack, 0).status == 200
+    # Every worker must be stopped: one still loading its app when the others are
+    # stopped would serve the offers the moment it starts accepting (seen in CI: 19 of
+    # 20 served by a worker that began accepting after the first offer).
+    expected = stack.config.pool("io", stack.layout).workers
+    assert wait_until(lambda: len(accepting_workers(stack, "io")) == expected, 30)
     workers = accepting_workers(stack, "io")
-    assert workers
+    assert len(workers) == expected
     shed_before = shed_count(stack, "io")
     since = time.time_ns()
     # The io workers stop (as a worker starved of CPU would), the offers queue in their
@@ -181,6 +186,7 @@ def test_a_cpu_pool_at_twice_its_capacity_stays_healthy_and_sheds_the_excess(
     assert all(q.status == 200 for q in quotes), [q.status for q in quotes]
     measured_rps = 1 / statistics.median(q.elapsed_s for q in quotes)
     rate = 2 * cpu.workers * max(cpu.worker_rps, measured_rps)
+    assert wait_until(lambda: len(accepting_workers(stack, "cpu")) == cpu.workers, 30)
     workers_before = accepting_workers(stack, "cpu")
     cluster = "cluster.cpu_pool"
     failures_before = stack.envoy_stat(f"{cluster}.health_check.failure")
