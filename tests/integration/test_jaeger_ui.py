@@ -146,7 +146,10 @@ def offer_trace(
         since_us = time.time_ns() // 1000
         with Hogs(stack.url, hog_threads):
             send_offers(stack.url, 12)
-        # spans leave the pools' exporter threads every 0.5 s
+        # Spans leave the pools' exporter threads every 0.5 s: read at once, the round's
+        # first offers are in and its last (the ones the hogs held up longest) are not,
+        # and eight complete traces end the wait (the fresh-clone CI failure).
+        time.sleep(0.7)
         traces = wait_for(
             lambda since_us=since_us: _complete_offer_traces(stack, since_us),
             10,
