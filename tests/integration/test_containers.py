@@ -152,7 +152,10 @@ def _complete_trace(jaeger_url: str) -> list[Span] | None:
     traces = jaeger_api.by_trace(from_jaeger(jaeger_url, service="envoy", limit=20))
     for trace in traces.values():
         services = {s.service for s in trace}
-        if {"envoy", "pricingservice"} <= services and any(s.kind == "client" for s in trace):
+        kinds = {s.kind for s in trace if s.service == "pricingservice"}
+        # The pool's server span ends after its calls and may leave in a later batch:
+        # a trace is complete once it is in too.
+        if {"envoy", "pricingservice"} <= services and {"server", "client"} <= kinds:
             return trace
     return None
 
