@@ -1,9 +1,8 @@
 """CPU time of process trees, read from /proc (Linux).
 
 A component (the simulator, Envoy, a gunicorn pool: master and workers, the load
-generator) is a root pid and its descendants. `/proc/<pid>/stat` gives utime +
-stime of one process (all its threads); children are found through
-`/proc/<pid>/task/<tid>/children`. Snapshots before and after the measured window
+generator) is a root pid and its descendants (``stack.procfs.tree``), each process's CPU
+its utime + stime (``stack.procfs.process_cpu_s``). Snapshots before and after the measured window
 give each process's CPU seconds in the window. A process that exits inside the
 window loses its CPU from the count (none should: a restarted worker is a failed
 run anyway and shows in the per-process list).
@@ -11,51 +10,14 @@ run anyway and shows in the per-process list).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
+from stack.procfs import CLK_TCK, process_cpu_s, tree
+
 _PROC = Path("/proc")
-
-
-def process_cpu_s(pid: int) -> float | None:
-    """utime + stime of one process in seconds; None if it is gone."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after it.
-    fields = text.rsplit(")", 1)[1].split()
-    # fields[0] is field 3 (state): utime is field 14, stime field 15.
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        tids = os.listdir(_PROC / str(pid) / "task")
-    except FileNotFoundError:
-        return out
-    for tid in tids:
-        try:
-            text = (_PROC / str(pid) / "task" / tid / "children").read_text()
-        except FileNotFoundError:
-            continue
-        out.extend(int(x) for x in text.split())
-    return out
-
-
-def tree(pid: int) -> list[int]:
-    """`pid` and all its descendants, parents first."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop(0)
-        out.append(p)
-        todo.extend(children(p))
-    return out
 
 
 def machine_busy_s() -> float:
@@ -64,7 +26,7 @@ def machine_busy_s() -> float:
     # user nice system idle iowait irq softirq steal (guest time is inside user/nice)
     values = [int(x) for x in fields[:8]]
     idle = values[3] + values[4]
-    return (sum(values) - idle) / _CLK_TCK
+    return (sum(values) - idle) / CLK_TCK
 
 
 def machine_busy_pct(window_s: float) -> float:

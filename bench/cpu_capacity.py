@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import process_cpu_s, tree
 from bench.run import prepared_config, running_stack
 from bench.traffic import rideshare_requests
 from routing.model import Layout, RouteConfig
+from stack.procfs import process_cpu_s, tree
 from toolkit.fetch import fetch
 from tracing.readback.report import percentile
 

@@ -27,7 +27,6 @@ from typing import Any
 
 import yaml
 
-from bench.cpu import process_cpu_s, tree
 from bench.loadgen import run_open_loop
 from bench.run import BenchError
 from bench.schedule import mixed_schedule
@@ -44,6 +43,7 @@ from routing.write import write_routes
 from stack.envoy import validate
 from stack.launch import Stack
 from stack.ops import apply_routes
+from stack.procfs import process_cpu_s, tree
 from stack.procs import StartError
 from toolkit.fetch import fetch
 from tracing.readback.usage import usage_from_scrapes

@@ -1,6 +1,7 @@
-"""What /proc says about the stack's processes: children, memory, open descriptors,
-TCP sockets and their states, and which gunicorn workers accept connections. Read
-only; used by the launcher (rolling reloads), the soak benchmark and the tests."""
+"""What /proc says about the stack's processes: children and process trees, CPU time,
+start time and state, memory, open descriptors, TCP sockets and their states, and which
+gunicorn workers accept connections. Read only; used by the launcher (rolling reloads),
+the state file, the benchmarks and the tests."""
 
 from __future__ import annotations
 
@@ -27,6 +28,33 @@ def descendants(pid: int) -> list[int]:
     for child in children(pid):
         out += [child, *descendants(child)]
     return out
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and all its descendants, parents first (a component: a pool's master and
+    its workers, Envoy, the simulator)."""
+    return [pid, *descendants(pid)]
+
+
+#: Clock ticks a second (the unit of /proc/<pid>/stat's CPU times).
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name: ``[0]`` is field 3 (the
+    state), ``[11]``/``[12]`` utime/stime, ``[19]`` the start time. None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its ")".
+    return text.rsplit(")", 1)[1].split()
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """utime + stime of one process (all its threads) in seconds; None if it is gone."""
+    fields = stat_fields(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def rss_kib(pid: int) -> int:

@@ -4,7 +4,6 @@ it from another process. Written once the stack is up, removed when it stops."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from routing.model import Layout
 from routing.write import write_atomic
+from stack.procfs import stat_fields
 
 STATE_FILE = "stack.json"
 
@@ -100,12 +100,8 @@ class Running:
 def process_start(pid: int) -> int | None:
     """When `pid` started, in clock ticks after boot (field 22 of /proc/<pid>/stat);
     None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its ")".
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 def pid_alive(pid: int) -> bool:
@@ -116,10 +112,8 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     # A zombie (exited, not yet reaped by its parent) is not running.
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
+    fields = stat_fields(pid)
+    return fields is None or fields[0] != "Z"
 
 
 def state_path(run_dir: Path) -> Path:

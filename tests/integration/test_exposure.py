@@ -22,7 +22,7 @@ from routing.load import DEFAULT_ROUTES_PATH, parse_routes
 from routing.model import Layout
 from stack import jaeger
 from stack.launch import Stack
-from stack.procfs import descendants
+from stack.procfs import tree
 from stack.procs import Proc
 from tests.integration.conftest import http
 from tests.integration.test_overload import OFFER_QUERY, derived_config
@@ -72,20 +72,17 @@ def owned_by(pids: Iterable[int]) -> list[Listening]:
     return [s for s in listening_sockets() if s.pids & wanted]
 
 
-def tree(proc: Proc) -> list[int]:
-    return [proc.pid, *descendants(proc.pid)]
-
-
 def binds_of(stack: Stack) -> dict[str, set[tuple[str, int]]]:
     """(host, port) of every socket each part of the stack listens on."""
     return {
-        name: {(s.host, s.port) for s in owned_by(tree(proc))} for name, proc in stack.procs.items()
+        name: {(s.host, s.port) for s in owned_by(tree(proc.pid))}
+        for name, proc in stack.procs.items()
     }
 
 
 def test_every_process_of_the_stack_listens_on_loopback_only(split_stack: Stack) -> None:
     stack = split_stack
-    every = [s for proc in stack.procs.values() for s in owned_by(tree(proc))]
+    every = [s for proc in stack.procs.values() for s in owned_by(tree(proc.pid))]
     binds = binds_of(stack)
     print(f"\nlistening: { {name: sorted(b) for name, b in binds.items()} }")
     assert every, "found no listening socket at all: is `ss -p` allowed here?"
@@ -118,7 +115,7 @@ def jaeger_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proc
 
 def test_jaeger_listens_on_loopback_only(jaeger_proc: tuple[Proc, jaeger.JaegerPorts]) -> None:
     proc, ports = jaeger_proc
-    sockets = owned_by(tree(proc))
+    sockets = owned_by(tree(proc.pid))
     print(f"\njaeger listening: {sorted((s.proto, s.host, s.port) for s in sockets)}")
     assert [s for s in sockets if not s.loopback] == []
     # Only the ports we configured: no default Jaeger/Zipkin receivers, no metrics.

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from bench.cpu import OTHER, Snapshot, process_cpu_s, tree, usage
+from bench.cpu import OTHER, Snapshot, usage
+from stack.procfs import process_cpu_s, tree
 
 
 def test_process_cpu_and_tree_of_this_process() -> None:
