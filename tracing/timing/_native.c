@@ -31,8 +31,6 @@
 #define TCP_INFO_LAST_ACK_RECV_OFFSET 56
 #define TCP_INFO_LEN 64
 #define TCP_INFO_RESOLUTION_NS 4000000LL
-/* switchlog.CHECKPOINT_EVERY */
-#define CHECKPOINT_EVERY 64
 
 /* -- module state (one interpreter, the hub's thread) ---------------------------------- */
 
@@ -165,16 +163,6 @@ static int dict_add_ns(PyObject *into, PyObject *key, int64_t ns) {
 
 /* == SwitchLog ========================================================================== */
 
-/* switchlog._Checkpoint: the counters when the entry at t began, and the entries after. */
-typedef struct {
-    int64_t t;
-    PyObject *name;       /* label, or "<unknown>" */
-    PyObject *cumulative; /* dict */
-    int n;
-    int64_t follower_t[CHECKPOINT_EVERY - 1];
-    PyObject *follower_name[CHECKPOINT_EVERY - 1];
-} Checkpoint;
-
 typedef struct {
     PyObject_HEAD
     Py_ssize_t size;
@@ -182,13 +170,6 @@ typedef struct {
     Py_ssize_t head; /* next slot written */
     int64_t *times;
     PyObject **labels; /* strong references; NULL is the label None */
-    /* the cumulative counters (switchlog: _fold, _counters_at) */
-    Checkpoint *checkpoints; /* a ring of max_checkpoints */
-    Py_ssize_t max_checkpoints, cp_start, cp_count;
-    PyObject *cumulative;
-    int has_folded;
-    int64_t folded_ns;
-    PyObject *folded_name;
 } SwitchLogObject;
 
 static PyTypeObject SwitchLogType;
@@ -219,14 +200,7 @@ static int SwitchLog_init(SwitchLogObject *self, PyObject *args, PyObject *kwds)
     }
     self->times = PyMem_Calloc((size_t)size, sizeof(int64_t));
     self->labels = PyMem_Calloc((size_t)size, sizeof(PyObject *));
-    self->max_checkpoints = size / CHECKPOINT_EVERY + 2;
-    self->checkpoints = PyMem_Calloc((size_t)self->max_checkpoints, sizeof(Checkpoint));
-    self->cumulative = PyDict_New();
-    self->cp_start = self->cp_count = 0;
-    self->has_folded = 0;
-    self->folded_name = Py_NewRef(s_unknown);
-    if (self->times == NULL || self->labels == NULL || self->checkpoints == NULL ||
-        self->cumulative == NULL) {
+    if (self->times == NULL || self->labels == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -236,28 +210,11 @@ static int SwitchLog_init(SwitchLogObject *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-static void checkpoint_clear(Checkpoint *cp) {
-    Py_CLEAR(cp->name);
-    Py_CLEAR(cp->cumulative);
-    for (int k = 0; k < cp->n; k++) Py_CLEAR(cp->follower_name[k]);
-    cp->n = 0;
-}
-
-static void checkpoints_clear(SwitchLogObject *self) {
-    if (self->checkpoints == NULL) return;
-    for (Py_ssize_t k = 0; k < self->max_checkpoints; k++)
-        checkpoint_clear(&self->checkpoints[k]);
-    self->cp_start = self->cp_count = 0;
-}
-
 static int SwitchLog_clear(SwitchLogObject *self) {
     if (self->labels != NULL) {
         for (Py_ssize_t i = 0; i < self->size; i++) Py_CLEAR(self->labels[i]);
     }
     self->count = 0;
-    checkpoints_clear(self);
-    Py_CLEAR(self->cumulative);
-    Py_CLEAR(self->folded_name);
     return 0;
 }
 
@@ -265,16 +222,6 @@ static int SwitchLog_traverse(SwitchLogObject *self, visitproc visit, void *arg)
     if (self->labels != NULL) {
         for (Py_ssize_t i = 0; i < self->size; i++) Py_VISIT(self->labels[i]);
     }
-    if (self->checkpoints != NULL) {
-        for (Py_ssize_t k = 0; k < self->max_checkpoints; k++) {
-            Checkpoint *cp = &self->checkpoints[k];
-            Py_VISIT(cp->name);
-            Py_VISIT(cp->cumulative);
-            for (int f = 0; f < cp->n; f++) Py_VISIT(cp->follower_name[f]);
-        }
-    }
-    Py_VISIT(self->cumulative);
-    Py_VISIT(self->folded_name);
     return 0;
 }
 
@@ -283,7 +230,6 @@ static void SwitchLog_dealloc(SwitchLogObject *self) {
     SwitchLog_clear(self);
     PyMem_Free(self->times);
     PyMem_Free(self->labels);
-    PyMem_Free(self->checkpoints);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -334,129 +280,76 @@ static PyObject *SwitchLog_entries(SwitchLogObject *self, PyObject *Py_UNUSED(ig
     return out;
 }
 
-static Checkpoint *checkpoint_at(SwitchLogObject *self, Py_ssize_t k) {
-    return &self->checkpoints[(self->cp_start + k) % self->max_checkpoints];
+/* The k-th oldest entry's slot (k = 0: the oldest). */
+static Py_ssize_t log_slot(SwitchLogObject *self, Py_ssize_t k) {
+    Py_ssize_t i = self->head - self->count + k;
+    return i < 0 ? i + self->size : i;
 }
 
-/* switchlog.SwitchLog._fold */
-static int log_fold(SwitchLogObject *self) {
-    Py_ssize_t fresh = 0;
-    int exhausted = 1;
-    for (Py_ssize_t back = 0; back < self->count; back++) {
-        if (self->has_folded && self->times[log_index(self, back)] <= self->folded_ns) {
-            exhausted = 0;
-            break;
-        }
-        fresh++;
+/* One label's share of an interval, summed before it goes into the caller's dict. */
+typedef struct {
+    PyObject *name; /* borrowed from the log */
+    int64_t ns;
+} Share;
+
+#define MAX_SHARES 32
+
+static int flush_shares(Share *shares, int *n, PyObject *into) {
+    for (int k = 0; k < *n; k++) {
+        if (shares[k].ns > 0 && dict_add_ns(into, shares[k].name, shares[k].ns) < 0) return -1;
     }
-    if (exhausted && self->has_folded) {
-        checkpoints_clear(self);
-        PyObject *empty = PyDict_New();
-        if (empty == NULL) return -1;
-        Py_SETREF(self->cumulative, empty);
-        self->has_folded = 0;
-    }
-    for (Py_ssize_t back = fresh - 1; back >= 0; back--) {
-        Py_ssize_t i = log_index(self, back);
-        int64_t t = self->times[i];
-        PyObject *name = self->labels[i] ? self->labels[i] : s_unknown;
-        if (self->has_folded &&
-            dict_add_ns(self->cumulative, self->folded_name, t - self->folded_ns) < 0)
-            return -1;
-        self->has_folded = 1;
-        self->folded_ns = t;
-        Py_SETREF(self->folded_name, Py_NewRef(name));
-        Checkpoint *current = self->cp_count ? checkpoint_at(self, self->cp_count - 1) : NULL;
-        if (current == NULL || current->n >= CHECKPOINT_EVERY - 1) {
-            PyObject *copy = PyDict_Copy(self->cumulative);
-            if (copy == NULL) return -1;
-            if (self->cp_count == self->max_checkpoints) {
-                checkpoint_clear(checkpoint_at(self, 0));
-                self->cp_start = (self->cp_start + 1) % self->max_checkpoints;
-                self->cp_count--;
-            }
-            current = checkpoint_at(self, self->cp_count);
-            self->cp_count++;
-            current->t = t;
-            current->name = Py_NewRef(name);
-            current->cumulative = copy;
-            current->n = 0;
-        } else {
-            current->follower_t[current->n] = t;
-            current->follower_name[current->n] = Py_NewRef(name);
-            current->n++;
-        }
-    }
+    *n = 0;
     return 0;
 }
 
-/* switchlog.SwitchLog._counters_at: a new dict; at_ns >= the oldest checkpoint. */
-static PyObject *log_counters_at(SwitchLogObject *self, int64_t at_ns) {
-    Py_ssize_t lo = 0, hi = self->cp_count; /* bisect_right on the times */
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (at_ns < checkpoint_at(self, mid)->t)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    Checkpoint *cp = checkpoint_at(self, lo - 1);
-    PyObject *counters = PyDict_Copy(cp->cumulative);
-    if (counters == NULL) return NULL;
-    int64_t since = cp->t;
-    PyObject *name = cp->name;
-    for (int k = 0; k < cp->n; k++) {
-        if (cp->follower_t[k] > at_ns) break;
-        if (dict_add_ns(counters, name, cp->follower_t[k] - since) < 0) goto fail;
-        since = cp->follower_t[k];
-        name = cp->follower_name[k];
-    }
-    if (dict_add_ns(counters, name, at_ns - since) < 0) goto fail;
-    return counters;
-fail:
-    Py_DECREF(counters);
-    return NULL;
-}
-
-/* switchlog.SwitchLog.attribute */
+/* switchlog.SwitchLog.attribute: the same numbers, by a walk over the entries inside
+ * [start, end) from the last one at or before start (a binary search). The reference
+ * keeps cumulative counters so that Python's cost does not grow with the interval; here
+ * a walk costs a few ns an entry and the log's size bounds it, so nothing is kept
+ * between calls and an append stays a store. */
 static int log_attribute(SwitchLogObject *self, int64_t start, int64_t end, PyObject *into) {
     if (end <= start) return 0;
-    if (log_fold(self) < 0) return -1;
-    if (self->cp_count == 0) return dict_add_ns(into, s_unrecorded, end - start);
-    int64_t oldest = checkpoint_at(self, 0)->t;
+    if (self->count == 0) return dict_add_ns(into, s_unrecorded, end - start);
+    int64_t oldest = self->times[log_slot(self, 0)];
+    Py_ssize_t k = 0;
     if (start < oldest) {
         int64_t until = end < oldest ? end : oldest;
         if (dict_add_ns(into, s_unrecorded, until - start) < 0) return -1;
         if (end <= oldest) return 0;
         start = oldest;
-    }
-    PyObject *before = log_counters_at(self, start);
-    if (before == NULL) return -1;
-    PyObject *after = log_counters_at(self, end);
-    if (after == NULL) {
-        Py_DECREF(before);
-        return -1;
-    }
-    int rc = 0;
-    Py_ssize_t pos = 0;
-    PyObject *name, *value;
-    while (PyDict_Next(after, &pos, &name, &value)) {
-        int64_t ns = PyLong_AsLongLong(value);
-        int64_t base = 0;
-        PyObject *b = PyDict_GetItemWithError(before, name);
-        if (b != NULL) base = PyLong_AsLongLong(b);
-        if (PyErr_Occurred()) {
-            rc = -1;
-            break;
+    } else {
+        Py_ssize_t lo = 0, hi = self->count; /* bisect_right on the times */
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (start < self->times[log_slot(self, mid)])
+                hi = mid;
+            else
+                lo = mid + 1;
         }
-        if (ns - base > 0 && dict_add_ns(into, name, ns - base) < 0) {
-            rc = -1;
-            break;
-        }
+        k = lo - 1;
     }
-    Py_DECREF(before);
-    Py_DECREF(after);
-    return rc;
+    Share shares[MAX_SHARES];
+    int n = 0;
+    for (; k < self->count; k++) {
+        Py_ssize_t i = log_slot(self, k);
+        int64_t from = self->times[i];
+        if (from >= end) break;
+        if (from < start) from = start;
+        int64_t until = k + 1 < self->count ? self->times[log_slot(self, k + 1)] : end;
+        if (until > end) until = end;
+        if (until <= from) continue;
+        PyObject *name = self->labels[i] ? self->labels[i] : s_unknown;
+        int j = 0;
+        while (j < n && shares[j].name != name) j++;
+        if (j == n) {
+            if (n == MAX_SHARES && flush_shares(shares, &n, into) < 0) return -1;
+            j = n++;
+            shares[j].name = name;
+            shares[j].ns = 0;
+        }
+        shares[j].ns += until - from;
+    }
+    return flush_shares(shares, &n, into);
 }
 
 static PyObject *SwitchLog_attribute(SwitchLogObject *self, PyObject *args) {
@@ -1578,8 +1471,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddObjectRef(m, "SwitchLog", (PyObject *)&SwitchLogType) < 0 ||
         PyModule_AddObjectRef(m, "Tracer", (PyObject *)&TracerType) < 0 ||
         PyModule_AddObjectRef(m, "Hook", (PyObject *)&WaitHookType) < 0 ||
-        PyModule_AddObjectRef(m, "WaitHook", (PyObject *)&WaitHookType) < 0 ||
-        PyModule_AddIntConstant(m, "CHECKPOINT_EVERY", CHECKPOINT_EVERY) < 0) {
+        PyModule_AddObjectRef(m, "WaitHook", (PyObject *)&WaitHookType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,15 +4,19 @@ Each entry is ``(time_ns, label)``: from ``time_ns`` on, a greenlet with that la
 (``None`` for unlabelled). Entries hold labels, never greenlets, so the log keeps nothing
 alive.
 
-Naming who ran during an interval costs the same whatever its length: the log keeps,
-per label, the time it ran since the log began (cumulative counters), with a checkpoint
-every ``CHECKPOINT_EVERY`` entries. Who ran during ``[start, end)`` is the counters at
-``end`` minus those at ``start``, each found from the checkpoint before it (a binary
-search) plus at most ``CHECKPOINT_EVERY`` entries. The counters are brought up to date
-lazily, when an interval is asked for: each entry is folded into them once, so the
-switch tracer's per-switch work stays one append. (Until issue 20 this walked the log
-backwards over every switch inside the interval, at most 512: its cost grew with the
-delay it explained, and the longest delays went partly unnamed.)
+Who ran during ``[start, end)`` is what the entries inside it say; time before the
+oldest entry still in the log is ``UNRECORDED_LABEL``. Two ways to the same numbers:
+
+- here, the reference, naming costs the same whatever the interval's length: the log keeps,
+  per label, the time it ran since the log began (cumulative counters), with a checkpoint
+  every ``CHECKPOINT_EVERY`` entries. Who ran during ``[start, end)`` is the counters at
+  ``end`` minus those at ``start``, each found from the checkpoint before it (a binary
+  search) plus at most ``CHECKPOINT_EVERY`` entries. The counters are brought up to date
+  lazily, when an interval is asked for: each entry is folded into them once, so the
+  switch tracer's per-switch work stays one append. A walk over a long interval's
+  entries in Python would cost a few ms.
+- the compiled log (``_native.c``) walks the entries inside the interval: a few ns an
+  entry, bounded by the log's size, and nothing to fold or copy.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class SwitchLog:
         "_checkpoints",
         "_cumulative",
         "_entries",
+        "_folded_entry",
         "_folded_name",
         "_folded_ns",
         "_max_checkpoints",
@@ -74,6 +79,7 @@ class SwitchLog:
         self._checkpoint_times: list[int] = []
         self._cumulative: dict[str, int] = {}
         self._folded_ns: int | None = None  # the newest entry folded into the counters
+        self._folded_entry: tuple[int, str | None] | None = None  # that entry itself
         self._folded_name = UNKNOWN_LABEL
 
     def __len__(self) -> int:
@@ -95,8 +101,11 @@ class SwitchLog:
         folded = self._folded_ns
         new: list[tuple[int, str | None]] = []
         exhausted = True
+        last = self._folded_entry
         for entry in reversed(self._entries):
-            if folded is not None and entry[0] <= folded:
+            # By identity, not time: an entry appended in the same ns as the last one
+            # folded is new (each append is a new tuple; the tracer never reuses one).
+            if entry is last:
                 exhausted = False
                 break
             new.append(entry)
@@ -124,6 +133,8 @@ class SwitchLog:
                 current.followers.append((time_ns, name))
         self._folded_ns = folded
         self._folded_name = name
+        if new:
+            self._folded_entry = new[0]
         excess = len(checkpoints) - self._max_checkpoints
         if excess > 0:
             del checkpoints[:excess]
@@ -156,7 +167,9 @@ class SwitchLog:
         if not self._checkpoints:
             into[UNRECORDED_LABEL] = into.get(UNRECORDED_LABEL, 0) + (end_ns - start_ns)
             return
-        oldest = self._checkpoint_times[0]
+        # The checkpoints may reach a little further back than the entries: what the log
+        # no longer holds is unrecorded, as in the compiled log.
+        oldest = max(self._checkpoint_times[0], self._entries[0][0])
         if start_ns < oldest:
             unrecorded = min(end_ns, oldest) - start_ns
             into[UNRECORDED_LABEL] = into.get(UNRECORDED_LABEL, 0) + unrecorded
