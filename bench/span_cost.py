@@ -40,6 +40,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from routing.edge import ENVOY_START_HEADER as START_HEADER
+
 ROUTE = "GET /v1/offers/bike"
 SPANS_PER_REQUEST = 4
 BATCH = 512
@@ -116,7 +118,7 @@ def _request_timing(critical: Any) -> Any:
 class _FixedMeasurement:
     """Stands in for ``CallMeasurement``: a realistic timing, no timing core."""
 
-    def __init__(self) -> None:
+    def __init__(self, offset_ns: int | None = None) -> None:
         self.timing = _call_timing()
 
     def finish(self) -> Any:
@@ -146,7 +148,7 @@ def _worker(span_file: Path) -> Iterator[_Rig]:
             schedule_delay_s=3600.0, max_queue_size=10**9, max_export_batch_size=10**9
         ),
     )
-    worker = server.setup_worker("io", settings)
+    worker = server.setup_worker("io", settings, envoy_start_header=START_HEADER)
     if worker is None:
         raise SystemExit("span-cost: tracing set-up failed")
     tracer = worker.tracer
@@ -180,7 +182,10 @@ def _one_request(rig: _Rig, traceparent: str) -> None:
     totals = request_totals.get()
     assert totals is not None
     timing = _request_timing(totals.records[-1].timing)
-    done = server.FinishedRequest(ROUTE, timing, totals, timing.arrival_unix_ns - 400_000, 200, {})
+    start = timing.arrival_unix_ns - 400_000
+    done = server.FinishedRequest(
+        ROUTE, timing, totals, 200, {START_HEADER: f"{start // 10**9}.{start % 10**9:09d}"}
+    )
     server._account(rig.worker, done)
     request_totals.set(None)
     if started is not None:

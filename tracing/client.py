@@ -66,13 +66,16 @@ class UpstreamCall:
 
 class RequestTotals:
     """The measured upstream calls of one server request, and, for a request Envoy did
-    not sample (no server span: ``tracing.server_span``), its incoming traceparent."""
+    not sample (no server span: ``tracing.server_span``), its incoming traceparent.
+    *offset_ns*: the request measurement's realtime - monotonic offset, which its calls'
+    measurements reuse (``begin_call``)."""
 
-    __slots__ = ("records", "traceparent")
+    __slots__ = ("offset_ns", "records", "traceparent")
 
-    def __init__(self, traceparent: str | None = None) -> None:
+    def __init__(self, traceparent: str | None = None, offset_ns: int | None = None) -> None:
         self.records: list[UpstreamCall] = []
         self.traceparent = traceparent
+        self.offset_ns = offset_ns
 
     @property
     def calls(self) -> int:
@@ -118,6 +121,7 @@ class TracingCallObserver:
         observed: _Observed,
         measurement: CallMeasurement | None,
         span: trace.Span | None,
+        totals: RequestTotals | None,
     ) -> None:
         try:
             record.end_unix_ns = time.time_ns()
@@ -134,7 +138,6 @@ class TracingCallObserver:
                 if record.error_type is not None:
                     span.set_status(Status(StatusCode.ERROR))  # client spans: 4xx too
                 add_call_events(span, record)
-            totals = request_totals.get()
             if totals is not None and record.timing is not None:
                 totals.records.append(record)
         except Exception as exc:  # tracing never breaks a request
@@ -145,7 +148,15 @@ class _Call:
     """One upstream call in progress (`TracingCallObserver.call`). A class rather than
     a generator-based context manager: it runs for every upstream call."""
 
-    __slots__ = ("_measurement", "_observed", "_observer", "_record", "_span", "_span_scope")
+    __slots__ = (
+        "_measurement",
+        "_observed",
+        "_observer",
+        "_record",
+        "_span",
+        "_span_scope",
+        "_totals",
+    )
 
     def __init__(self, observer: TracingCallObserver, record: UpstreamCall) -> None:
         self._observer = observer
@@ -154,10 +165,11 @@ class _Call:
         self._measurement: CallMeasurement | None = None
         self._span: trace.Span | None = None
         self._span_scope: AbstractContextManager[trace.Span] | None = None
+        self._totals: RequestTotals | None = None
 
     def __enter__(self) -> _Observed:
         observer, record, observed = self._observer, self._record, self._observed
-        totals = request_totals.get()
+        self._totals = totals = request_totals.get()
         unsampled = totals.traceparent if totals is not None else None
         if unsampled is not None:
             # Not sampled (the common case in production): no span, but the trace id
@@ -181,7 +193,7 @@ class _Call:
                     f"00-{parent.trace_id:032x}-{parent.span_id:016x}-{int(parent.trace_flags):02x}"
                 )
         if observer._measure:
-            self._measurement = begin_call()
+            self._measurement = begin_call(totals.offset_ns if totals is not None else None)
         return observed
 
     def __exit__(
@@ -192,7 +204,9 @@ class _Call:
     ) -> None:
         if exc is not None:
             self._record.error_type = error_type(exc)
-        self._observer._finish(self._record, self._observed, self._measurement, self._span)
+        self._observer._finish(
+            self._record, self._observed, self._measurement, self._span, self._totals
+        )
         if self._span_scope is not None:
             self._span_scope.__exit__(exc_type, exc, tb)
 

@@ -634,6 +634,8 @@ class PoolMetrics:
             ),
         }
         self._process_seen: dict[Any, float] = {}
+        self._call_children: dict[str, tuple[Histogram, Histogram, Histogram]] = {}
+        self._route_children: dict[str, tuple[Histogram, Histogram, Histogram, Histogram]] = {}
         self.before_flush.append(self.sample_process)
         # At once too: a gauge file starts at 0, which "livemin" would report meanwhile.
         self.sample_process()
@@ -657,15 +659,34 @@ class PoolMetrics:
             self.upstream_failures(upstream, failure).inc()
 
     def observe_call(self, upstream: str, timing: CallTiming) -> None:
-        self.network(upstream).observe(timing.network_s)
-        self.delay(upstream).observe(timing.scheduling_delay_s)
-        self.cpu_wait(upstream).observe(timing.cpu_wait_s)
+        # Runs for every upstream call: the three children are looked up once per upstream
+        # (a family keeps its children for the process's life).
+        children = self._call_children.get(upstream)
+        if children is None:
+            children = (self.network(upstream), self.delay(upstream), self.cpu_wait(upstream))
+            self._call_children[upstream] = children
+        network, delay, cpu_wait = children
+        network.observe(timing.network_s)
+        delay.observe(timing.scheduling_delay_s)
+        cpu_wait.observe(timing.cpu_wait_s)
 
     def observe_timing(self, route: str, timing: RequestTiming) -> None:
-        self.handler(route).observe(timing.duration_s)
+        # Runs for every request: the route's children are looked up once (a family keeps
+        # its children for the process's life).
+        children = self._route_children.get(route)
+        if children is None:
+            children = (
+                self.handler(route),
+                self.inbound_delay(route),
+                self.inbound_cpu_wait(route),
+                self.hub_wait(route),
+            )
+            self._route_children[route] = children
+        handler, inbound_delay, inbound_cpu_wait, hub_wait = children
+        handler.observe(timing.duration_s)
         if timing.inbound_delay_s is not None:
-            self.inbound_delay(route).observe(timing.inbound_delay_s)
-            self.inbound_cpu_wait(route).observe(timing.inbound_cpu_wait_s)
+            inbound_delay.observe(timing.inbound_delay_s)
+            inbound_cpu_wait.observe(timing.inbound_cpu_wait_s)
         critical = timing.critical
         wait = timing.inbound_delay_s or 0.0
         if critical is not None:
@@ -674,8 +695,8 @@ class PoolMetrics:
                 self.route_network(route).inc(critical.network_s)
             if critical.culprits:
                 self._blame(route, critical.culprits)
-        # = timing.hub_wait_s, inlined: this runs for every request.
-        self.hub_wait(route).observe(wait)
+        # = timing.hub_wait_s, inlined.
+        hub_wait.observe(wait)
         if timing.inbound_culprits:
             self._blame(route, timing.inbound_culprits)
 

@@ -34,6 +34,7 @@ from opentelemetry.semconv.attributes.service_attributes import (
 )
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from routing.edge import parse_envoy_start_ns
 from tracing import attributes
 from tracing.client import (
     RequestTotals,
@@ -347,12 +348,15 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
         try:
             route = route_of(request)
             set_greenlet_label(route)
-            incoming = request.environ.get("HTTP_TRACEPARENT")
+            environ = request.environ
+            incoming = environ.get("HTTP_TRACEPARENT")
+            measurement = environ.get(_ENVIRON_MEASUREMENT)
+            offset = measurement.offset_ns if measurement is not None else None
             if precheck and unsampled_traceparent(incoming):
                 # Envoy did not sample it: no span; its trace id goes on to the upstreams.
-                request_totals.set(RequestTotals(incoming))
+                request_totals.set(RequestTotals(incoming, offset))
                 return
-            request_totals.set(RequestTotals())
+            request_totals.set(RequestTotals(None, offset))
             if request.path not in untraced:
                 request.environ[_ENVIRON_SPAN] = start_server_span(tracer, route, request)
         except Exception as exc:
@@ -372,18 +376,7 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
             status = 500 if exc is not None else g.get("pricing_status")
             if isinstance(measurement, RequestMeasurement):
                 timing = measurement.finish(totals.timed() if totals is not None else ())
-                envoy_start = request.headers.get(worker.envoy_start_header or "", None)
-                _account(
-                    worker,
-                    FinishedRequest(
-                        route,
-                        timing,
-                        totals,
-                        envoy_start_ns=_envoy_start_ns(envoy_start),
-                        status=status,
-                        headers=request.headers,
-                    ),
-                )
+                _account(worker, FinishedRequest(route, timing, totals, status, request.headers))
             request_totals.set(None)
             set_greenlet_label(None)
             started = request.environ.pop(_ENVIRON_SPAN, None)
@@ -393,16 +386,6 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
             swallow("end request", err)
 
     return TracingCallObserver(worker.tracer, measure=measure, metrics=worker.metrics)
-
-
-def _envoy_start_ns(raw: str | None) -> int | None:
-    if not raw:
-        return None
-    try:
-        seconds, _, fraction = raw.partition(".")
-        return int(seconds) * 1_000_000_000 + int((fraction + "000000000")[:9])
-    except ValueError:
-        return None
 
 
 def request_attributes(
@@ -456,16 +439,20 @@ def request_attributes(
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FinishedRequest:
     """What the server side knows of a request once its handler ended."""
 
     route: str
     timing: RequestTiming
     totals: RequestTotals | None
-    envoy_start_ns: int | None
     status: int | None
     headers: Any
+
+    def envoy_start_ns(self, header: str | None) -> int | None:
+        """When Envoy began the request (its start header, *header*), for the spans of a
+        sampled or slow request: read only for those."""
+        return parse_envoy_start_ns(self.headers.get(header)) if header else None
 
 
 def _account(worker: WorkerTracing, done: FinishedRequest) -> None:
@@ -478,7 +465,13 @@ def _account(worker: WorkerTracing, done: FinishedRequest) -> None:
     span = trace.get_current_span()
     if span.is_recording():
         span.set_attributes(
-            request_attributes(done.route, timing, done.totals, done.envoy_start_ns, slow=slow)
+            request_attributes(
+                done.route,
+                timing,
+                done.totals,
+                done.envoy_start_ns(worker.envoy_start_header),
+                slow=slow,
+            )
         )
         _add_request_events(span, timing)
     elif slow and worker.slow_provider is not None and worker.slow_budget.take():
@@ -507,7 +500,14 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
     if status is not None:
         server_attrs[HTTP_RESPONSE_STATUS_CODE] = status
     server_attrs.update(
-        request_attributes(route, timing, totals, done.envoy_start_ns, slow=True, reason="slow")
+        request_attributes(
+            route,
+            timing,
+            totals,
+            done.envoy_start_ns(worker.envoy_start_header),
+            slow=True,
+            reason="slow",
+        )
     )
     server = tracer.start_span(
         route,

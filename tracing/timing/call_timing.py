@@ -80,11 +80,12 @@ class CallMeasurement:
         return self.timing
 
 
-def begin_call() -> CallMeasurement:
+def begin_call(offset_ns: int | None = None) -> CallMeasurement:
     """Start measuring an outbound call made by the current greenlet. Never raises.
 
     Pair with :meth:`CallMeasurement.finish` in the same greenlet (``try/finally``), or
-    use :func:`measure_call`.
+    use :func:`measure_call`. *offset_ns*: the realtime - monotonic offset already sampled
+    for the request the call is part of (else one is sampled for the call).
     """
     try:
         tag = tag_of(getcurrent())
@@ -92,7 +93,7 @@ def begin_call() -> CallMeasurement:
         if previous is not None and previous.depth >= MAX_NESTING:
             previous = previous.previous  # drop the innermost: it was never finished
             call_state.measuring[0] -= 1
-        state = CallState(previous)
+        state = CallState(previous, offset_ns)
         tag.call = state
         call_state.measuring[0] += 1
         return CallMeasurement(state, tag)

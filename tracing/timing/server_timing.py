@@ -185,6 +185,11 @@ class RequestMeasurement:
     def start_unix_ns(self) -> int:
         return self.start_ns + self._offset_ns
 
+    @property
+    def offset_ns(self) -> int:
+        """CLOCK_REALTIME - CLOCK_MONOTONIC, sampled when the request began (ns)."""
+        return self._offset_ns
+
     def finish(
         self, calls: Sequence[tuple[str, CallTiming]] = (), end_ns: int | None = None
     ) -> RequestTiming:
