@@ -16,6 +16,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <errno.h>
 #include <stddef.h>
 #include <netinet/in.h>
@@ -54,6 +55,18 @@ static PyObject *g_runqueue_type;
 static Py_ssize_t g_max_waits = 64;
 /* A replacement for CLOCK_MONOTONIC (tests replay recorded sequences); NULL: the clock. */
 static PyObject *g_clock;
+/* int(v) as int64: PyLong_AsLongLong takes a slow byte-array path for any value above
+ * 2**30 (every ns timestamp); this one reads the digits. -1 with an error set. */
+static int64_t as_i64(PyObject *v) {
+    int overflow;
+    long long r = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "int too large for the timing core");
+        return -1;
+    }
+    return r;
+}
+
 static void drop(void) {
     bad_states++;
     PyErr_Clear();
@@ -82,7 +95,7 @@ static int64_t now_ns(void) {
             drop();
             return 0;
         }
-        int64_t v = PyLong_AsLongLong(r);
+        int64_t v = as_i64(r);
         Py_DECREF(r);
         if (v == -1 && PyErr_Occurred()) drop();
         return v;
@@ -92,10 +105,72 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* -- attribute access ------------------------------------------------------------------
+ * The objects read here are the timing core's own classes with __slots__ (GreenletTag,
+ * CallState, RequestState, InboundWatch). A slot is a member descriptor on the type that
+ * stores the value at a fixed offset in the object: found once per (type, name), later
+ * reads and writes go straight to it, as the descriptor itself would, instead of through
+ * the generic getattr (type lookup, descriptor call: tens of ns, several per switch).
+ * Anything else (another type, a custom __getattribute__, a slot never set) takes the
+ * generic path. Each cached type is held (a strong reference): a type freed and another
+ * made at its address cannot inherit its offsets. */
+#define SLOT_CACHE_SIZE 128 /* a power of two */
+typedef struct {
+    PyTypeObject *type; /* strong reference; NULL: empty */
+    PyObject *name;     /* interned, strong reference */
+    Py_ssize_t offset;  /* 0: not a plain slot of that type */
+} SlotEntry;
+static SlotEntry slot_cache[SLOT_CACHE_SIZE];
+
+static Py_ssize_t find_slot(PyTypeObject *type, PyObject *name) {
+    if (type->tp_getattro != PyObject_GenericGetAttr ||
+        type->tp_setattro != PyObject_GenericSetAttr)
+        return 0;
+    PyObject *descr = _PyType_Lookup(type, name); /* borrowed; never raises */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) return 0;
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX || (member->flags & READONLY)) return 0;
+    return member->offset;
+}
+
+/* The slot of *name* in *obj*, or NULL when the generic path must be taken. */
+static PyObject **slot_of(PyObject *obj, PyObject *name) {
+    PyTypeObject *type = Py_TYPE(obj);
+    size_t h = (((uintptr_t)type >> 4) * 31u + ((uintptr_t)name >> 4)) & (SLOT_CACHE_SIZE - 1);
+    for (int probe = 0; probe < 8; probe++) {
+        SlotEntry *e = &slot_cache[(h + probe) & (SLOT_CACHE_SIZE - 1)];
+        if (e->type == type && e->name == name)
+            return e->offset ? (PyObject **)((char *)obj + e->offset) : NULL;
+        if (e->type == NULL) {
+            if (!PyUnicode_CheckExact(name) || !PyUnicode_CHECK_INTERNED(name)) return NULL;
+            e->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
+            e->name = Py_NewRef(name);
+            e->offset = find_slot(type, name);
+            return e->offset ? (PyObject **)((char *)obj + e->offset) : NULL;
+        }
+    }
+    return NULL; /* the cache is full around here: generic */
+}
+
+/* getattr(obj, name): a new reference, NULL with an error set. */
+static PyObject *attr(PyObject *obj, PyObject *name) {
+    PyObject **slot = slot_of(obj, name);
+    if (slot != NULL && *slot != NULL) return Py_NewRef(*slot);
+    return PyObject_GetAttr(obj, name);
+}
+
+/* setattr(obj, name, value): 0, or -1 with an error set. */
+static int set_attr(PyObject *obj, PyObject *name, PyObject *value) {
+    PyObject **slot = slot_of(obj, name);
+    if (slot == NULL) return PyObject_SetAttr(obj, name, value);
+    Py_XSETREF(*slot, Py_NewRef(value));
+    return 0;
+}
+
 static int get_i64(PyObject *obj, PyObject *name, int64_t *out) {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = attr(obj, name);
     if (v == NULL) return -1;
-    *out = PyLong_AsLongLong(v);
+    *out = as_i64(v);
     Py_DECREF(v);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
@@ -103,7 +178,7 @@ static int get_i64(PyObject *obj, PyObject *name, int64_t *out) {
 static int set_i64(PyObject *obj, PyObject *name, int64_t value) {
     PyObject *v = PyLong_FromLongLong(value);
     if (v == NULL) return -1;
-    int r = PyObject_SetAttr(obj, name, v);
+    int r = set_attr(obj, name, v);
     Py_DECREF(v);
     return r;
 }
@@ -116,7 +191,7 @@ static int add_i64(PyObject *obj, PyObject *name, int64_t delta) {
 
 /* 1 true, 0 false, -1 error */
 static int get_truth(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = attr(obj, name);
     if (v == NULL) return -1;
     int r = PyObject_IsTrue(v);
     Py_DECREF(v);
@@ -149,7 +224,7 @@ static int dict_add_ns(PyObject *into, PyObject *key, int64_t ns) {
     PyObject *cur = PyDict_GetItemWithError(into, key);
     int64_t base = 0;
     if (cur != NULL) {
-        base = PyLong_AsLongLong(cur);
+        base = as_i64(cur);
         if (base == -1 && PyErr_Occurred()) return -1;
     } else if (PyErr_Occurred()) {
         return -1;
@@ -250,7 +325,7 @@ static PyObject *SwitchLog_append(SwitchLogObject *self, PyObject *entry) {
     }
     t_obj = PyTuple_GET_ITEM(entry, 0);
     label = PyTuple_GET_ITEM(entry, 1);
-    int64_t t = PyLong_AsLongLong(t_obj);
+    int64_t t = as_i64(t_obj);
     if (t == -1 && PyErr_Occurred()) return NULL;
     log_push(self, t, label);
     Py_RETURN_NONE;
@@ -417,7 +492,7 @@ static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
     int64_t long_ns = 0;
     PyObject *long_obj = PyObject_GetAttrString(route_cpu, "long_ns");
     if (long_obj != NULL) {
-        long_ns = PyLong_AsLongLong(long_obj);
+        long_ns = as_i64(long_obj);
         Py_DECREF(long_obj);
     }
     if (since == NULL || by_label == NULL || charge_long == NULL || PyErr_Occurred()) goto fail;
@@ -453,7 +528,7 @@ static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
         PyObject *fd = interval == NULL ? NULL : PyObject_GetAttrString(sampler, "_fd");
         if (fd != NULL && PyLong_Check(fd) && PyLong_Check(interval)) {
             self->samples_append = PyObject_GetAttrString(samples, "append");
-            self->sample_interval_ns = PyLong_AsLongLong(interval);
+            self->sample_interval_ns = as_i64(interval);
             if (self->samples_append != NULL && !PyErr_Occurred())
                 self->sampler = Py_NewRef(sampler);
         }
@@ -534,11 +609,11 @@ static int request_switch_in(PyObject *request, int64_t now) {
         Py_DECREF(r);
         return 0;
     }
-    PyObject *waits = PyObject_GetAttr(request, s_waits);
+    PyObject *waits = attr(request, s_waits);
     if (waits == NULL) return -1;
     int rc = 0;
     if (PyList_Check(waits) && PyList_GET_SIZE(waits) < g_max_waits) {
-        PyObject *out = PyObject_GetAttr(request, s_out_ns);
+        PyObject *out = attr(request, s_out_ns);
         PyObject *pair = out == NULL ? NULL : Py_BuildValue("(OL)", out, (long long)now);
         Py_XDECREF(out);
         rc = (pair == NULL) ? -1 : PyList_Append(waits, pair);
@@ -565,7 +640,7 @@ static int trace_measured(PyObject *origin, PyObject *target_tag, int64_t now) {
     PyObject *origin_tag = get_optional(origin, s_tag_attr);
     if (origin_tag == NULL) return -1;
     if (origin_tag != Py_None) {
-        PyObject *call = PyObject_GetAttr(origin_tag, s_call);
+        PyObject *call = attr(origin_tag, s_call);
         if (call == NULL) goto fail_origin;
         if (call != Py_None) {
             int in_wait = get_truth(call, s_in_socket_wait);
@@ -573,7 +648,7 @@ static int trace_measured(PyObject *origin, PyObject *target_tag, int64_t now) {
             if (in_wait < 0)
                 rc = -1;
             else if (in_wait)
-                rc = PyObject_SetAttr(call, s_out_since_send, Py_True);
+                rc = set_attr(call, s_out_since_send, Py_True);
             else
                 rc = call_method_i64(call, s_on_switch_out, origin, now);
             if (rc < 0) {
@@ -582,7 +657,7 @@ static int trace_measured(PyObject *origin, PyObject *target_tag, int64_t now) {
             }
         }
         Py_DECREF(call);
-        PyObject *request = PyObject_GetAttr(origin_tag, s_request);
+        PyObject *request = attr(origin_tag, s_request);
         if (request == NULL) goto fail_origin;
         if (request != Py_None && request_switch_out(request, now) < 0) {
             Py_DECREF(request);
@@ -592,14 +667,14 @@ static int trace_measured(PyObject *origin, PyObject *target_tag, int64_t now) {
     }
     Py_DECREF(origin_tag);
 
-    PyObject *call = PyObject_GetAttr(target_tag, s_call);
+    PyObject *call = attr(target_tag, s_call);
     if (call == NULL) return -1;
     if (call != Py_None) {
         if (set_i64(call, s_last_in_ns, now) < 0) {
             Py_DECREF(call);
             return -1;
         }
-        PyObject *out = PyObject_GetAttr(call, s_out_ns);
+        PyObject *out = attr(call, s_out_ns);
         if (out == NULL) {
             Py_DECREF(call);
             return -1;
@@ -613,7 +688,7 @@ static int trace_measured(PyObject *origin, PyObject *target_tag, int64_t now) {
         }
     }
     Py_DECREF(call);
-    PyObject *request = PyObject_GetAttr(target_tag, s_request);
+    PyObject *request = attr(target_tag, s_request);
     if (request == NULL) return -1;
     int rc = (request != Py_None) ? request_switch_in(request, now) : 0;
     Py_DECREF(request);
@@ -675,7 +750,7 @@ static int sample_runqueue(TracerObject *self, int64_t now) {
 static int runqueue_wait_between(PyObject *clock, int64_t start, int64_t end, int64_t *wait) {
     *wait = 0;
     if (end <= start) return 0;
-    PyObject *samples = PyObject_GetAttr(clock, s_samples);
+    PyObject *samples = attr(clock, s_samples);
     if (samples == NULL) return -1;
     int rc = -1;
     PyObject *append = NULL, *due = NULL;
@@ -692,7 +767,7 @@ static int runqueue_wait_between(PyObject *clock, int64_t start, int64_t end, in
         PyObject *entry = PySequence_GetItem(samples, mid);
         if (entry == NULL) goto done;
         int64_t t = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2
-                        ? PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0))
+                        ? as_i64(PyTuple_GET_ITEM(entry, 0))
                         : -1;
         Py_DECREF(entry);
         if (t == -1 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "bad sample");
@@ -705,7 +780,7 @@ static int runqueue_wait_between(PyObject *clock, int64_t start, int64_t end, in
     PyObject *entry = PySequence_GetItem(samples, lo > 0 ? lo - 1 : 0);
     if (entry == NULL) goto done;
     int64_t before = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2
-                         ? PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1))
+                         ? as_i64(PyTuple_GET_ITEM(entry, 1))
                          : -1;
     Py_DECREF(entry);
     if (PyErr_Occurred()) goto done;
@@ -717,7 +792,7 @@ static int runqueue_wait_between(PyObject *clock, int64_t start, int64_t end, in
         goto done;
     }
     append = PyObject_GetAttrString(samples, "append");
-    due = PyObject_GetAttr(clock, s_due_ns);
+    due = attr(clock, s_due_ns);
     if (append == NULL || due == NULL) goto done;
     if (!PyList_Check(due) || PyList_GET_SIZE(due) < 1) {
         PyErr_SetString(PyExc_TypeError, "due_ns must be a one-element list");
@@ -770,7 +845,7 @@ static int explain_into(int64_t start, int64_t end, PyObject *into, int64_t *wai
         if (r == NULL) {
             rc = -1;
         } else {
-            *wait = PyLong_AsLongLong(r);
+            *wait = as_i64(r);
             rc = (*wait == -1 && PyErr_Occurred()) ? -1 : 0;
             Py_DECREF(r);
         }
@@ -794,7 +869,7 @@ static int trace_switch(TracerObject *self, PyObject *pair) {
         target_tag = PyObject_CallOneArg(g_tag_of, target);
         if (target_tag == NULL) return -1;
     }
-    PyObject *label = PyObject_GetAttr(target_tag, s_label);
+    PyObject *label = attr(target_tag, s_label);
     if (label == NULL) {
         Py_DECREF(target_tag);
         return -1;
@@ -803,7 +878,7 @@ static int trace_switch(TracerObject *self, PyObject *pair) {
 
     /* route_cpu: charge the run that just ended to its label */
     PyObject *since = self->since;
-    int64_t since_ns = PyLong_AsLongLong(PyList_GET_ITEM(since, 0));
+    int64_t since_ns = as_i64(PyList_GET_ITEM(since, 0));
     if (since_ns == -1 && PyErr_Occurred()) goto fail;
     PyObject *ran_label = Py_NewRef(PyList_GET_ITEM(since, 1));
     int64_t ran = now - since_ns;
@@ -824,7 +899,7 @@ static int trace_switch(TracerObject *self, PyObject *pair) {
     PyList_SetItem(since, 1, Py_NewRef(label));
 
     if (self->due != NULL) {
-        int64_t due = PyLong_AsLongLong(PyList_GET_ITEM(self->due, 0));
+        int64_t due = as_i64(PyList_GET_ITEM(self->due, 0));
         if (due == -1 && PyErr_Occurred()) goto fail;
         if (now >= due && self->sampler != NULL) {
             int rc = sample_runqueue(self, now);
@@ -998,7 +1073,7 @@ static int add_network(PyObject *call, int64_t start, int64_t end, int awaiting)
 
 /* CallState: culprits and CPU wait of a delay piece (call_state.explain_delay). */
 static int explain_delay(PyObject *call, int64_t start, int64_t end) {
-    PyObject *culprits = PyObject_GetAttr(call, s_culprits_ns);
+    PyObject *culprits = attr(call, s_culprits_ns);
     if (culprits == NULL) return -1;
     int64_t cpu_wait = 0;
     int rc = PyDict_Check(culprits) ? explain_into(start, end, culprits, &cpu_wait) : -1;
@@ -1041,7 +1116,7 @@ static int on_socket_wait(PyObject *call, int64_t started, int64_t resumed, int 
 /* socket_hooks._account_wait; never leaves an error set. */
 static void account_wait(PyObject *call, PyObject *sock, int64_t started, int is_read,
                          int succeeded) {
-    if (PyObject_SetAttr(call, s_in_socket_wait, Py_False) < 0) goto fail;
+    if (set_attr(call, s_in_socket_wait, Py_False) < 0) goto fail;
     int64_t resumed;
     if (get_i64(call, s_last_in_ns, &resumed) < 0) goto fail;
     if (resumed <= started) resumed = now_ns();
@@ -1072,7 +1147,7 @@ static PyObject *current_call(void) {
         Py_DECREF(tag);
         return NULL;
     }
-    PyObject *call = PyObject_GetAttr(tag, s_call);
+    PyObject *call = attr(tag, s_call);
     Py_DECREF(tag);
     if (call == NULL) goto fail;
     if (call == Py_None) {
@@ -1091,7 +1166,7 @@ static int wait_start(PyObject *call, int64_t now, int is_read, int64_t *started
     if (!is_read) return 0;
     int pending = get_truth(call, s_reply_pending);
     if (pending <= 0) return pending;
-    if (PyObject_SetAttr(call, s_reply_pending, Py_False) < 0) return -1;
+    if (set_attr(call, s_reply_pending, Py_False) < 0) return -1;
     int out_since_send = get_truth(call, s_out_since_send);
     if (out_since_send < 0) return -1;
     if (out_since_send) return 0;
@@ -1136,11 +1211,11 @@ static PyObject *sendall_call(WaitHookObject *self, PyObject *args, PyObject *kw
     if (get_i64(call, s_last_in_ns, &last_in) < 0) goto fail;
     int64_t now = now_ns();
     if (set_i64(call, s_sent_ns, last_in > started ? now : started) < 0 ||
-        PyObject_SetAttr(call, s_reply_pending, Py_True) < 0 ||
-        PyObject_SetAttr(call, s_awaiting_first_read, Py_True) < 0 ||
-        PyObject_SetAttr(call, s_out_since_send, Py_False) < 0)
+        set_attr(call, s_reply_pending, Py_True) < 0 ||
+        set_attr(call, s_awaiting_first_read, Py_True) < 0 ||
+        set_attr(call, s_out_since_send, Py_False) < 0)
         goto fail;
-    PyObject *pieces = PyObject_GetAttr(call, s_since_send);
+    PyObject *pieces = attr(call, s_since_send);
     if (pieces == NULL) goto fail;
     int rc = PyList_Check(pieces) ? PyList_SetSlice(pieces, 0, PyList_GET_SIZE(pieces), NULL)
                                   : 0;
@@ -1172,12 +1247,12 @@ static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds)
         Py_DECREF(tag);
         return PyObject_Call(self->original, args, kwds);
     }
-    PyObject *watch = PyObject_GetAttr(tag, s_inbound);
+    PyObject *watch = attr(tag, s_inbound);
     if (watch == NULL) {
         drop();
     } else if (watch != Py_None) {
         int armed = get_truth(watch, s_armed);
-        PyObject *watched = armed > 0 ? PyObject_GetAttr(watch, s_watched_sock) : NULL;
+        PyObject *watched = armed > 0 ? attr(watch, s_watched_sock) : NULL;
         if (armed < 0) drop();
         if (armed > 0 && watched == NULL) drop();
         if (watched != NULL && watched == sock) {
@@ -1192,14 +1267,14 @@ static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds)
                 }
                 if (!PyErr_ExceptionMatches(PyExc_OSError)) bad_states++;
                 PyErr_Clear(); /* an OSError: the read itself reports the failure */
-                if (PyObject_SetAttr(watch, s_armed, Py_False) < 0) drop();
+                if (set_attr(watch, s_armed, Py_False) < 0) drop();
             }
             Py_XDECREF(r);
         }
         Py_XDECREF(watched);
     }
     Py_XDECREF(watch);
-    PyObject *call = PyObject_GetAttr(tag, s_call);
+    PyObject *call = attr(tag, s_call);
     Py_DECREF(tag);
     if (call == NULL) {
         drop();
@@ -1214,7 +1289,7 @@ static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds)
                 Py_XDECREF(r);
             } else if (out == 0) {
                 /* Ran without pause since the send: no delay to find. */
-                if (PyObject_SetAttr(call, s_awaiting_first_read, Py_False) < 0) drop();
+                if (set_attr(call, s_awaiting_first_read, Py_False) < 0) drop();
             } else {
                 drop();
             }
@@ -1244,7 +1319,7 @@ static PyObject *WaitHook_call(WaitHookObject *self, PyObject *args, PyObject *k
     is_read = watcher == read_event;
     Py_DECREF(read_event);
     if (wait_start(call, now_ns(), is_read, &started) < 0) goto start_failed;
-    if (PyObject_SetAttr(call, s_in_socket_wait, Py_True) < 0) goto start_failed;
+    if (set_attr(call, s_in_socket_wait, Py_True) < 0) goto start_failed;
 
     PyObject *result = PyObject_Call(self->original, args, kwds);
     if (result == NULL) {
@@ -1261,7 +1336,7 @@ static PyObject *WaitHook_call(WaitHookObject *self, PyObject *args, PyObject *k
 
 start_failed:
     drop();
-    if (PyObject_SetAttr(call, s_in_socket_wait, Py_False) < 0) drop();
+    if (set_attr(call, s_in_socket_wait, Py_False) < 0) drop();
     Py_DECREF(call);
     return PyObject_Call(self->original, args, kwds);
 }

@@ -497,6 +497,31 @@ def test_a_bad_state_in_the_tracer_is_counted_and_dropped() -> None:
 
 
 @needs_compiled
+def test_the_tracer_reads_a_tag_alike_through_its_slots_or_its_dict() -> None:
+    """The compiled path reads the timing core's __slots__ classes at the slot's offset
+    (found once per type and name); any other object through getattr. Both say the same,
+    in any order, and a slot never set is a bad state, not a crash."""
+
+    class SlotTag:
+        __slots__ = ("call", "inbound", "label", "request")
+
+    class DictTag:
+        pass
+
+    log = compiled.SwitchLog(16)
+    tracer = compiled.Tracer(log, None, RouteCpu())
+    hub = FakeGreenlet("<hub>")
+    for cls in (SlotTag, DictTag, SlotTag, DictTag):
+        tag = cls()
+        tag.label, tag.call, tag.request, tag.inbound = f"GET /{cls.__name__}", None, None, None
+        tracer("switch", (hub, types.SimpleNamespace(**{TAG_ATTR: tag})))
+        assert log.last()[1] == f"GET /{cls.__name__}"
+    before = compiled.bad_states()
+    tracer("switch", (hub, types.SimpleNamespace(**{TAG_ATTR: SlotTag()})))  # no label set
+    assert compiled.bad_states() == before + 1
+
+
+@needs_compiled
 def test_a_bad_state_in_the_wait_hook_is_counted_and_the_wait_still_runs() -> None:
     me = getcurrent()
     tag = tag_of(me)
