@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
@@ -79,6 +79,7 @@ HUB_BLOCK_THRESHOLD_S = 0.1
 
 _ENVIRON_MEASUREMENT = "pricing.request_measurement"
 _ENVIRON_SPAN = "pricing.server_span"
+_ENVIRON_ROUTE = "pricing.route"
 # Largest plausible gap between Envoy's start and the pool's arrival stamp (ns): a
 # header from elsewhere (a client setting it, a clock step) is ignored past it.
 _MAX_ENVOY_BEFORE_NS = 60_000_000_000
@@ -346,9 +347,12 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
     @app.before_request
     def _begin() -> None:
         try:
-            route = route_of(request)
+            # Each `request.x` goes through werkzeug's context proxy: resolve it once.
+            req = cast(Any, request)._get_current_object()
+            route = route_of(req)
             set_greenlet_label(route)
-            environ = request.environ
+            environ = req.environ
+            environ[_ENVIRON_ROUTE] = route
             incoming = environ.get("HTTP_TRACEPARENT")
             measurement = environ.get(_ENVIRON_MEASUREMENT)
             offset = measurement.offset_ns if measurement is not None else None
@@ -357,8 +361,8 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
                 request_totals.set(RequestTotals(incoming, offset))
                 return
             request_totals.set(RequestTotals(None, offset))
-            if request.path not in untraced:
-                request.environ[_ENVIRON_SPAN] = start_server_span(tracer, route, request)
+            if req.path not in untraced:
+                environ[_ENVIRON_SPAN] = start_server_span(tracer, route, req)
         except Exception as exc:
             swallow("begin request", exc)
 
@@ -370,16 +374,18 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
     @app.teardown_request
     def _end(exc: BaseException | None) -> None:
         try:
+            req = cast(Any, request)._get_current_object()
+            environ = req.environ
             totals = request_totals.get()
-            measurement = request.environ.get(_ENVIRON_MEASUREMENT)
-            route = route_of(request)
+            measurement = environ.get(_ENVIRON_MEASUREMENT)
+            route = environ.get(_ENVIRON_ROUTE) or route_of(req)
             status = 500 if exc is not None else g.get("pricing_status")
             if isinstance(measurement, RequestMeasurement):
                 timing = measurement.finish(totals.timed() if totals is not None else ())
-                _account(worker, FinishedRequest(route, timing, totals, status, request.headers))
+                _account(worker, FinishedRequest(route, timing, totals, status, req.headers))
             request_totals.set(None)
             set_greenlet_label(None)
-            started = request.environ.pop(_ENVIRON_SPAN, None)
+            started = environ.pop(_ENVIRON_SPAN, None)
             if started is not None:
                 end_server_span(started[0], started[1], status, exc)
         except Exception as err:
