@@ -42,7 +42,7 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
     *s_switch, *s_throw, *s_in_ns, *s_running_ns, *s_waits, *s_reply_pending, *s_sent_ns,
     *s_read_event, *s_sock, *s_reply_arrived_unix_ns, *s_realtime_offset_ns,
     *s_socket_waits, *s_awaiting_first_read, *s_network_ns, *s_delay_ns, *s_cpu_wait_ns,
-    *s_culprits_ns, *s_add_network, *s_add_delay, *s_on_first_read,
+    *s_culprits_ns, *s_add_network, *s_add_delay, *s_on_first_read, *s_spawning_greenlet,
     *s_culprit_threshold_ns, *s_unknown, *s_unrecorded, *s_since_send, *s_inbound, *s_armed, *s_fd,
     *s_watched_sock, *s_switch_log_attr, *s_cpu_wait_attr, *s_samples, *s_due_ns,
     *s_sample_interval_ns, *s_attribute, *s_wait_between;
@@ -50,6 +50,8 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
 /* Set by configure(): what the C code needs from the Python side, passed down (the
  * timing core's modules, never imported from here). */
 static PyObject *g_getcurrent, *g_measuring, *g_tag_of, *g_call_state, *g_request_type;
+/* labels.GreenletTag (NULL: every new tag is made by labels.tag_of). */
+static PyObject *g_tag_type;
 /* runqueue.RunQueueClock: its reads and samples are done here for that exact class. */
 static PyObject *g_runqueue_type;
 static Py_ssize_t g_max_waits = 64;
@@ -854,6 +856,54 @@ static int explain_into(int64_t start, int64_t end, PyObject *into, int64_t *wai
     return rc;
 }
 
+/* labels.tag_of for a greenlet the tracer meets without a tag, in the common case: a
+ * greenlet gevent spawned (its ``spawning_greenlet`` weak reference) from a tagged one
+ * inherits that one's label. Anything else (the hub, no spawner, a spawner without a tag
+ * yet, no GreenletTag type given) is left to labels.tag_of. A new reference. */
+static PyObject *new_tag(PyObject *greenlet) {
+    if (g_tag_type == NULL) goto reference;
+    PyObject *ref = get_optional(greenlet, s_spawning_greenlet);
+    if (ref == NULL) return NULL;
+    if (!PyWeakref_CheckRef(ref)) {
+        Py_DECREF(ref);
+        goto reference;
+    }
+    PyObject *spawner = PyWeakref_GetObject(ref); /* borrowed */
+    if (spawner == NULL) {
+        Py_DECREF(ref);
+        return NULL;
+    }
+    if (spawner == Py_None || spawner == greenlet) {
+        Py_DECREF(ref);
+        goto reference;
+    }
+    PyObject *spawner_tag = get_optional(spawner, s_tag_attr);
+    Py_DECREF(ref);
+    if (spawner_tag == NULL) return NULL;
+    if (spawner_tag == Py_None) {
+        Py_DECREF(spawner_tag);
+        goto reference;
+    }
+    PyObject *label = attr(spawner_tag, s_label);
+    Py_DECREF(spawner_tag);
+    if (label == NULL) return NULL;
+    PyObject *tag = PyObject_CallOneArg(g_tag_type, label);
+    Py_DECREF(label);
+    if (tag == NULL) return NULL;
+    if (PyObject_SetAttr(greenlet, s_tag_attr, tag) < 0) {
+        /* a greenlet type without a __dict__ cannot carry a tag: it stays unlabelled */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError) &&
+            !PyErr_ExceptionMatches(PyExc_TypeError)) {
+            Py_DECREF(tag);
+            return NULL;
+        }
+        PyErr_Clear();
+    }
+    return tag;
+reference:
+    return PyObject_CallOneArg(g_tag_of, greenlet);
+}
+
 static int trace_switch(TracerObject *self, PyObject *pair) {
     if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
         PyErr_SetString(PyExc_TypeError, "switch arguments must be (origin, target)");
@@ -866,7 +916,7 @@ static int trace_switch(TracerObject *self, PyObject *pair) {
     if (target_tag == NULL) return -1;
     if (target_tag == Py_None) {
         Py_DECREF(target_tag);
-        target_tag = PyObject_CallOneArg(g_tag_of, target);
+        target_tag = new_tag(target);
         if (target_tag == NULL) return -1;
     }
     PyObject *label = attr(target_tag, s_label);
@@ -1435,16 +1485,17 @@ static PyTypeObject WaitHookType = {
 /* == module ============================================================================== */
 
 static PyObject *py_configure(PyObject *mod, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"getcurrent", "measuring", "tag_of", "call_state",
-                             "request_type", "max_waits", "runqueue_type", NULL};
+    static char *kwlist[] = {"getcurrent", "measuring",     "tag_of",   "call_state",
+                             "request_type", "max_waits", "runqueue_type", "tag_type", NULL};
     PyObject *getcurrent, *measuring, *tag_of, *call_state, *request_type,
-        *runqueue_type = NULL;
+        *runqueue_type = NULL, *tag_type = NULL;
     Py_ssize_t max_waits;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOO!n|O!", kwlist, &getcurrent,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOO!n|O!O!", kwlist, &getcurrent,
                                      &PyList_Type, &measuring, &tag_of, &call_state,
                                      &PyType_Type, &request_type, &max_waits, &PyType_Type,
-                                     &runqueue_type))
+                                     &runqueue_type, &PyType_Type, &tag_type))
         return NULL;
+    Py_XSETREF(g_tag_type, tag_type == NULL ? NULL : Py_NewRef(tag_type));
     Py_XSETREF(g_runqueue_type, runqueue_type == NULL ? NULL : Py_NewRef(runqueue_type));
     Py_XSETREF(g_getcurrent, Py_NewRef(getcurrent));
     Py_XSETREF(g_measuring, Py_NewRef(measuring));
@@ -1531,6 +1582,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_add_network, "add_network");
     INTERN(s_add_delay, "add_delay");
     INTERN(s_on_first_read, "on_first_read");
+    INTERN(s_spawning_greenlet, "spawning_greenlet");
     INTERN(s_culprit_threshold_ns, "_culprit_threshold_ns");
     INTERN(s_unknown, "<unknown>");
     INTERN(s_unrecorded, "<unrecorded>");

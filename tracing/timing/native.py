@@ -40,6 +40,7 @@ else:
         getcurrent=getcurrent,
         measuring=call_state.measuring,
         tag_of=labels.tag_of,
+        tag_type=labels.GreenletTag,
         call_state=call_state,
         request_type=request_state.RequestState,
         max_waits=request_state.MAX_WAITS,

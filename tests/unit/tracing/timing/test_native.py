@@ -522,6 +522,37 @@ def test_the_tracer_reads_a_tag_alike_through_its_slots_or_its_dict() -> None:
 
 
 @needs_compiled
+def test_the_tracer_gives_a_spawned_greenlet_its_spawners_label_as_the_reference() -> None:
+    """A greenlet gevent spawned gets its tag from the compiled tracer when its spawner has
+    one; otherwise labels.tag_of makes both tags. The same labels either way."""
+    import gevent
+
+    def spawned_from(spawner_label: str | None) -> tuple[Any, Any]:
+        def spawner() -> Any:
+            if spawner_label is not None:
+                tag_of(getcurrent()).label = spawner_label
+            return gevent.spawn(lambda: None)
+
+        parent = gevent.spawn(spawner)
+        parent.join()
+        return parent, parent.value
+
+    log = compiled.SwitchLog(16)
+    tracer = compiled.Tracer(log, None, RouteCpu())
+    hub = FakeGreenlet("<hub>")
+    for spawner_label in ("POST /v1/offers/rideshare", None):  # None: the spawner has no tag
+        parent, child = spawned_from(spawner_label)
+        assert getattr(child, TAG_ATTR, None) is None
+        tracer("switch", (hub, child))
+        tag = getattr(child, TAG_ATTR)
+        assert type(tag) is GreenletTag
+        assert tag.label == getattr(parent, TAG_ATTR).label == log.last()[1]
+        if spawner_label is not None:
+            assert tag.label == spawner_label
+        child.kill()
+
+
+@needs_compiled
 def test_a_bad_state_in_the_wait_hook_is_counted_and_the_wait_still_runs() -> None:
     me = getcurrent()
     tag = tag_of(me)
