@@ -35,8 +35,9 @@ OFFER = "/v1/offers/bike?origin=37.7700,-122.4200&destination=37.7849,-122.4094&
 SENT = 12
 FAILED = 4
 # Each worker folds its counts into the pool's files every FLUSH_INTERVAL_S: a scrape
-# sees them all within a few intervals (the machine may be busy).
-FLUSHED_WITHIN_S = 10 * FLUSH_INTERVAL_S
+# sees them all within a few intervals. A deadline, not a measure: a machine running a
+# benchmark beside the suite slows every step three-fold, so it is generous.
+FLUSHED_WITHIN_S = 30 * FLUSH_INTERVAL_S
 
 
 @pytest.fixture(scope="module")
