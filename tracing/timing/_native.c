@@ -42,7 +42,7 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
     *s_switch, *s_throw, *s_in_ns, *s_running_ns, *s_waits, *s_reply_pending, *s_sent_ns,
     *s_read_event, *s_sock, *s_reply_arrived_unix_ns, *s_realtime_offset_ns,
     *s_socket_waits, *s_awaiting_first_read, *s_network_ns, *s_delay_ns, *s_cpu_wait_ns,
-    *s_culprits_ns, *s_add_network, *s_add_delay, *s_on_first_read, *s_spawning_greenlet,
+    *s_culprits_ns, *s_add_network, *s_add_delay, *s_spawning_greenlet,
     *s_culprit_threshold_ns, *s_unknown, *s_unrecorded, *s_since_send, *s_inbound, *s_armed, *s_fd,
     *s_watched_sock, *s_switch_log_attr, *s_cpu_wait_attr, *s_samples, *s_due_ns,
     *s_sample_interval_ns, *s_attribute, *s_wait_between;
@@ -1181,13 +1181,6 @@ static void account_wait(PyObject *call, PyObject *sock, int64_t started, int is
     }
     observe("wait", call, started, resumed, known, ready);
     if (on_socket_wait(call, started, resumed, known, ready) < 0) goto fail;
-    if (is_read && known && ready <= resumed) {
-        /* socket_hooks._account_wait: the first read after a send, settled with this
-         * wait's stamp, so the read hook need not peek again. */
-        int awaiting = get_truth(call, s_awaiting_first_read);
-        if (awaiting < 0) goto fail;
-        if (awaiting && call_method_2(call, s_on_first_read, ready, resumed) < 0) goto fail;
-    }
     return;
 fail:
     drop();
@@ -1581,7 +1574,6 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_culprits_ns, "culprits_ns");
     INTERN(s_add_network, "add_network");
     INTERN(s_add_delay, "add_delay");
-    INTERN(s_on_first_read, "on_first_read");
     INTERN(s_spawning_greenlet, "spawning_greenlet");
     INTERN(s_culprit_threshold_ns, "_culprit_threshold_ns");
     INTERN(s_unknown, "<unknown>");

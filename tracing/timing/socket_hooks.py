@@ -72,11 +72,6 @@ def _account_wait(
                 # Still count the wait, undivided (as network).
                 swallow("socket readiness", exc)
         call.on_socket_wait(started_ns, resumed, ready)
-        if is_read and ready is not None and ready <= resumed and call.awaiting_first_read:
-            # The first read after a send is settled here, with this wait's stamp: it is
-            # the stamp of the bytes that read will get (nothing was read in between),
-            # so the read hook does not peek again (a syscall and a Python call saved).
-            call.on_first_read(ready, resumed)
     except Exception as exc:
         swallow("socket wait accounting", exc)
 
