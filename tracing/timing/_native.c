@@ -115,12 +115,14 @@ static int64_t now_ns(void) {
  * the generic getattr (type lookup, descriptor call: tens of ns, several per switch).
  * Anything else (another type, a custom __getattribute__, a slot never set) takes the
  * generic path. Each cached type is held (a strong reference): a type freed and another
- * made at its address cannot inherit its offsets. */
+ * made at its address cannot inherit its offsets; and its version tag is kept: a class
+ * changed since (CPython retags it) is looked at again. */
 #define SLOT_CACHE_SIZE 128 /* a power of two */
 typedef struct {
-    PyTypeObject *type; /* strong reference; NULL: empty */
-    PyObject *name;     /* interned, strong reference */
-    Py_ssize_t offset;  /* 0: not a plain slot of that type */
+    PyTypeObject *type;    /* strong reference; NULL: empty */
+    PyObject *name;        /* interned, strong reference */
+    Py_ssize_t offset;     /* 0: not a plain slot of that type */
+    unsigned int version;  /* the type's version tag when found; a changed type is looked at again */
 } SlotEntry;
 static SlotEntry slot_cache[SLOT_CACHE_SIZE];
 
@@ -141,13 +143,23 @@ static PyObject **slot_of(PyObject *obj, PyObject *name) {
     size_t h = (((uintptr_t)type >> 4) * 31u + ((uintptr_t)name >> 4)) & (SLOT_CACHE_SIZE - 1);
     for (int probe = 0; probe < 8; probe++) {
         SlotEntry *e = &slot_cache[(h + probe) & (SLOT_CACHE_SIZE - 1)];
-        if (e->type == type && e->name == name)
+        if (e->type == type && e->name == name) {
+            if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) ||
+                type->tp_version_tag != e->version) {
+                /* the class was changed since (an attribute set on it): look again */
+                e->offset = find_slot(type, name);
+                e->version = type->tp_version_tag;
+                if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) return NULL;
+            }
             return e->offset ? (PyObject **)((char *)obj + e->offset) : NULL;
+        }
         if (e->type == NULL) {
             if (!PyUnicode_CheckExact(name) || !PyUnicode_CHECK_INTERNED(name)) return NULL;
             e->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
             e->name = Py_NewRef(name);
             e->offset = find_slot(type, name);
+            e->version = type->tp_version_tag;
+            if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) return NULL;
             return e->offset ? (PyObject **)((char *)obj + e->offset) : NULL;
         }
     }

@@ -519,6 +519,13 @@ def test_the_tracer_reads_a_tag_alike_through_its_slots_or_its_dict() -> None:
     before = compiled.bad_states()
     tracer("switch", (hub, types.SimpleNamespace(**{TAG_ATTR: SlotTag()})))  # no label set
     assert compiled.bad_states() == before + 1
+    # A class changed after its slot was found is looked at again: its slot still holds
+    # a value, but the name now means something else.
+    tag = SlotTag()
+    tag.label, tag.call, tag.request, tag.inbound = "GET /SlotTag", None, None, None
+    SlotTag.label = property(lambda self: "GET /patched")  # type: ignore[assignment,misc]
+    tracer("switch", (hub, types.SimpleNamespace(**{TAG_ATTR: tag})))
+    assert log.last()[1] == "GET /patched"
 
 
 @needs_compiled
