@@ -355,7 +355,7 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
             environ[_ENVIRON_ROUTE] = route
             incoming = environ.get("HTTP_TRACEPARENT")
             measurement = environ.get(_ENVIRON_MEASUREMENT)
-            offset = measurement.offset_ns if measurement is not None else None
+            offset = measurement.offset_ns if isinstance(measurement, RequestMeasurement) else None
             if precheck and unsampled_traceparent(incoming):
                 # Envoy did not sample it: no span; its trace id goes on to the upstreams.
                 request_totals.set(RequestTotals(incoming, offset))
