@@ -329,6 +329,9 @@ def _point(
             "active": spans > 0 or traced > 0,
         }
     active = all(e["active"] for e in evidence.values())
+    # Each repeat runs every mode back to back: its pair (mode, off) is the comparison
+    # closest in time, and the spread of those ratios says how far to trust the pooled one.
+    off_by_repeat = [_io_cpu_ms_per_offer([r], deadline_s) for r in runs["off"]]
     off_cpu = per_mode["off"]["io_cpu_ms_per_offer"]
     off_o = per_mode["off"]["offers"]
     overhead: dict[str, Any] = {}
@@ -342,6 +345,10 @@ def _point(
             "offers_p99_ms": round(m["offers"]["p99_ms"] - off_o["p99_ms"], 3),
             "io_cpu_ms_per_offer": diff,
             "io_cpu_per_offer_over_off": _ratio(cpu, off_cpu),
+            "io_cpu_per_offer_over_off_by_repeat": [
+                _ratio(_io_cpu_ms_per_offer([r], deadline_s), off)
+                for r, off in zip(runs[mode], off_by_repeat, strict=False)
+            ],
             # Everything tracing adds, spread over the offer's upstream calls.
             "us_per_upstream_call": None
             if diff is None
@@ -417,6 +424,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
 
 
+def _io_cpu_ms_per_offer(runs: Sequence[RunResult], deadline_s: float) -> float | None:
+    """The io pool's CPU over the offers it served, pooled over *runs* (ms)."""
+    ok = GroupStats.of(Rows.pooled([r.rows(OFFER_KINDS) for r in runs]), deadline_s).ok
+    io_cpu_s = sum(r.cpu["pool-io"].cpu_s for r in runs if "pool-io" in r.cpu)
+    return round(io_cpu_s / ok * 1000, 3) if ok else None
+
+
 def _mode_json(runs: Sequence[RunResult], deadline_s: float) -> dict[str, Any]:
     offers = GroupStats.of(Rows.pooled([r.rows(OFFER_KINDS) for r in runs]), deadline_s)
     cpu_rows = Rows.pooled([r.rows(CPU_KINDS) for r in runs])
@@ -425,11 +439,10 @@ def _mode_json(runs: Sequence[RunResult], deadline_s: float) -> dict[str, Any]:
         if runs[0].settings.group_rates_rps.get("cpu")
         else None
     )
-    io_cpu_s = sum(r.cpu["pool-io"].cpu_s for r in runs if "pool-io" in r.cpu)
     return {
         "offers": offers.to_json(),
         "cpu": None if cpu is None else cpu.to_json(),
-        "io_cpu_ms_per_offer": round(io_cpu_s / offers.ok * 1000, 3) if offers.ok else None,
+        "io_cpu_ms_per_offer": _io_cpu_ms_per_offer(runs, deadline_s),
         "cpu_use_pct": {
             name: round(sum(r.cpu[name].cpu_pct for r in runs) / len(runs), 2)
             for name in runs[0].cpu
@@ -462,11 +475,19 @@ def write_tracing_overhead(doc: dict[str, Any], out: Path) -> str:
         where = "mixed load" if point["offers_rps"] is None else f"{point['offers_rps']:g} offers/s"
         for mode, m in point["modes"].items():
             o = m["offers"]
-            ratio = point["overhead"].get(mode, {}).get("io_cpu_per_offer_over_off")
+            over = point["overhead"].get(mode, {})
+            ratio = over.get("io_cpu_per_offer_over_off")
+            paired = [r for r in over.get("io_cpu_per_offer_over_off_by_repeat", []) if r]
             lines.append(
                 f"{where}, tracing {mode}: offers p50 {o['p50_ms']:.1f} ms p99 "
                 f"{o['p99_ms']:.1f} ms, io CPU {m['io_cpu_ms_per_offer']} ms/offer"
-                + ("" if ratio is None else f" ({ratio:.3f} x off)")
+                + ("" if ratio is None else f" ({ratio:.3f} x off")
+                + (
+                    ""
+                    if len(paired) < 2
+                    else f"; by repeat {', '.join(f'{r:.3f}' for r in paired)}"
+                )
+                + ("" if ratio is None else ")")
             )
         for mode, o in point["overhead"].items():
             lines.append(

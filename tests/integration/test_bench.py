@@ -144,6 +144,10 @@ def test_tracing_overhead_quick(tmp_path: Path) -> None:
         assert point["evidence"][mode]["upstream_calls_with_traceparent"] > 0
         overhead = point["overhead"][mode]
         assert overhead["io_cpu_per_offer_over_off"] > 0
+        # Paired by repeat (the mode's run against the off run of the same repeat): with
+        # one repeat, the pooled ratio itself.
+        by_repeat = overhead["io_cpu_per_offer_over_off_by_repeat"]
+        assert by_repeat == [overhead["io_cpu_per_offer_over_off"]]
         assert overhead["us_per_upstream_call"] is not None
     for m in point["modes"].values():
         assert_ordered(m["offers"])
