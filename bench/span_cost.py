@@ -6,18 +6,20 @@ as the io pool makes them for an offer, through the worker's real tracing set-up
 The set-up is ``tracing.server.setup_worker`` (the provider, its ``QueryRedactor`` and
 ``ThreadedSpanProcessor``, the span-file exporter writing to a temporary file). A request
 goes through what the pool's hooks run (``tracing.server.init_app``): the server span
-(``tracing.server_span``), three upstream calls through ``TracingCallObserver`` with
-their timing attributes and reply event, the request's attributes and events
-(``tracing.server._account``), the server span's end. The timing core is not measured
-here: its measurements are replaced by fixed, realistic ones, so a call's attributes are
-the ones a real call gets (culprits included).
+(``tracing.server_span``, or its context alone when built at the end), three upstream
+calls through ``TracingCallObserver`` with their timing attributes and reply event, the
+request's attributes and events (``tracing.server._account``), the server span's end.
+The timing core is not measured here: its measurements are replaced by fixed, realistic
+ones, so a call's attributes are the ones a real call gets (culprits included).
 
 Printed, in CPU microseconds (``time.thread_time``, best of *repeat* interleaved runs,
 so other processes' load drops out):
 
 - on the hub, per request: sampled minus unsampled (the same request with Envoy's
   unsampled ``traceparent``: no span, the same metrics): what the spans add in the
-  request's greenlet;
+  request's greenlet, twice: spans built at the request's end (``tracing.span_records``,
+  what a request Envoy sampled gets) and live SDK spans (a request that came without
+  Envoy's decision);
 - on the exporter thread: ``JsonLinesFileExporter.export`` of batches of 512 spans
   (the processor's batch size), per span and per request (4 spans);
 - the sum, per request and per span.
@@ -163,16 +165,33 @@ def _worker(span_file: Path) -> Iterator[_Rig]:
         server.shutdown_worker()
 
 
-def _one_request(rig: _Rig, traceparent: str) -> None:
-    """What ``tracing.server.init_app``'s hooks and the io pool's view do for an offer."""
+def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:
+    """What ``tracing.server.init_app``'s hooks and the io pool's view do for an offer.
+    *build*: a sampled request's spans built at its end (``tracing.span_records``: what a
+    request Envoy sampled gets), else live SDK spans (a request without Envoy's decision)."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import NonRecordingSpan
+
     from tracing import server
-    from tracing.client import RequestTotals, request_totals
-    from tracing.server_span import end_server_span, start_server_span, unsampled_traceparent
+    from tracing.client import RequestTotals, SampledTrace, request_totals
+    from tracing.server_span import (
+        end_server_span,
+        sampled_traceparent,
+        start_server_span,
+        unsampled_traceparent,
+    )
 
     request = _Request(_environ(traceparent))
-    started = None
+    started = token = None
+    parsed = sampled_traceparent(traceparent) if build else None
     if unsampled_traceparent(traceparent):
         request_totals.set(RequestTotals(traceparent))
+    elif parsed is not None:
+        sampled = SampledTrace(*parsed, rig.worker.spans.new_span_id)
+        request_totals.set(RequestTotals(None, 0, sampled))
+        token = context.attach(
+            trace.set_span_in_context(NonRecordingSpan(server.server_context(sampled)))
+        )
     else:
         request_totals.set(RequestTotals())
         started = start_server_span(rig.tracer, ROUTE, request)
@@ -186,18 +205,20 @@ def _one_request(rig: _Rig, traceparent: str) -> None:
     done = server.FinishedRequest(
         ROUTE, timing, totals, 200, {START_HEADER: f"{start // 10**9}.{start % 10**9:09d}"}
     )
-    server._account(rig.worker, done)
+    server._account(rig.worker, done, request, None)
     request_totals.set(None)
     if started is not None:
         end_server_span(started[0], started[1], 200, None)
+    if token is not None:
+        context.detach(token)
 
 
 def sampled_request_spans(requests: int) -> list[Any]:
-    """The finished spans of *requests* sampled offers (4 spans each), for tests that
-    compare encoders on what a worker really exports."""
+    """The finished spans of *requests* sampled offers (4 spans each, live and built
+    alternately), for tests that compare encoders on what a worker really exports."""
     with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as rig:
-        for _ in range(requests):
-            _one_request(rig, SAMPLED)
+        for n in range(requests):
+            _one_request(rig, SAMPLED, build=n % 2 == 1)
         return _take_spans(rig.worker)
 
 
@@ -226,39 +247,44 @@ def _export_us_per_span(worker: Any, spans: list[Any]) -> float:
 
 
 def measure(requests: int, repeat: int) -> dict[str, float]:
-    """CPU microseconds: the hub's part per request (sampled, unsampled), the exporter's
-    per span. Best of *repeat* interleaved runs."""
+    """CPU microseconds: the hub's part per request (unsampled; sampled with live spans;
+    sampled with spans built at its end), the exporter's per span. Best of *repeat*
+    interleaved runs."""
     with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as rig:
-        best = {"sampled": float("inf"), "unsampled": float("inf"), "export": float("inf")}
+        best = dict.fromkeys(("unsampled", "live", "built", "export"), float("inf"))
         for _ in range(repeat):
             best["unsampled"] = min(
                 best["unsampled"],
                 _per_request_us(lambda: _one_request(rig, UNSAMPLED), requests),
             )
-            best["sampled"] = min(
-                best["sampled"], _per_request_us(lambda: _one_request(rig, SAMPLED), requests)
-            )
+            for kind, run in (
+                ("live", lambda: _one_request(rig, SAMPLED)),
+                ("built", lambda: _one_request(rig, SAMPLED, build=True)),
+            ):
+                best[kind] = min(best[kind], _per_request_us(run, requests))
             spans = _take_spans(rig.worker)
-            assert len(spans) == requests * SPANS_PER_REQUEST, len(spans)
+            assert len(spans) == 2 * requests * SPANS_PER_REQUEST, len(spans)
             best["export"] = min(best["export"], _export_us_per_span(rig.worker, spans))
             os.truncate(Path(tmp) / "spans.jsonl", 0)
     return best
 
 
 def render(best: dict[str, float]) -> str:
-    hub = best["sampled"] - best["unsampled"]
     export_request = best["export"] * SPANS_PER_REQUEST
-    total = hub + export_request
-    return "\n".join(
-        [
-            f"hub, per request: sampled {best['sampled']:.1f} us, unsampled "
-            f"{best['unsampled']:.1f} us: the spans add {hub:.1f} us",
-            f"exporter thread: {best['export']:.1f} us per span, {export_request:.1f} us "
-            f"per request ({SPANS_PER_REQUEST} spans, batches of {BATCH})",
-            f"a sampled request's spans: {total:.1f} us per request, "
-            f"{total / SPANS_PER_REQUEST:.1f} us per span",
-        ]
-    )
+    lines = [
+        f"hub, per request: unsampled {best['unsampled']:.1f} us; sampled, live SDK spans "
+        f"{best['live']:.1f} us; sampled, spans built at its end {best['built']:.1f} us",
+        f"exporter thread: {best['export']:.1f} us per span, {export_request:.1f} us "
+        f"per request ({SPANS_PER_REQUEST} spans, batches of {BATCH})",
+    ]
+    for kind in ("live", "built"):
+        hub = best[kind] - best["unsampled"]
+        total = hub + export_request
+        lines.append(
+            f"a sampled request's spans, {kind}: the hub {hub:.1f} us, all {total:.1f} us per "
+            f"request, {total / SPANS_PER_REQUEST:.1f} us per span"
+        )
+    return "\n".join(lines)
 
 
 def profile(requests: int) -> None:
@@ -267,7 +293,7 @@ def profile(requests: int) -> None:
         hub = cProfile.Profile()
         hub.enable()
         for _ in range(requests):
-            _one_request(rig, SAMPLED)
+            _one_request(rig, SAMPLED, build=True)
         hub.disable()
         spans = _take_spans(rig.worker)
         export = cProfile.Profile()

@@ -9,6 +9,7 @@ injects W3C `traceparent` into the request.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from types import TracebackType
@@ -38,10 +39,12 @@ class UpstreamCall:
     __slots__ = (
         "end_unix_ns",
         "error_type",
+        "exception",
         "host",
         "method",
         "path",
         "port",
+        "span_id",
         "start_unix_ns",
         "status",
         "timing",
@@ -62,20 +65,77 @@ class UpstreamCall:
         self.timing: CallTiming | None = None
         #: error.type: the status code of a 4xx/5xx reply, or why the call failed.
         self.error_type: str | None = None
+        #: For a request whose spans are built at its end (``SampledTrace``): the client
+        #: span's id, sent upstream in ``traceparent`` as the call starts (0: none), and
+        #: what the call raised, for the span's exception event.
+        self.span_id = 0
+        self.exception: BaseException | None = None
+
+
+class SampledTrace:
+    """A request Envoy sampled whose spans are built when it ends, from what was measured
+    (``tracing.span_records``), instead of live OpenTelemetry spans. Its server span's id
+    is chosen as it starts; each upstream call gets its client span's id as it starts, and
+    sends it in ``traceparent`` (with the incoming ``tracestate`` and ``baggage`` as they
+    came)."""
+
+    __slots__ = (
+        "baggage",
+        "flags",
+        "new_span_id",
+        "parent_span_id",
+        "span_id",
+        "trace_hex",
+        "trace_id",
+        "tracestate",
+    )
+
+    def __init__(
+        self,
+        trace_hex: str,
+        parent_span_id: int,
+        flags: int,
+        new_span_id: Callable[[], int],
+        tracestate: str | None = None,
+        baggage: str | None = None,
+    ) -> None:
+        self.trace_hex = trace_hex
+        self.trace_id = int(trace_hex, 16)
+        self.parent_span_id = parent_span_id
+        self.flags = flags
+        self.new_span_id = new_span_id
+        self.span_id = new_span_id()
+        self.tracestate = tracestate
+        self.baggage = baggage
+
+    def inject(self, headers: dict[str, str], span_id: int) -> None:
+        """The headers that carry a client span's context upstream."""
+        headers["traceparent"] = f"00-{self.trace_hex}-{span_id:016x}-{self.flags:02x}"
+        if self.tracestate:
+            headers["tracestate"] = self.tracestate
+        if self.baggage:
+            headers["baggage"] = self.baggage
 
 
 class RequestTotals:
-    """The measured upstream calls of one server request, and, for a request Envoy did
-    not sample (no server span: ``tracing.server_span``), its incoming traceparent.
-    *offset_ns*: the request measurement's realtime - monotonic offset, which its calls'
-    measurements reuse (``begin_call``)."""
+    """The measured upstream calls of one server request; for a request Envoy did not
+    sample (no server span: ``tracing.server_span``), its incoming traceparent; for one
+    whose spans are built at its end, its ``SampledTrace``. *offset_ns*: the request
+    measurement's realtime - monotonic offset, which its calls' measurements reuse
+    (``begin_call``)."""
 
-    __slots__ = ("offset_ns", "records", "traceparent")
+    __slots__ = ("offset_ns", "records", "sampled", "traceparent")
 
-    def __init__(self, traceparent: str | None = None, offset_ns: int | None = None) -> None:
+    def __init__(
+        self,
+        traceparent: str | None = None,
+        offset_ns: int | None = None,
+        sampled: SampledTrace | None = None,
+    ) -> None:
         self.records: list[UpstreamCall] = []
         self.traceparent = traceparent
         self.offset_ns = offset_ns
+        self.sampled = sampled
 
     @property
     def calls(self) -> int:
@@ -176,6 +236,11 @@ class _Call:
             # goes on to the upstreams, and the call is measured for the histograms
             # and, should the request turn out slow, for a span exported afterwards.
             observed.headers["traceparent"] = unsampled
+        elif totals is not None and totals.sampled is not None:
+            # Sampled, its spans built when the request ends: only the id goes out now.
+            sampled = totals.sampled
+            record.span_id = span_id = sampled.new_span_id()
+            sampled.inject(observed.headers, span_id)
         else:
             parent = trace.get_current_span().get_span_context()
             if parent.trace_flags.sampled or not parent.is_valid:
@@ -204,6 +269,8 @@ class _Call:
     ) -> None:
         if exc is not None:
             self._record.error_type = error_type(exc)
+            if self._record.span_id:
+                self._record.exception = exc
         self._observer._finish(
             self._record, self._observed, self._measurement, self._span, self._totals
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -63,22 +63,29 @@ class QueryRedactor(SpanProcessor):
 
     def redact(self, span: Any) -> None:
         """Rewrite the URL attributes `span` has now (it must still be recording)."""
-        attributes = span.attributes or {}
         try:
-            for key in URL_ATTRIBUTES:
-                value = attributes.get(key)
-                if isinstance(value, str) and "?" in value:
-                    redacted = redact_url(value, self.allow)
-                    if redacted != value:  # setting an attribute costs its validation
-                        span.set_attribute(key, redacted)
-            for key in QUERY_ATTRIBUTES:
-                value = attributes.get(key)
-                if isinstance(value, str) and value:
-                    redacted = redact_query(value, self.allow)
-                    if redacted != value:
-                        span.set_attribute(key, redacted)
+            for key, value in self.changes(span.attributes or {}).items():
+                span.set_attribute(key, value)  # only what changed: setting one validates it
         except Exception:  # pragma: no cover - defensive: a span keeps its attributes
             return
+
+    def changes(self, attributes: Mapping[str, Any]) -> dict[str, str]:
+        """The URL and query attributes of *attributes* whose redaction differs, redacted
+        (a span built from a plain dict takes them with ``update``)."""
+        out: dict[str, str] = {}
+        for key in URL_ATTRIBUTES:
+            value = attributes.get(key)
+            if isinstance(value, str) and "?" in value:
+                redacted = redact_url(value, self.allow)
+                if redacted != value:
+                    out[key] = redacted
+        for key in QUERY_ATTRIBUTES:
+            value = attributes.get(key)
+            if isinstance(value, str) and value:
+                redacted = redact_query(value, self.allow)
+                if redacted != value:
+                    out[key] = redacted
+        return out
 
     def on_end(self, span: ReadableSpan) -> None:
         pass

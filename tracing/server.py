@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from opentelemetry import propagate, trace
+from opentelemetry import context, propagate, trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.sdk.trace import Event, TracerProvider
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.semconv.attributes.deployment_attributes import DEPLOYMENT_ENVIRONMENT_NAME
 from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_REQUEST_METHOD,
@@ -32,25 +32,27 @@ from opentelemetry.semconv.attributes.service_attributes import (
     SERVICE_NAME,
     SERVICE_VERSION,
 )
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    TraceState,
+)
 
 from routing.edge import parse_envoy_start_ns
 from tracing import attributes
-from tracing.client import (
-    RequestTotals,
-    TracingCallObserver,
-    add_call_events,
-    client_span_attributes,
-    finished_call_attributes,
-    request_totals,
-)
+from tracing.client import RequestTotals, SampledTrace, TracingCallObserver, request_totals
 from tracing.export import ThreadedSpanProcessor, span_processor
 from tracing.metrics import PoolMetrics, pool_metrics
 from tracing.redact import QueryRedactor
 from tracing.route import route_of
 from tracing.server_span import (
     end_server_span,
+    outcome_attributes,
     propagator_reads_traceparent,
+    sampled_traceparent,
+    server_attributes,
     start_server_span,
     unsampled_traceparent,
 )
@@ -60,6 +62,7 @@ from tracing.settings import (
     TracingSettings,
     resource_from_env,
 )
+from tracing.span_records import SpanBuilder, exception_event
 from tracing.timing import server_timing
 from tracing.timing.call_state import top_culprits
 from tracing.timing.hook_errors import swallow
@@ -80,6 +83,8 @@ HUB_BLOCK_THRESHOLD_S = 0.1
 _ENVIRON_MEASUREMENT = "pricing.request_measurement"
 _ENVIRON_SPAN = "pricing.server_span"
 _ENVIRON_ROUTE = "pricing.route"
+# The context token of a request whose spans are built at its end (detached at its end).
+_ENVIRON_SAMPLED = "pricing.sampled_context"
 # Largest plausible gap between Envoy's start and the pool's arrival stamp (ns): a
 # header from elsewhere (a client setting it, a clock step) is ignored past it.
 _MAX_ENVOY_BEFORE_NS = 60_000_000_000
@@ -146,10 +151,13 @@ class WorkerTracing:
     metrics: PoolMetrics = field(default_factory=pool_metrics)
     # The running totals above already added to the metrics (sync_metrics).
     synced: dict[Any, float] = field(default_factory=dict)
-    # Exports the spans of slow requests that were not sampled: same processor, a
-    # sampler that keeps everything.
-    slow_provider: TracerProvider | None = None
     slow_budget: SlowBudget = field(default_factory=lambda: SlowBudget(Sampling().slow_per_s))
+    #: Builds the spans of slow unsampled requests, and of sampled ones when
+    #: ``build_sampled`` (``tracing.span_records``).
+    spans: SpanBuilder | None = None
+    #: Requests Envoy sampled get their spans built at their end, not live: the sampler
+    #: keeps every sampled parent (parent-based, as ours and OTEL_TRACES_SAMPLER's are).
+    build_sampled: bool = False
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -187,9 +195,7 @@ def setup_worker(
         redactor = QueryRedactor()  # before the exporter: no query value leaves the worker
         provider.add_span_processor(redactor)
         provider.add_span_processor(processor)
-        slow_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
-        slow_provider.add_span_processor(redactor)
-        slow_provider.add_span_processor(processor)
+        spans = SpanBuilder(resource, SCOPE, processor, redactor, provider.id_generator)
         instrumentor = None
         hub_blocks = HubBlockLog(log)
         metrics = pool_metrics()
@@ -209,9 +215,10 @@ def setup_worker(
             hub_blocks,
             sampling=sampling,
             envoy_start_header=envoy_start_header,
-            slow_provider=slow_provider,
             slow_budget=SlowBudget(sampling.slow_per_s),
             metrics=metrics,
+            spans=spans,
+            build_sampled=keeps_sampled_parents(provider.sampler),
         )
         if _sync_current not in metrics.before_flush:
             metrics.before_flush.append(_sync_current)
@@ -243,6 +250,20 @@ def _version() -> str:
         return version("pricingservice")
     except PackageNotFoundError:
         return "unknown"
+
+
+def keeps_sampled_parents(sampler: Sampler) -> bool:
+    """Whether *sampler* records and samples every request whose remote parent was
+    sampled, asked once with such a parent (then the spans of those requests can be built
+    at their end without asking it: ``tracing.span_records``)."""
+    parent = SpanContext(1, 1, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    try:
+        result = sampler.should_sample(
+            trace.set_span_in_context(NonRecordingSpan(parent)), 1, "probe", SpanKind.SERVER
+        )
+    except Exception:  # a custom sampler that cannot answer: it decides every request
+        return False
+    return result.decision is Decision.RECORD_AND_SAMPLE and not result.attributes
 
 
 def _sampler(settings: TracingSettings, sampling: Sampling) -> Sampler | None:
@@ -286,8 +307,6 @@ def shutdown_worker() -> None:
         return
     try:
         worker.provider.shutdown()
-        if worker.slow_provider is not None:
-            worker.slow_provider.shutdown()
         if worker.instrumentor is not None:
             worker.instrumentor.uninstrument()
         sync_metrics(worker)  # the last exports, into the counts the pool keeps
@@ -334,6 +353,9 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
     # The sampled flag decides cheaply only where the propagator reads traceparent.
     precheck = propagator_reads_traceparent()
     tracer = worker.tracer
+    spans = worker.spans
+    build_sampled = precheck and measure and worker.build_sampled
+    new_span_id = spans.new_span_id if spans is not None else None
     if measure:
         # Outermost, so the handler's time starts before Flask runs.
         inner = app.wsgi_app
@@ -360,6 +382,27 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
                 # Envoy did not sample it: no span; its trace id goes on to the upstreams.
                 request_totals.set(RequestTotals(incoming, offset))
                 return
+            if (
+                build_sampled
+                and new_span_id is not None
+                and offset is not None
+                and req.path not in untraced
+            ):
+                parsed = sampled_traceparent(incoming)
+                if parsed is not None:
+                    # Envoy sampled it: its spans are built when it ends (span_records).
+                    sampled = SampledTrace(
+                        *parsed,
+                        new_span_id,
+                        environ.get("HTTP_TRACESTATE"),
+                        environ.get("HTTP_BAGGAGE"),
+                    )
+                    request_totals.set(RequestTotals(None, offset, sampled))
+                    # The server span's ids in the context, for the logs.
+                    environ[_ENVIRON_SAMPLED] = context.attach(
+                        trace.set_span_in_context(NonRecordingSpan(server_context(sampled)))
+                    )
+                    return
             request_totals.set(RequestTotals(None, offset))
             if req.path not in untraced:
                 environ[_ENVIRON_SPAN] = start_server_span(tracer, route, req)
@@ -382,12 +425,17 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
             status = 500 if exc is not None else g.get("pricing_status")
             if isinstance(measurement, RequestMeasurement):
                 timing = measurement.finish(totals.timed() if totals is not None else ())
-                _account(worker, FinishedRequest(route, timing, totals, status, req.headers))
+                _account(
+                    worker, FinishedRequest(route, timing, totals, status, req.headers), req, exc
+                )
             request_totals.set(None)
             set_greenlet_label(None)
             started = environ.pop(_ENVIRON_SPAN, None)
             if started is not None:
                 end_server_span(started[0], started[1], status, exc)
+            token = environ.pop(_ENVIRON_SAMPLED, None)
+            if token is not None:
+                context.detach(token)
         except Exception as err:
             swallow("end request", err)
 
@@ -461,46 +509,127 @@ class FinishedRequest:
         return parse_envoy_start_ns(self.headers.get(header)) if header else None
 
 
-def _account(worker: WorkerTracing, done: FinishedRequest) -> None:
-    """Histograms for every request; span attributes for a sampled one; a whole trace
-    exported afterwards for a slow one that was not sampled."""
+def _account(
+    worker: WorkerTracing,
+    done: FinishedRequest,
+    request: Any = None,
+    exc: BaseException | None = None,
+) -> None:
+    """Histograms for every request; span attributes for a sampled one (or its spans,
+    built now: ``tracing.span_records``); a whole trace exported afterwards for a slow one
+    that was not sampled. *request*, *exc*: the Flask request and what it raised."""
     timing = done.timing
     worker.metrics.observe_timing(done.route, timing)
     first = timing.arrival_unix_ns if timing.arrival_unix_ns is not None else timing.start_unix_ns
     slow = (timing.end_unix_ns - first) / 1e9 >= worker.sampling.slow_threshold_s(done.route)
+    totals = done.totals
+    sampled = totals.sampled if totals is not None else None
+    if sampled is not None and request is not None:
+        _export_sampled(worker, done, sampled, request, exc, slow)
+        return
     span = trace.get_current_span()
     if span.is_recording():
         span.set_attributes(
             request_attributes(
                 done.route,
                 timing,
-                done.totals,
+                totals,
                 done.envoy_start_ns(worker.envoy_start_header),
                 slow=slow,
             )
         )
         _add_request_events(span, timing)
-    elif slow and worker.slow_provider is not None and worker.slow_budget.take():
+    elif slow and worker.spans is not None and worker.slow_budget.take():
         _export_slow(worker, done)
 
 
-def _add_request_events(span: trace.Span, timing: RequestTiming) -> None:
+def _request_events(timing: RequestTiming) -> list[Event]:
+    """A server span's events: the request's bytes reaching the kernel, the handler's start."""
+    events = []
     if timing.arrival_unix_ns is not None:
-        span.add_event(
-            attributes.EVENT_REQUEST_IN_KERNEL,
-            {attributes.INBOUND_DELAY: timing.inbound_delay_s or 0.0},
-            timestamp=timing.arrival_unix_ns,
+        events.append(
+            Event(
+                attributes.EVENT_REQUEST_IN_KERNEL,
+                {attributes.INBOUND_DELAY: timing.inbound_delay_s or 0.0},
+                timing.arrival_unix_ns,
+            )
         )
-    span.add_event(attributes.EVENT_HANDLER_STARTED, timestamp=timing.start_unix_ns)
+    events.append(Event(attributes.EVENT_HANDLER_STARTED, None, timing.start_unix_ns))
+    return events
+
+
+def _add_request_events(span: trace.Span, timing: RequestTiming) -> None:
+    for event in _request_events(timing):
+        span.add_event(event.name, event.attributes, timestamp=event.timestamp)
+
+
+def server_context(sampled: SampledTrace) -> SpanContext:
+    """The span context of the server span of a request whose spans are built at its end."""
+    return SpanContext(
+        sampled.trace_id,
+        sampled.span_id,
+        is_remote=False,
+        trace_flags=TraceFlags(sampled.flags),
+        trace_state=_trace_state(sampled.tracestate),
+    )
+
+
+def _trace_state(header: str | None) -> TraceState | None:
+    return TraceState.from_header([header]) if header else None
+
+
+def _export_sampled(
+    worker: WorkerTracing,
+    done: FinishedRequest,
+    sampled: SampledTrace,
+    request: Any,
+    exc: BaseException | None,
+    slow: bool,
+) -> None:
+    """Build the spans of a request Envoy sampled: what the live spans would have held."""
+    assert worker.spans is not None
+    timing, status = done.timing, done.status
+    server_attrs = server_attributes(done.route, request)
+    server_attrs.update(outcome_attributes(status, exc))
+    server_attrs.update(
+        request_attributes(
+            done.route,
+            timing,
+            done.totals,
+            done.envoy_start_ns(worker.envoy_start_header),
+            slow=slow,
+        )
+    )
+    events = _request_events(timing)
+    if exc is not None:
+        events.append(exception_event(exc, timing.end_unix_ns))
+    trace_state = _trace_state(sampled.tracestate)
+    worker.spans.request(
+        name=done.route,
+        parent=SpanContext(
+            sampled.trace_id,
+            sampled.parent_span_id,
+            is_remote=True,
+            trace_flags=TraceFlags(sampled.flags),
+            trace_state=trace_state,
+        ),
+        span_id=sampled.span_id,
+        trace_state=trace_state,
+        attributes=server_attrs,
+        events=events,
+        error=exc is not None or (status is not None and status >= 500),
+        start_ns=timing.start_unix_ns,
+        end_ns=timing.end_unix_ns,
+        records=done.totals.records if done.totals is not None else (),
+    )
 
 
 def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
     """Build the spans of a request that Envoy did not sample from what was measured,
     under its trace id and Envoy's span as parent (Envoy's span itself was not kept)."""
-    assert worker.slow_provider is not None
+    assert worker.spans is not None
     route, timing, totals, status = done.route, done.timing, done.totals, done.status
-    tracer = worker.slow_provider.get_tracer(SCOPE)
-    parent = propagate.extract({k.lower(): v for k, v in done.headers.items()})
+    extracted = propagate.extract({k.lower(): v for k, v in done.headers.items()})
     method, _, template = route.partition(" ")
     server_attrs: dict[str, Any] = {HTTP_REQUEST_METHOD: method, HTTP_ROUTE: template}
     if status is not None:
@@ -515,31 +644,16 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
             reason="slow",
         )
     )
-    server = tracer.start_span(
-        route,
-        context=parent,
-        kind=SpanKind.SERVER,
+    worker.spans.request(
+        name=route,
+        parent=trace.get_current_span(extracted).get_span_context(),
         attributes=server_attrs,
-        start_time=timing.start_unix_ns,
+        events=_request_events(timing),
+        error=status is not None and status >= 500,
+        start_ns=timing.start_unix_ns,
+        end_ns=timing.end_unix_ns,
+        records=totals.records if totals is not None else (),
     )
-    if status is not None and status >= 500:
-        server.set_status(Status(StatusCode.ERROR))
-    _add_request_events(server, timing)
-    inside = trace.set_span_in_context(server)
-    for record in totals.records if totals is not None else ():
-        child = tracer.start_span(
-            f"{record.method} {record.path.split('?', 1)[0]}",
-            context=inside,
-            kind=SpanKind.CLIENT,
-            attributes=client_span_attributes(record),
-            start_time=record.start_unix_ns,
-        )
-        child.set_attributes(finished_call_attributes(record))
-        if record.error_type is not None:
-            child.set_status(Status(StatusCode.ERROR))
-        add_call_events(child, record)
-        child.end(end_time=record.end_unix_ns)
-    server.end(end_time=timing.end_unix_ns)
 
 
 __all__ = [

@@ -8,16 +8,22 @@ upstreams: the incoming ``traceparent`` is kept on the request's totals and pass
 is (``tracing.client``). A slow unsampled request is exported afterwards from what was
 measured (``tracing.server._export_slow``).
 
-The check is one look at the flags byte of a well-formed version-00 ``traceparent``,
-and only when the configured propagator (``OTEL_PROPAGATORS``) reads that header. Every
-other request (sampled, no header, another propagator, a malformed header) goes through
-the SDK: the configured propagator extracts the parent, the sampler decides.
+A request Envoy sampled gets no live span either, where the timing core measures it: its
+spans are built when it ends (``tracing.span_records``), a quarter of the SDK's cost on
+the hub. Its server span's ids are in the context while it runs (for the logs).
+
+The checks are one look at a well-formed version-00 ``traceparent`` (the flags byte, or
+the W3C pattern), and only when the configured propagator (``OTEL_PROPAGATORS``) reads
+that header. Every other request (no header, another propagator, a malformed header, a
+mode without measurements) goes through the SDK: the configured propagator extracts the
+parent, the sampler decides, the span is live.
 
 Attribute names are OpenTelemetry's stable HTTP server conventions.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -38,6 +44,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 TRACEPARENT: Final = "traceparent"
 # "00-" 32 hex "-" 16 hex "-" 2 hex
 _TRACEPARENT_LEN: Final = 55
+_TRACEPARENT: Final = re.compile("00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_ZERO_TRACE: Final = "0" * 32
 
 
 def unsampled_traceparent(value: str | None) -> bool:
@@ -49,6 +57,23 @@ def unsampled_traceparent(value: str | None) -> bool:
         return not int(value[53:55], 16) & 1
     except ValueError:
         return False
+
+
+def sampled_traceparent(value: str | None) -> tuple[str, int, int] | None:
+    """(trace id as 32 hex digits, parent span id, flags) of a well-formed version-00
+    ``traceparent`` whose sampled flag is on (the W3C rules the SDK's propagator applies:
+    lower-case hex, neither id all zeros); None for anything else."""
+    if value is None or len(value) != _TRACEPARENT_LEN:
+        return None
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None:
+        return None
+    trace_hex, span_hex, flags_hex = match.groups()
+    flags = int(flags_hex, 16)
+    span_id = int(span_hex, 16)
+    if not flags & 1 or not span_id or trace_hex == _ZERO_TRACE:
+        return None
+    return trace_hex, span_id, flags
 
 
 def propagator_reads_traceparent() -> bool:
@@ -75,6 +100,16 @@ def start_server_span(tracer: trace.Tracer, route: str, request: Any) -> tuple[t
     extracts; returns the span and the token to detach."""
     environ = request.environ
     parent = propagate.extract(environ, getter=_getter)
+    attrs = server_attributes(route, request)
+    span = tracer.start_span(route, context=parent, kind=SpanKind.SERVER, attributes=attrs)
+    token = context.attach(trace.set_span_in_context(span, parent))
+    return span, token
+
+
+def server_attributes(route: str, request: Any) -> dict[str, Any]:
+    """What a server span of a Flask *request* starts with (the stable HTTP server
+    conventions): method, path, scheme, route template, query, host, port, user agent."""
+    environ = request.environ
     template = route.partition(" ")[2]
     attrs: dict[str, Any] = {
         HTTP_REQUEST_METHOD: request.method,
@@ -100,9 +135,20 @@ def start_server_span(tracer: trace.Tracer, route: str, request: Any) -> tuple[t
     protocol = environ.get("SERVER_PROTOCOL", "")
     if protocol.startswith("HTTP/"):
         attrs[NETWORK_PROTOCOL_VERSION] = protocol[5:]
-    span = tracer.start_span(route, context=parent, kind=SpanKind.SERVER, attributes=attrs)
-    token = context.attach(trace.set_span_in_context(span, parent))
-    return span, token
+    return attrs
+
+
+def outcome_attributes(status: int | None, exc: BaseException | None) -> dict[str, Any]:
+    """A server span's attributes once its request is over: the status code, and the
+    error's type for an exception or a 5xx."""
+    out: dict[str, Any] = {}
+    if status is not None:
+        out[HTTP_RESPONSE_STATUS_CODE] = status
+    if exc is not None:
+        out[ERROR_TYPE] = type(exc).__qualname__
+    elif status is not None and status >= 500:
+        out[ERROR_TYPE] = str(status)
+    return out
 
 
 def end_server_span(
@@ -111,14 +157,10 @@ def end_server_span(
     """Set the outcome, end the span and detach its context."""
     try:
         if span.is_recording():
-            if status is not None:
-                span.set_attribute(HTTP_RESPONSE_STATUS_CODE, status)
+            span.set_attributes(outcome_attributes(status, exc))
             if exc is not None:
                 span.record_exception(exc)
-                span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
-                span.set_status(Status(StatusCode.ERROR))
-            elif status is not None and status >= 500:
-                span.set_attribute(ERROR_TYPE, str(status))
+            if exc is not None or (status is not None and status >= 500):
                 span.set_status(Status(StatusCode.ERROR))
         span.end()
     finally:

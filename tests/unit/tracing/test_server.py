@@ -166,13 +166,13 @@ def test_shutdown_worker_flushes_and_forgets_the_worker(
 def test_shutdown_worker_shuts_the_shared_exporter_down_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Both tracer providers (sampled, slow) share one processor: stopping a worker
-    must not warn "Exporter already shutdown" on every exit."""
+    """The tracer provider and the span builder (built spans: sampled, slow) share one
+    processor: stopping a worker must not warn "Exporter already shutdown" on every exit."""
     settings = TracingSettings(
         mode=Mode.SPANS, otlp_endpoint="http://127.0.0.1:9/v1/traces", span_file=Path("unused")
     )
     worker = tracing.server.setup_worker("io", settings)
-    assert worker is not None and worker.slow_provider is not None
+    assert worker is not None and worker.spans is not None
     with caplog.at_level(logging.WARNING):
         tracing.server.shutdown_worker()
     assert worker.processor.exporter._shutdown  # the OTLP exporter was shut down
@@ -332,7 +332,9 @@ def test_slow_exports_are_capped_per_worker(span_file: Path, config: RouteConfig
 def test_an_unsampled_request_creates_no_span_object(
     span_file: Path, config: RouteConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Envoy's 99 %: not even a non-recording span; a sampled request still gets one."""
+    """Envoy's 99 %: not even a non-recording span. A request Envoy sampled gets its span
+    built when it ends (``tracing.span_records``), not a live one; a request that comes
+    without Envoy's decision goes through the SDK's sampler and gets a live span."""
     from opentelemetry.sdk.trace import Tracer
 
     started: list[str] = []
@@ -350,8 +352,14 @@ def test_an_unsampled_request_creates_no_span_object(
     assert started == []
     sampled = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-01"
     assert client.get(BIKE, headers={"traceparent": sampled}).status_code == 200
+    assert started == []
+    assert client.get(BIKE).status_code == 200  # no traceparent: the sampler's ratio, 100 %
     assert started == ["GET /v1/offers/bike"]
-    assert len(flushed(worker, span_file)) == 1
+    spans = flushed(worker, span_file)
+    assert [(s.name, s.trace_id == TRACEPARENT_TRACE) for s in spans] == [
+        ("GET /v1/offers/bike", True),
+        ("GET /v1/offers/bike", False),
+    ]
 
 
 def test_the_server_span_uses_the_stable_http_conventions(

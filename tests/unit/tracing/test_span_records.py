@@ -1,0 +1,211 @@
+"""Spans built at a request's end (``tracing.span_records``) hold what the SDK's live
+spans held for the same request: the same OTLP lines leave the worker, but for the
+measured numbers, the ids and the times."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
+
+import tracing.server
+from tracing.server_span import sampled_traceparent
+from tracing.settings import Mode, TracingSettings
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+SAMPLED = f"00-{TRACE}-{PARENT}-01"
+HEADERS = {
+    "traceparent": SAMPLED,
+    "tracestate": "congo=t61rcWkgMzE",
+    "baggage": "tenant=t-1",
+    "User-Agent": "probe/1",
+}
+# Measured (their values differ between two runs of the same request), or ids and times.
+MEASURED = ("gevent.", "pricing.critical.", "pricing.handler.", "pricing.inbound.")
+MEASURED_KEYS = {"pricing.delayed", "pricing.envoy.before_pool", "exception.stacktrace"}
+
+
+@pytest.fixture(autouse=True)
+def _reset_worker() -> Iterator[None]:
+    tracing.server.shutdown_worker()
+    yield
+    tracing.server.shutdown_worker()
+
+
+def serve(span_file: Path, *, build: bool) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Run the same three requests through a traced worker, its sampled spans built at
+    the end (*build*) or live; return the spans written and the headers sent upstream."""
+    settings = TracingSettings(mode=Mode.FULL, otlp_endpoint=None, span_file=span_file)
+    worker = tracing.server.setup_worker(
+        "io", settings, tracing.server.Sampling(ratio=1.0, default_slow_s=60)
+    )
+    assert worker is not None and worker.build_sampled  # our sampler keeps sampled parents
+    worker.build_sampled = build
+    app = Flask(__name__)
+    observer = tracing.server.init_app(app)
+    assert observer is not None
+    sent: list[dict[str, str]] = []
+
+    @app.get("/v1/offers/bike")
+    def bike() -> str:
+        with observer.call("vehicles", "GET", "127.0.0.1", 8200, "/v1/nearby?lat=1&u=2") as obs:
+            obs.status = 200
+            sent.append(dict(obs.headers))
+        with observer.call("fares", "POST", "127.0.0.1", 8300, "/v1/fare") as obs:
+            obs.status = 503
+        try:
+            with observer.call("eta", "GET", "127.0.0.1", 8400, "/v1/eta"):
+                raise ConnectionResetError("reset by peer")
+        except ConnectionResetError:
+            pass
+        return "ok"
+
+    @app.get("/v1/boom")
+    def boom() -> str:
+        raise RuntimeError("no fares today")
+
+    client = app.test_client()
+    assert client.get("/v1/offers/bike?region=sf&user_id=u-1", headers=HEADERS).status_code == 200
+    assert client.get("/v1/boom", headers=HEADERS).status_code == 500
+    assert worker.processor.force_flush(5000)
+    tracing.server.shutdown_worker()
+    spans = []
+    for line in span_file.read_text().splitlines():
+        for resource_spans in json.loads(line)["resourceSpans"]:
+            for scope_spans in resource_spans["scopeSpans"]:
+                for span in scope_spans["spans"]:
+                    spans.append(
+                        span
+                        | {"resource": resource_spans["resource"], "scope": scope_spans["scope"]}
+                    )
+    return spans, sent
+
+
+def _value(value: dict[str, Any]) -> Any:
+    return next(iter(value.values()))
+
+
+def comparable(span: dict[str, Any]) -> dict[str, Any]:
+    """A span without what differs between two runs: ids, times, measured values."""
+
+    def attrs(items: list[dict[str, Any]]) -> dict[str, Any]:
+        out = {}
+        for item in items:
+            key = item["key"]
+            measured = key.startswith(MEASURED) or key in MEASURED_KEYS
+            out[key] = "<measured>" if measured else _value(item["value"])
+        return out
+
+    resource = attrs(span["resource"]["attributes"])
+    resource.pop("service.instance.id")  # the worker's pid and nothing else
+    return {
+        "name": span["name"],
+        "kind": span["kind"],
+        "flags": span.get("flags"),
+        "traceState": span.get("traceState"),
+        "attributes": attrs(span.get("attributes", [])),
+        "events": [(e["name"], attrs(e.get("attributes", []))) for e in span.get("events", [])],
+        "status": span.get("status"),
+        "scope": span["scope"],
+        "resource": resource,
+        "remote_parent": span.get("parentSpanId") == PARENT,
+    }
+
+
+def test_built_spans_hold_what_the_live_spans_held(tmp_path: Path) -> None:
+    live, live_sent = serve(tmp_path / "live.jsonl", build=False)
+    built, built_sent = serve(tmp_path / "built.jsonl", build=True)
+
+    def by_name(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted((comparable(s) for s in spans), key=lambda s: (s["kind"], s["name"]))
+
+    assert len(live) == len(built) == 5  # two server spans, three client spans
+    assert by_name(built) == by_name(live)
+    # The same headers went upstream, but for the client span's id.
+    assert [sorted(h) for h in built_sent] == [sorted(h) for h in live_sent]
+    assert built_sent[0]["tracestate"] == live_sent[0]["tracestate"] == "congo=t61rcWkgMzE"
+
+
+def test_built_spans_are_one_trace_under_envoys_span(tmp_path: Path) -> None:
+    spans, sent = serve(tmp_path / "built.jsonl", build=True)
+    servers = {s["name"]: s for s in spans if s["kind"] == 2}
+    assert sorted(servers) == ["GET /v1/boom", "GET /v1/offers/bike"]
+    bike = servers["GET /v1/offers/bike"]
+    for span in spans:
+        assert span["traceId"] == TRACE
+    assert bike["parentSpanId"] == PARENT
+    clients = [s for s in spans if s["kind"] == 3]
+    assert {c["parentSpanId"] for c in clients} == {bike["spanId"]}
+    assert len({c["spanId"] for c in clients} | {bike["spanId"]}) == 4
+    # The client span's id is the one that went upstream as the call started.
+    (vehicles,) = (c for c in clients if c["name"] == "GET /v1/nearby")
+    assert sent[0]["traceparent"] == f"00-{TRACE}-{vehicles['spanId']}-01"
+    assert sent[0]["baggage"] == "tenant=t-1"
+    # Each span lies inside its server span's time.
+    for client in clients:
+        assert int(bike["startTimeUnixNano"]) <= int(client["startTimeUnixNano"])
+        assert int(client["endTimeUnixNano"]) <= int(bike["endTimeUnixNano"])
+
+
+def test_the_logs_see_the_built_server_spans_ids(tmp_path: Path) -> None:
+    from opentelemetry import trace
+
+    settings = TracingSettings(mode=Mode.FULL, otlp_endpoint=None, span_file=tmp_path / "s")
+    assert tracing.server.setup_worker("io", settings) is not None
+    app = Flask(__name__)
+    tracing.server.init_app(app)
+    seen = []
+
+    @app.get("/v1/x")
+    def x() -> str:
+        seen.append(trace.get_current_span().get_span_context())
+        return "ok"
+
+    assert app.test_client().get("/v1/x", headers={"traceparent": SAMPLED}).status_code == 200
+    (context,) = seen
+    assert f"{context.trace_id:032x}" == TRACE and context.trace_flags.sampled
+    assert f"{context.span_id:016x}" != PARENT  # the server span's own id
+    assert trace.get_current_span().get_span_context().is_valid is False  # detached
+
+
+@pytest.mark.parametrize(
+    ("sampler", "keeps"),
+    [
+        (ParentBased(TraceIdRatioBased(0.01)), True),
+        (ParentBased(ALWAYS_OFF), True),
+        (ALWAYS_ON, True),
+        (TraceIdRatioBased(0.0), False),  # not parent-based: it decides every request
+        (ALWAYS_OFF, False),
+    ],
+)
+def test_only_a_sampler_that_keeps_sampled_parents_lets_them_be_built(
+    sampler: Any, keeps: bool
+) -> None:
+    assert tracing.server.keeps_sampled_parents(sampler) is keeps
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [
+        (SAMPLED, (TRACE, int(PARENT, 16), 1)),
+        (f"00-{TRACE}-{PARENT}-03", (TRACE, int(PARENT, 16), 3)),
+        (f"00-{TRACE}-{PARENT}-00", None),  # not sampled
+        (f"00-{TRACE.upper()}-{PARENT}-01", None),  # upper-case hex
+        (f"00-{'0' * 32}-{PARENT}-01", None),  # zero trace id
+        (f"00-{TRACE}-{'0' * 16}-01", None),  # zero span id
+        (f"01-{TRACE}-{PARENT}-01", None),  # another version: the propagator's
+        (f"00-{TRACE}-{PARENT}-0x", None),
+        (None, None),
+        (SAMPLED + "-", None),
+    ],
+)
+def test_a_sampled_traceparent_is_read_as_the_propagator_reads_it(
+    value: str | None, parsed: tuple[str, int, int] | None
+) -> None:
+    assert sampled_traceparent(value) == parsed
