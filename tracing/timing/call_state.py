@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 from tracing.timing.runnable import ready_after_ns
 
@@ -101,9 +100,12 @@ def explain_delay(start_ns: int, end_ns: int, culprits_ns: dict[str, int]) -> in
 NO_CULPRITS: Final[Mapping[str, float]] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
-class CallTiming:
-    """Where the wall time of one outbound call went (seconds)."""
+class CallTiming(NamedTuple):
+    """Where the wall time of one outbound call went (seconds).
+
+    A named tuple rather than a frozen dataclass: one is made for every call, and a
+    frozen dataclass sets each field through ``object.__setattr__`` (1.3 us against
+    0.45 us, ``timeit`` with keywords)."""
 
     duration_s: float
     network_s: float
@@ -112,7 +114,7 @@ class CallTiming:
     #: label -> seconds of scheduling delay during which that label's greenlets (or the
     #: hub) ran. Only delay pieces above the culprit threshold are attributed, so the
     #: values may sum to less than ``scheduling_delay_s``.
-    culprits: Mapping[str, float] = field(default_factory=lambda: NO_CULPRITS)
+    culprits: Mapping[str, float] = NO_CULPRITS
     #: Socket waits measured (reads, writes, connects).
     socket_waits: int = 0
     #: Of ``scheduling_delay_s``, the time this process's thread was runnable but not
