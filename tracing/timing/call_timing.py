@@ -17,11 +17,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Final
+from typing import Any, Final
 
 from greenlet import getcurrent
 
-from tracing.timing import call_state
+from tracing.timing import call_state, native
 from tracing.timing.call_state import NS_PER_S, CallState, CallTiming
 from tracing.timing.hook_errors import swallow
 from tracing.timing.labels import GreenletTag, tag_of
@@ -49,6 +49,8 @@ class CallMeasurement:
         """End the measurement (idempotent) and return its timing. Never raises."""
         if self.timing is not None:
             return self.timing
+        if native.reason is None and _compiled_finish is not None:
+            return _compiled_finish(self)
         end = time.monotonic_ns()
         state = self._state
         try:
@@ -87,6 +89,8 @@ def begin_call(offset_ns: int | None = None) -> CallMeasurement:
     use :func:`measure_call`. *offset_ns*: the realtime - monotonic offset already sampled
     for the request the call is part of (else one is sampled for the call).
     """
+    if native.reason is None and _compiled_begin is not None:
+        return _compiled_begin(offset_ns)
     try:
         tag = tag_of(getcurrent())
         previous = tag.call
@@ -100,6 +104,25 @@ def begin_call(offset_ns: int | None = None) -> CallMeasurement:
     except Exception as exc:
         swallow("begin call measurement", exc)
         return CallMeasurement(CallState(), None)
+
+
+def _compiled_calls() -> tuple[Any, Any]:
+    """The compiled ``begin_call`` and ``finish`` (``native``), handed this module's types
+    once; (None, None) where the extension was not built or does not take them."""
+    module = native.module
+    if module is None:
+        return None, None
+    try:
+        module.configure_calls(
+            CallMeasurement, CallState, CallTiming, call_state.NO_CULPRITS, MAX_NESTING
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        swallow("compiled call measurement", exc)
+        return None, None
+    return module.begin_call, module.finish_call
+
+
+_compiled_begin, _compiled_finish = _compiled_calls()
 
 
 @contextmanager

@@ -588,6 +588,138 @@ def test_a_bad_state_in_the_wait_hook_is_counted_and_the_wait_still_runs() -> No
     assert state.in_socket_wait is False
 
 
+# -- a call's measurement begun and finished ---------------------------------------------------
+
+
+def _call_events(seed: int, steps: int) -> list[tuple[Any, ...]]:
+    """Begins (nesting past MAX_NESTING too), numbers fed as the hooks would, and finishes
+    in and out of order."""
+    rng = random.Random(seed)
+    out: list[tuple[Any, ...]] = []
+    begun = 0
+    for _ in range(steps):
+        dt = rng.randrange(0, 3_000) * US
+        roll = rng.random()
+        if roll < 0.35 or begun == 0:
+            out.append(
+                ("begin", dt, rng.choice([None, 1_700_000_000 * 10**9 + rng.randrange(10**9)]))
+            )
+            begun += 1
+        elif roll < 0.75:
+            out.append(
+                ("feed", dt, rng.randrange(begun), rng.randrange(1, 5_000) * US, rng.random())
+            )
+        else:
+            out.append(("finish", dt, rng.randrange(begun)))
+    return out
+
+
+def _replay_calls(
+    use_compiled: bool, events: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> list[Any]:
+    from tracing.timing import call_timing
+
+    clock = Clock()
+    fake_time = types.SimpleNamespace(monotonic_ns=clock, time_ns=time.time_ns)
+    monkeypatch.setattr(call_state, "time", fake_time)
+    monkeypatch.setattr(call_timing, "time", fake_time)
+    # Realtime offsets sampled for a call that brings none: on the fake clock as well.
+    monkeypatch.setattr(call_state, "realtime_offset_ns", lambda: (7 * 10**18, clock.now))
+    previous = native.reason
+    native.reason = None if use_compiled else "reference"
+    if use_compiled:
+        compiled.set_clock(clock)
+    tag = tag_of(getcurrent())
+    measuring = call_state.measuring[0]
+    measurements: list[Any] = []
+    out: list[Any] = []
+
+    def chain() -> list[tuple[int, int]]:
+        links, node = [], tag.call
+        while node is not None:
+            links.append((node.depth, node.start_ns))
+            node = node.previous
+        return links
+
+    try:
+        for event in events:
+            clock.now += event[1]
+            if event[0] == "begin":
+                measurements.append(call_timing.begin_call(event[2]))
+                state = measurements[-1]._state
+                out.append(("begin", state.depth, state.start_ns, state.realtime_offset_ns))
+            elif event[0] == "feed":
+                _, _, index, ns, roll = event
+                state = measurements[index]._state
+                state.socket_waits += 1
+                state.network_ns += ns
+                state.delay_ns += ns // 3 if roll < 0.8 else -ns  # a negative sum is clamped
+                state.blocked_ns += ns // 7
+                state.cpu_wait_ns += ns // 2 if roll < 0.5 else ns  # and so is a CPU wait
+                if roll < 0.6:
+                    label = LABELS[int(roll * 10) % len(LABELS)]
+                    state.culprits_ns[label] = state.culprits_ns.get(label, 0) + ns // 5
+                if roll > 0.3:
+                    state.reply_arrived_unix_ns = clock.now + 5
+            else:
+                measurement = measurements[event[2]]
+                timing = measurement.finish()
+                assert measurement.finish() is timing  # idempotent
+                out.append(
+                    (
+                        "finish",
+                        event[2],
+                        tuple(timing[:4]),
+                        dict(timing.culprits),
+                        tuple(timing[5:]),
+                    )
+                )
+            out.append((chain(), call_state.measuring[0] - measuring))
+    finally:
+        native.reason = previous
+        if use_compiled:
+            compiled.set_clock(None)
+        for measurement in measurements:
+            measurement.finish()
+        tag.call = None
+        call_state.measuring[0] = measuring
+    return out
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(10))
+def test_calls_are_begun_and_finished_as_the_reference_does(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _call_events(seed, steps=160)
+    reference = _replay_calls(False, events, monkeypatch)
+    depths = [step[1] for step in reference if step[0] == "begin"]
+    assert max(depths) == 8, "the sequence never nested to MAX_NESTING"
+    finished = [step for step in reference if step[0] == "finish"]
+    assert any(step[3] for step in finished), "no call had culprits"
+    compiled_steps = _replay_calls(True, events, monkeypatch)
+    assert compiled_steps == reference
+
+
+@needs_compiled
+def test_a_compiled_measurement_is_a_reference_measurement() -> None:
+    """The compiled begin makes the reference's types: a CallMeasurement whose CallState
+    the Python hooks (and the reference's finish) can carry on with."""
+    from tracing.timing import call_timing
+
+    measurement = call_timing.begin_call(123)
+    try:
+        assert type(measurement) is call_timing.CallMeasurement
+        state = measurement._state
+        assert type(state) is CallState and state.realtime_offset_ns == 123
+        assert getattr(getcurrent(), TAG_ATTR).call is state
+        state.add_network(state.start_ns, state.start_ns + 5_000)
+    finally:
+        timing = measurement.finish()
+    assert type(timing) is call_state.CallTiming and timing.network_s == 5e-6
+    assert getattr(getcurrent(), TAG_ATTR).call is None
+
+
 # -- which path runs --------------------------------------------------------------------------
 
 
