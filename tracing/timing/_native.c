@@ -1,9 +1,9 @@
 /* The timing core's hot path, compiled: what runs on every greenlet switch and around
- * every socket wait. The Python modules are the reference (switch_tracer, switchlog,
- * socket_hooks, kernel_rx, call_state, call_timing); this file follows them line for
- * line, and
- * tests/unit/tracing/timing/test_native.py replays the same switch and wait sequences
- * through both and compares every number.
+ * every socket wait, and a call's measurement begun and finished. The Python modules
+ * are the reference (switch_tracer, switchlog, socket_hooks, kernel_rx, call_state,
+ * call_timing); this file follows them line for line, and
+ * tests/unit/tracing/timing/test_native.py replays the same switch, wait and call
+ * sequences through both and compares every number.
  *
  * Never raise into the code it observes: a hook that finds a state it cannot handle
  * (a missing attribute, a non-integer, a failed syscall) counts it in bad_states, clears

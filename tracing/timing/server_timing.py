@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from greenlet import getcurrent
 
 from tracing.timing import call_state, kernel_rx, native
 from tracing.timing.call_state import (
+    NO_CULPRITS,
     NS_PER_S,
     CallTiming,
     critical_call,
@@ -88,9 +88,9 @@ def stamp_arrival(watch: InboundWatch, sock: Any) -> None:
     watch.arrival_unix_ns = arrival
 
 
-@dataclass(frozen=True, slots=True)
-class RequestTiming:
-    """Where one request's time went (seconds unless named ``_ns``)."""
+class RequestTiming(NamedTuple):
+    """Where one request's time went (seconds unless named ``_ns``). A named tuple, as
+    ``CallTiming``: one is made for every request."""
 
     #: When its first bytes reached the kernel (Unix ns), if stamped.
     arrival_unix_ns: int | None
@@ -119,7 +119,6 @@ class RequestTiming:
     #: finished): part of ``running_s``, concurrent with the critical call.
     overlap_s: float = 0.0
     calls: int = 0
-    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def explained_wait_s(self) -> float:
@@ -237,7 +236,9 @@ class RequestMeasurement:
             inbound_cpu_wait_s=self.inbound_cpu_wait_ns / NS_PER_S,
             inbound_culprits=MappingProxyType(
                 {k: v / NS_PER_S for k, v in self.inbound_culprits_ns.items()}
-            ),
+            )
+            if self.inbound_culprits_ns
+            else NO_CULPRITS,
             duration_s=duration / NS_PER_S,
             running_s=min(running_ns, duration) / NS_PER_S,
             waiting_s=max(duration - running_ns, 0) / NS_PER_S,
