@@ -104,6 +104,38 @@ def test_spans_are_exported_from_another_os_thread(processors: Any) -> None:
     assert processor.dropped_spans == 0
 
 
+class CountingLock:
+    """The processor's wake-up lock, counting how often its thread waits on it."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.waits = 0
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        self.waits += 1
+        return bool(self.lock.acquire(*args, **kwargs))
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def test_an_idle_exporter_thread_sleeps_until_a_span_comes(processors: Any) -> None:
+    """Nothing queued: the thread does not wake every schedule delay (each wake-up of an
+    idle worker costs CPU); the first span of a batch wakes it, and the batch still goes
+    out after the delay."""
+    exporter = RecordingExporter()
+    processor = processors(exporter, schedule_delay_s=0.01)
+    wake = processor._wake = CountingLock(processor._wake)
+    processor._signal()  # past the wait it was in before the swap
+    time.sleep(0.3)  # 30 schedule delays
+    assert wake.waits <= 2, wake.waits
+    (span,) = finished_spans(1)
+    processor.on_end(span)
+    assert wait_until(lambda: exporter.names == ["span-0"], 5, 0.005)
+    time.sleep(0.3)
+    assert wake.waits <= 5, wake.waits
+
+
 def test_spans_beyond_the_queue_are_dropped_and_counted_without_blocking(
     processors: Any,
 ) -> None:
