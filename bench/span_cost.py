@@ -157,12 +157,30 @@ def _worker(span_file: Path) -> Iterator[_Rig]:
     observer = client.TracingCallObserver(tracer, measure=True, metrics=worker.metrics)
     real_begin = client.begin_call
     client.begin_call = _FixedMeasurement  # type: ignore[assignment]
+    # The thread sleeps on its wake-up lock until a span comes; the spans' signals go
+    # nowhere while the benchmark runs, and the lock is given back for the shutdown.
+    processor = worker.processor
+    real_wake = processor._wake
+    processor._wake = _NoWake(real_wake)  # type: ignore[assignment]
     try:
         yield _Rig(worker, observer, tracer)
     finally:
         client.begin_call = real_begin
-        worker.processor._queue.clear()
+        processor._wake = real_wake
+        processor._queue.clear()
         server.shutdown_worker()
+
+
+class _NoWake:
+    """Stands in for the exporter thread's wake-up lock: a signal that wakes nobody. The
+    thread may not have reached its first wait when the lock is swapped: it waits on the
+    real lock all the same."""
+
+    def __init__(self, real: Any) -> None:
+        self.acquire = real.acquire
+
+    def release(self) -> None:
+        pass
 
 
 def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:

@@ -48,3 +48,15 @@ def test_log_cost_reports_the_three_paths() -> None:
     direct = costs["access line, direct (default)"]
     assert costs["access line, through logging"] > 0
     assert costs["access line off"] < direct, costs
+
+
+def test_span_cost_measures_every_kind_of_request_and_the_export() -> None:
+    """``bench.span_cost`` with tiny counts: each kind of request is timed, and the
+    exporter's part is timed on the spans the requests queued (live and built alike: two
+    sampled requests' four spans per round), none exported behind its back."""
+    from bench import span_cost
+
+    best = span_cost.measure(requests=4, repeat=2)  # a second round: after a take
+    assert set(best) == {"unsampled", "live", "built", "export"}
+    assert all(math.isfinite(v) and v > 0 for v in best.values()), best
+    assert "spans built at its end" in span_cost.render(best)
