@@ -161,7 +161,7 @@ def _worker(span_file: Path) -> Iterator[_Rig]:
     # nowhere while the benchmark runs, and the lock is given back for the shutdown.
     processor = worker.processor
     real_wake = processor._wake
-    processor._wake = _NoWake(real_wake)  # type: ignore[assignment]
+    processor._wake = _NoWake(real_wake)
     try:
         yield _Rig(worker, observer, tracer)
     finally:

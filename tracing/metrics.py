@@ -558,7 +558,7 @@ class PoolMetrics:
         self.families += [self.route_culprit, self.series_folded]
         self.loop_lag = histogram(
             "pricing_loop_lag_seconds",
-            "How late the hub ran its periodic loop-lag timer (every 250 ms), per tick.",
+            "How late the hub ran its periodic loop-lag timer (every second), per tick.",
             (),
             LOOP_LAG_BUCKETS_S,
         )

@@ -77,7 +77,8 @@ log = logging.getLogger(__name__)
 SCOPE = "pricingservice"
 #: deployment.environment.name unless OTEL_RESOURCE_ATTRIBUTES says otherwise.
 DEFAULT_ENVIRONMENT = "development"
-# Hub blocks longer than this are reported with their stack (seconds).
+# Hub blocks longer than this are counted (pricing_hub_blocks), and logged with their
+# stack when the watcher sees one while it lasts (seconds).
 HUB_BLOCK_THRESHOLD_S = 0.1
 
 _ENVIRON_MEASUREMENT = "pricing.request_measurement"
@@ -202,6 +203,8 @@ def setup_worker(
         if settings.mode is Mode.FULL:
             instrumentor = GeventTimingInstrumentor(hub_block_threshold_s=HUB_BLOCK_THRESHOLD_S)
             instrumentor.instrument()
+            if instrumentor.route_cpu is not None:  # the tracer counts the blocks
+                hub_blocks = HubBlockLog(log, counts=instrumentor.route_cpu.blocks)
             if instrumentor.hub_block is not None:
                 instrumentor.hub_block.register(hub_blocks)
             if instrumentor.loop_lag is not None:
@@ -285,7 +288,7 @@ def sync_metrics(worker: WorkerTracing) -> None:
     metrics.sync(metrics.slow_traces, ("exported",), worker.slow_budget.exported, seen)
     metrics.sync(metrics.slow_traces, ("skipped",), worker.slow_budget.dropped, seen)
     for route, count in list(worker.hub_blocks.counts.items()):
-        metrics.sync(metrics.hub_blocks, (route,), count, seen)
+        metrics.sync(metrics.hub_blocks, (route or UNKNOWN_LABEL,), count, seen)
     # CPU per route (routes suggest): the switch tracer keeps it, per greenlet label.
     route_cpu = worker.instrumentor.route_cpu if worker.instrumentor is not None else None
     if route_cpu is not None:

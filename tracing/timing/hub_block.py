@@ -1,12 +1,23 @@
-"""Hub-block detector: notice code that holds the hub without yielding.
+"""Hub-block detector: notice code that holds the hub without yielding, while it does.
 
 Some code blocks the whole process and gevent cannot patch it: a C extension's blocking
-call, an unpatched library, a greenlet computing for 300 ms. A real OS thread (taken with
-``gevent.monkey.get_original``, so it runs even in a monkey-patched worker) watches the hub
-heartbeat (greenlet switches and loop-lag ticks). When it goes stale for longer than the
-threshold, the thread captures the hub thread's stack and the running greenlet's label,
-and publishes a :class:`HubBlocked` event to the registered callbacks: once when the block
-is detected (``ongoing=True``) and once when it ends, with its real length.
+call, an unpatched library, a greenlet computing for 300 ms. Every such block is counted
+when it ends, by the switch tracer (``route_cpu.RouteCpu.blocks``: a greenlet's run that
+lasted the threshold or more), with no thread watching. This module catches a block
+while it lasts, for what only then can be seen: the hub thread's stack. A real OS thread
+(taken with ``gevent.monkey.get_original``, so it runs even in a monkey-patched worker)
+looks at the hub heartbeat (greenlet switches and loop-lag ticks). When it is stale for
+longer than the threshold, the thread captures the hub thread's stack and the running
+greenlet's label, and publishes a :class:`HubBlocked` event to the registered callbacks:
+once when the block is seen (``ongoing=True``) and once when it ends, with its length.
+
+The watcher looks once per ``watch_s`` while no block is open (``DEFAULT_WATCH_S``: once
+a second), then every ``check_interval_s`` until the block ends. Each look is a wake-up of
+the process, ~60-130 us of CPU on these VMs whatever it does, so a watcher looking ten
+times a second cost an idle worker more than everything else tracing does to it. A block
+that lasts ``watch_s`` past the threshold is always seen live; a shorter one with a
+probability of about its length over ``watch_s``, and counted all the same.
+``watch_s=None`` looks about once per threshold (every block seen live, for debugging).
 
 A hub that is silent because it has nothing to do is not blocked: it sleeps in the loop's
 ``epoll_wait``. Where the kernel says where a thread sleeps (``/proc/self/task/<tid>/wchan``,
@@ -27,7 +38,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -36,6 +47,9 @@ from tracing.timing.labels import UNKNOWN_LABEL
 
 #: Default threshold: a hub silent for longer than this is blocked (seconds).
 DEFAULT_THRESHOLD_S: Final = 0.1
+
+#: Default seconds between two looks of the watcher while no block is open.
+DEFAULT_WATCH_S: Final = 1.0
 
 #: Frames of the hub thread's stack kept in an event.
 STACK_LIMIT: Final = 30
@@ -135,11 +149,16 @@ class HubBlockDetector:
         *,
         threshold_s: float = DEFAULT_THRESHOLD_S,
         check_interval_s: float | None = None,
+        watch_s: float | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         parked: Callable[[], bool] | None = None,
     ) -> None:
         if threshold_s <= 0:
             raise ValueError(f"hub block threshold_s must be positive, got {threshold_s}")
+        if watch_s is not None and watch_s <= 0:
+            raise ValueError(f"hub block watch_s must be positive, got {watch_s}")
+        #: Seconds between two looks while no block is open (None: about one threshold).
+        self.watch_s = watch_s
         self._heartbeat_ns = heartbeat_ns
         self._running_label = running_label
         self.threshold_s = threshold_s
@@ -221,11 +240,14 @@ class HubBlockDetector:
         after its newest beat; the check comes one interval past that, so a block is
         reported at most one interval late, as with a fixed period. A beating hub is
         thus looked at about once per threshold (10 wake-ups a second at 100 ms, not 50):
-        each wake-up takes the GIL from the hub's thread.
+        each wake-up takes the GIL from the hub's thread. With ``watch_s``, never sooner
+        than that while no block is open.
         """
         interval = self.check_interval_s
         if self._block_since_ns is not None:
             return interval
+        if self.watch_s is not None:
+            return self.watch_s
         beat = max(self._heartbeat_ns(), self._parked_ns)
         stale_in_ns = beat + self._threshold_ns - self._clock_ns()
         stale_in_ns = min(stale_in_ns, self._threshold_ns)  # a beat "from the future"
@@ -293,17 +315,20 @@ class HubBlockDetector:
 
 
 class HubBlockLog:
-    """A detector callback: counts finished blocks per label (for a metric) and logs the
-    stack of an ongoing block, at most once per label per ``interval_s``.
+    """A detector callback: logs the stack of an ongoing block, at most once per label per
+    ``interval_s``, with the count of the blocks by that label that had ended by then.
 
-    Runs on the detector's thread. Each block is published twice: when it is detected
-    (with the hub's stack) and when it ends (with its real length); only the end counts.
+    Runs on the detector's thread. *counts*: the finished blocks per label, which the
+    switch tracer keeps (``route_cpu.RouteCpu.blocks``; read here, never written). Each
+    block is published twice, when it is seen (with the hub's stack) and when it ends;
+    only the first is logged.
     """
 
     def __init__(
         self,
         logger: logging.Logger,
         *,
+        counts: Mapping[str | None, int] | None = None,
         interval_s: float = DEFAULT_LOG_INTERVAL_S,
         clock_s: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -311,14 +336,13 @@ class HubBlockLog:
         self.interval_s = interval_s
         self._clock_s = clock_s
         self._last_logged_s: dict[str, float] = {}
-        #: Finished blocks per label.
-        self.counts: dict[str, int] = {}
+        #: Finished blocks per label (None: unlabelled greenlets).
+        self.counts: Mapping[str | None, int] = {} if counts is None else counts
 
     def __call__(self, event: HubBlocked) -> None:
-        label = event.label or UNKNOWN_LABEL
         if not event.ongoing:
-            self.counts[label] = self.counts.get(label, 0) + 1
             return
+        label = event.label or UNKNOWN_LABEL
         now = self._clock_s()
         if now - self._last_logged_s.get(label, -self.interval_s) < self.interval_s:
             return
@@ -328,7 +352,7 @@ class HubBlockLog:
             "%d earlier blocks by this route; one stack per route per %.0f s):\n%s",
             event.blocked_s * 1000,
             label,
-            self.counts.get(label, 0),
+            self.counts.get(None if label == UNKNOWN_LABEL else label, 0),
             self.interval_s,
             "".join(event.stack),
         )

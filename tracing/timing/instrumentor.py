@@ -28,6 +28,7 @@ from tracing.timing import (
     kernel_rx,
     loop_lag,
     native,
+    route_cpu,
     socket_hooks,
     switchlog,
     threadpool_hook,
@@ -53,7 +54,9 @@ class GeventTimingInstrumentor:
 
     Tunables (seconds): ``culprit_threshold_s`` is the smallest delay piece whose culprits
     are named; ``loop_lag_interval_s`` the gauge's period (None: no gauge);
-    ``hub_block_threshold_s`` the silence that counts as a blocked hub (None: no detector).
+    ``hub_block_threshold_s`` the silence that counts as a blocked hub (None: no detector,
+    and no blocks counted); ``hub_block_watch_s`` how often the detector's thread looks
+    for one while none is open (None: about once per threshold; see ``hub_block``).
     The detector needs to tell an idle hub from a blocked one: where the kernel says the
     hub's thread sleeps in the loop's poll (``hub_block.parked_probe``) that is enough;
     elsewhere the gauge is the idle hub's heartbeat, and ticks at least every
@@ -67,6 +70,7 @@ class GeventTimingInstrumentor:
         switch_log_size: int = switchlog.DEFAULT_SIZE,
         loop_lag_interval_s: float | None = loop_lag.DEFAULT_INTERVAL_S,
         hub_block_threshold_s: float | None = hub_block.DEFAULT_THRESHOLD_S,
+        hub_block_watch_s: float | None = hub_block.DEFAULT_WATCH_S,
     ) -> None:
         if culprit_threshold_s < 0:
             raise ValueError(f"culprit_threshold_s must be >= 0, got {culprit_threshold_s}")
@@ -78,6 +82,7 @@ class GeventTimingInstrumentor:
         self._tracer = SwitchTracer(self.switch_log)
         self._loop_lag_interval_s = loop_lag_interval_s
         self._hub_block_threshold_s = hub_block_threshold_s
+        self._hub_block_watch_s = hub_block_watch_s
         #: The loop-lag gauge while instrumented (if enabled).
         self.loop_lag: LoopLagGauge | None = None
         #: The hub-block detector while instrumented (if enabled): ``register()`` on it.
@@ -122,7 +127,13 @@ class GeventTimingInstrumentor:
         self.cpu_wait = RunQueueClock.open()
         if self.cpu_wait is None:
             logger.info("no %s: scheduling delay is not split by CPU wait", SCHEDSTAT_PATH)
-        self.route_cpu = RouteCpu(self.cpu_wait)
+        # Hub blocks are counted by the tracer as they end (route_cpu.blocks).
+        block_ns = (
+            route_cpu.NO_BLOCKS_NS
+            if self._hub_block_threshold_s is None
+            else max(int(self._hub_block_threshold_s * 1e9), route_cpu.LONG_RUN_NS)
+        )
+        self.route_cpu = RouteCpu(self.cpu_wait, block_ns=block_ns)
         self._tracer.install(self.cpu_wait, self.route_cpu)
         call_state.configure(self.switch_log, self.culprit_threshold_s, self.cpu_wait)
         if self._loop_lag_interval_s is not None:
@@ -132,6 +143,7 @@ class GeventTimingInstrumentor:
                     self._heartbeat_ns,
                     self._running_label,
                     threshold_s=self._hub_block_threshold_s,
+                    watch_s=self._hub_block_watch_s,
                 )
             interval = self._loop_lag_interval_s
             if detector is not None:

@@ -15,6 +15,12 @@ hub is held all the same) count as its time.
 
 Reading the thread's CPU clock at every switch would be exact, but costs ~0.7 us a
 switch here; this costs ~0.1 us (a dict update), plus one ``pread`` per long run.
+
+A run of a greenlet (not the hub, whose long runs are its idle waits in ``epoll_wait``)
+that lasts ``block_ns`` or more held the hub that long: it is counted in ``blocks``, per
+label, when it ends. That is the count of hub blocks (``pricing_hub_blocks``): exact, and
+with no thread waking up to watch; ``hub_block``'s watcher only catches a block while it
+lasts, for its stack.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ from tracing.timing.labels import HUB_LABEL
 
 #: Runs at least this long (ns) have the run-queue wait inside them taken off.
 LONG_RUN_NS: Final = 1_000_000
+
+#: Never: no run counts as a hub block (``block_ns`` when nobody asked for blocks).
+NO_BLOCKS_NS: Final = 1 << 62
 
 
 class RunQueueWait(Protocol):
@@ -39,13 +48,23 @@ class RouteCpu:
 
     ``since`` is ``[time_ns, label]`` of the run in progress; the tracer updates it and
     ``by_label_ns`` inline (see ``switch_tracer``) and calls :meth:`charge_long` for long
-    runs. ``None`` is the label of unlabelled greenlets.
+    runs. ``None`` is the label of unlabelled greenlets. ``blocks``: runs of at least
+    ``block_ns`` per label (never the hub's), counted as they end.
     """
 
-    __slots__ = ("by_label_ns", "long_ns", "runqueue", "since")
+    __slots__ = ("block_ns", "blocks", "by_label_ns", "long_ns", "runqueue", "since")
 
-    def __init__(self, runqueue: RunQueueWait | None = None, long_ns: int = LONG_RUN_NS) -> None:
+    def __init__(
+        self,
+        runqueue: RunQueueWait | None = None,
+        long_ns: int = LONG_RUN_NS,
+        block_ns: int = NO_BLOCKS_NS,
+    ) -> None:
+        if block_ns < long_ns:
+            raise ValueError(f"block_ns ({block_ns}) must be at least long_ns ({long_ns})")
         self.by_label_ns: dict[str | None, int] = {}
+        self.blocks: dict[str | None, int] = {}
+        self.block_ns = block_ns
         # [start ns, label]: a list, not two attributes, so the tracer updates it in place.
         self.since: list[Any] = [time.monotonic_ns(), HUB_LABEL]
         self.runqueue = runqueue
@@ -56,7 +75,12 @@ class RouteCpu:
         ran = end_ns - start_ns
         # The hub's long runs are mostly its idle waits in epoll (off every run queue):
         # not worth a pread, and nobody sizes a pool by the hub's own time.
-        if self.runqueue is not None and label != HUB_LABEL:
+        if label == HUB_LABEL:
+            self.by_label_ns[label] = self.by_label_ns.get(label, 0) + ran
+            return
+        if ran >= self.block_ns:  # held the hub, whatever kept it off the CPU meanwhile
+            self.blocks[label] = self.blocks.get(label, 0) + 1
+        if self.runqueue is not None:
             ran -= self.runqueue.wait_between(start_ns, end_ns)
         self.by_label_ns[label] = self.by_label_ns.get(label, 0) + max(ran, 0)
 

@@ -3,6 +3,7 @@ seen by the real watcher thread, and a fork."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
@@ -12,13 +13,14 @@ import gevent
 import pytest
 
 from toolkit.wait import wait_until
-from tracing.timing import hub_block
+from tracing.timing import hub_block, native
 from tracing.timing.hub_block import HubBlockDetector, HubBlocked
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import set_greenlet_label
 
 MS = 1_000_000
 RIDESHARE = "POST /v1/offers/rideshare"
+BIKE = "GET /v1/offers/bike"
 
 
 class Beats:
@@ -87,7 +89,9 @@ def test_a_failing_callback_does_not_stop_the_others() -> None:
 
 
 def test_real_block_is_caught_with_stack_and_label() -> None:
-    inst = GeventTimingInstrumentor(loop_lag_interval_s=0.010, hub_block_threshold_s=0.050)
+    inst = GeventTimingInstrumentor(
+        loop_lag_interval_s=0.010, hub_block_threshold_s=0.050, hub_block_watch_s=None
+    )
     inst.instrument()
     events: list[HubBlocked] = []
     try:
@@ -214,3 +218,75 @@ def test_the_kernel_says_where_a_sleeping_thread_sleeps() -> None:
     assert wait_until(probe, 1, 0.005)
     mine = hub_block.parked_probe(threading.get_native_id())
     assert mine is not None and not mine()  # this thread runs
+
+
+def test_with_a_watch_period_the_watcher_looks_once_per_period_until_a_block_opens() -> None:
+    beats = Beats()
+    detector = HubBlockDetector(
+        beats.heartbeat, lambda: RIDESHARE, threshold_s=0.1, watch_s=1.0, clock_ns=beats.clock
+    )
+    assert detector.next_check_s() == pytest.approx(1.0)  # just beaten
+    beats.now_ns += 70 * MS
+    assert detector.next_check_s() == pytest.approx(1.0)  # not sooner for a stale beat
+    beats.now_ns += 1000 * MS
+    seen = detector.check()
+    assert seen is not None and seen.ongoing
+    # While it lasts, every interval: its end is seen within one.
+    assert detector.next_check_s() == pytest.approx(detector.check_interval_s)
+    with pytest.raises(ValueError, match="watch_s"):
+        HubBlockDetector(beats.heartbeat, lambda: None, watch_s=0)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "reference"])
+def test_every_block_is_counted_by_the_switch_tracer_even_unseen_by_the_watcher(
+    compiled: bool,
+) -> None:
+    """The counts do not depend on the watcher's looks: with a watch period longer than
+    the test, the watcher sees no block, and the tracer counts each one as it ends."""
+    if compiled and native.module is None:
+        pytest.skip(native.reason or "the compiled path is not built")
+    previous = native.reason
+    native.use(compiled)
+    inst = GeventTimingInstrumentor(
+        loop_lag_interval_s=1.0, hub_block_threshold_s=0.050, hub_block_watch_s=60.0
+    )
+    inst.instrument()
+    events: list[HubBlocked] = []
+    try:
+        assert inst.hub_block is not None and inst.route_cpu is not None
+        inst.hub_block.register(events.append)
+
+        def hold_the_hub(label: str, seconds: float) -> None:
+            set_greenlet_label(label)
+            time.sleep(seconds)  # not monkey-patched: the whole hub stops
+            gevent.sleep(0)
+            time.sleep(seconds)
+            set_greenlet_label(None)
+
+        gevent.joinall(
+            [gevent.spawn(hold_the_hub, RIDESHARE, 0.080), gevent.spawn(hold_the_hub, BIKE, 0.005)]
+        )
+        blocks = dict(inst.route_cpu.blocks)
+    finally:
+        inst.uninstrument()
+        native.reason = previous
+    assert blocks == {RIDESHARE: 2}
+    assert events == []
+
+
+def test_the_log_logs_a_block_seen_while_it_lasts_with_the_tracers_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counts = {RIDESHARE: 3}
+    now = [100.0]
+    blocks = hub_block.HubBlockLog(
+        logging.getLogger("test.hub"), counts=counts, interval_s=30.0, clock_s=lambda: now[0]
+    )
+    with caplog.at_level(logging.WARNING, logger="test.hub"):
+        blocks(HubBlocked(0.4, False, RIDESHARE, (), 1))  # an end: counted elsewhere
+        blocks(HubBlocked(0.2, True, RIDESHARE, ("  File x, in hog\n",), 1))
+        now[0] += 10
+        blocks(HubBlocked(0.3, True, RIDESHARE, (), 1))  # within the interval: not again
+    assert len(caplog.records) == 1
+    assert "3 earlier blocks" in caplog.text and "in hog" in caplog.text
+    assert counts == {RIDESHARE: 3}  # read, never written

@@ -151,7 +151,9 @@ def test_an_idle_hub_is_told_from_a_blocked_one_with_a_slow_gauge(
         monkeypatch.setattr(hub_block, "parked_probe", lambda tid: None)
     elif hub_block.parked_probe(threading.get_native_id()) is None:
         pytest.skip("this kernel does not say where threads sleep (wchan)")
-    inst = GeventTimingInstrumentor(loop_lag_interval_s=0.5, hub_block_threshold_s=0.06)
+    inst = GeventTimingInstrumentor(
+        loop_lag_interval_s=0.5, hub_block_threshold_s=0.06, hub_block_watch_s=None
+    )
     inst.instrument()
     try:
         gauge, detector = inst.loop_lag, inst.hub_block

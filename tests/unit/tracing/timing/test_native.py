@@ -117,7 +117,7 @@ def _replay_switches(
         compiled.set_clock(clock)
     else:
         log = SwitchLog(128)
-    route_cpu = RouteCpu(long_ns=2_000_000)
+    route_cpu = RouteCpu(long_ns=2_000_000, block_ns=3_000_000)
     route_cpu.since[0] = clock.now
     tracer = SwitchTracer(log, clock=clock)
     previous = native.reason
@@ -185,6 +185,7 @@ def _replay_switches(
     return {
         "log": log.entries(),
         "route_cpu": dict(route_cpu.by_label_ns),
+        "blocks": dict(route_cpu.blocks),
         "since": list(route_cpu.since),
         "calls": calls,
         "runqueue": None if sampler is None else (list(sampler._samples), sampler.due_ns[0]),
@@ -204,6 +205,7 @@ def test_the_switch_tracer_gives_the_reference_numbers(seed: int, tmp_path: Path
     assert any(c[0] is not None for c in reference["calls"]), "the sequence measured nothing"
     assert any(c[0] is not None and c[0][1] + c[0][2] > 0 for c in reference["calls"])
     assert any(c[1] is not None and c[1][3] for c in reference["calls"]), "no request waits"
+    assert reference["blocks"], "no run was long enough to count as a hub block"
     if schedstat is not None:
         schedstat.write_text("0 0 0\n")
     assert _replay_switches(True, events, schedstat) == reference

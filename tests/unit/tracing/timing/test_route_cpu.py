@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import gevent
+import pytest
 
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import HUB_LABEL, set_greenlet_label
@@ -57,6 +58,29 @@ def test_the_hubs_long_runs_cost_no_read() -> None:
     cpu.switch(50 * MS, OFFER)
     assert runqueue.asked == []
     assert cpu.seconds() == {HUB_LABEL: 0.05}
+
+
+def test_a_greenlets_run_of_the_block_length_is_a_hub_block_and_the_hubs_never() -> None:
+    """Counted as the run ends, by wall time (whatever kept the thread off the CPU, the
+    hub was held), per label; the hub's own long runs are its idle waits in epoll."""
+    cpu = RouteCpu(FakeRunQueue(waited_ns=90 * MS), long_ns=1 * MS, block_ns=100 * MS)
+    cpu.since[:] = [0, HOG]
+    cpu.switch(120 * MS, HUB_LABEL)  # 120 ms, 90 of them preempted: still a block
+    cpu.switch(620 * MS, OFFER)  # the hub idle for 500 ms: not a block
+    cpu.switch(680 * MS, None)  # 60 ms: under the threshold
+    cpu.switch(800 * MS, HOG)  # an unlabelled greenlet's 120 ms
+    cpu.switch(900 * MS, HUB_LABEL)  # exactly the threshold
+    assert cpu.blocks == {HOG: 2, None: 1}
+    assert cpu.by_label_ns[HOG] == 30 * MS + 10 * MS  # less the run-queue wait, as before
+
+
+def test_no_blocks_are_counted_unless_asked_and_the_threshold_is_a_long_run() -> None:
+    cpu = RouteCpu(long_ns=1 * MS)
+    cpu.since[:] = [0, HOG]
+    cpu.switch(10_000 * MS, OFFER)
+    assert cpu.blocks == {}
+    with pytest.raises(ValueError, match="block_ns"):
+        RouteCpu(long_ns=10 * MS, block_ns=5 * MS)
 
 
 def burn(seconds: float) -> None:
