@@ -57,7 +57,7 @@ DEFAULT_MODES = ("off", "default", "100")
 CALLS_PER_OFFER = 3
 #: The rate points: offers/s, or a share of the untraced capacity measured in the run.
 DEFAULT_OFFER_RATES: tuple[str, ...] = ("40", "80%")
-#: The issue's targets (issue 20), as ratios to tracing off.
+#: The targets tracing at its default must meet, as ratios to tracing off.
 TARGETS = {
     "default_cpu_per_offer_over_off": 1.10,
     "default_us_per_upstream_call": 20.0,
@@ -250,7 +250,7 @@ def _capacities(
 
 
 #: Below and past the traced capacity: the instrumentation's CPU per offer must not
-#: grow with the backlog (issue 19: no walk or scan whose length grows with the delay).
+#: grow with the backlog (no walk or scan whose length grows with the delay).
 LOAD_GROWTH_SHARES = (0.8, 1.5)
 
 

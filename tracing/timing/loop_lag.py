@@ -50,7 +50,6 @@ class LoopLagGauge:
         self._due_ns = 0
         #: Lateness of the last tick (seconds).
         self.last_lag_s = 0.0
-        self._max_lag_ns = 0
         #: Monotonic time (ns) of the last tick: the hub heartbeat.
         self.last_tick_ns = 0
         self.ticks = 0
@@ -99,8 +98,6 @@ class LoopLagGauge:
             self.last_lag_s = lag / 1_000_000_000
             for observe in self.observers:
                 observe(self.last_lag_s)
-            if lag > self._max_lag_ns:
-                self._max_lag_ns = lag
             self.last_tick_ns = now
             self.ticks += 1
             if self._on_tick is not None:
@@ -109,14 +106,6 @@ class LoopLagGauge:
             swallow("loop lag tick", exc)
         if self._timer is not None:
             self._arm()
-
-    def take_max_lag_s(self) -> float:
-        """Return the largest lag since the previous call, and reset it (seconds).
-
-        Meant for an observable gauge's callback, which runs once per export interval.
-        """
-        lag, self._max_lag_ns = self._max_lag_ns, 0
-        return lag / 1_000_000_000
 
 
 def _dispose(timer: Any) -> None:
