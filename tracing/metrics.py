@@ -563,7 +563,9 @@ class PoolMetrics:
             LOOP_LAG_BUCKETS_S,
         )
         self.hub_blocks = counter(
-            "pricing_hub_blocks", "Hub blocks longer than the detector's threshold.", ("route",)
+            "pricing_hub_blocks",
+            "Greenlet runs that held the hub for the hub-block threshold or longer, as they end.",
+            ("route",),
         )
         self.spans_exported = counter(
             "pricing_spans_exported", "Spans handed to the exporter successfully.", ()
