@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pricing.web.schemas import MAX_BATCH_QUOTES
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from stack.procfs import children
@@ -31,6 +32,8 @@ BIKE_200 = {
 }
 
 BIKE = "GET /v1/offers/bike"
+BATCH = "POST /v1/quotes/batch"
+HUB_BLOCKS = "pricing_hub_blocks_total"
 OFFER = "/v1/offers/bike?origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-3"
 SENT = 12
 FAILED = 4
@@ -116,14 +119,39 @@ def test_every_scrape_gives_the_pool_totals_and_a_dead_worker_keeps_its_counts(
 
     assert wait_until(replaced, 30), "gunicorn did not replace the killed worker"
     (newcomer,) = set(children(stack.procs["pool-io"].pid)) - set(workers)
-    # The new worker has built its app (and set its live gauge) once its file is there.
+    # The new worker has built its app once it set its live gauge: its file is made a
+    # moment before the value is written, so a scrape in between counts one worker.
     live_file = stack.run_dir / "metrics" / "io" / f"gauge_livesum_{newcomer}.db"
     assert wait_until(live_file.exists, 30), live_file
+    assert wait_until(lambda: value(scrape(stack), "pricing_workers") == 2, 30)
     for _ in range(4):
         scraped = scrape(stack)
         # The dead worker's counts are kept; its live gauge went with it.
         assert pool_totals(scraped) == expected
         assert value(scraped, "pricing_workers") == 2
+
+
+def test_a_batch_that_holds_the_hub_is_counted_against_its_route(stack: Stack) -> None:
+    """A batch of quotes computes them one after the other without yielding (tens of ms
+    of CPU each): its greenlet holds the cpu worker's hub for hundreds of ms, a hub block
+    the switch tracer counts as it ends, whether or not the watcher looked meanwhile."""
+    quotes = [
+        {
+            "origin": {"lat": 37.7349 + i * 0.001, "lng": -122.4894},
+            "destination": {"lat": 37.8049, "lng": -122.3994 - i * 0.001},
+            "user_id": f"u-{i}",
+            "requested_at": "2026-11-20T17:30:00Z",
+        }
+        for i in range(MAX_BATCH_QUOTES)
+    ]
+    before = value(scrape(stack, "cpu"), HUB_BLOCKS, route=BATCH)
+    reply = http("POST", f"{stack.url}/v1/quotes/batch", {"quotes": quotes}, timeout_s=30)
+    assert reply.status == 200, reply.body
+
+    def counted() -> bool:
+        return value(scrape(stack, "cpu"), HUB_BLOCKS, route=BATCH) >= before + 1
+
+    assert wait_until(counted, FLUSHED_WITHIN_S, interval_s=0.2), scrape(stack, "cpu")
 
 
 def test_metrics_are_served_with_tracing_off(
