@@ -209,7 +209,12 @@ def test_connection_refused_by_an_upstream(refusing_stack: tuple[str, Stack]) ->
 
 # Bike offers get a long deadline here, so each hung promotions call holds its
 # bulkhead slot for seconds and a modest request rate fills the bulkhead (at the
-# shipped 500 ms it would take ~550 offers/s, more than this machine can send).
+# shipped 500 ms it would take ~550 offers/s, more than this machine can send). The io
+# pool's latency target goes with it: Envoy lets the pool have workers x worker_rps x
+# latency_ms offers in flight (220 at the shipped 200 ms), and that limit must not trip
+# before the bulkheads (2 x 128) fill; what is under test is the bulkheads. (At 200 ms
+# it did, once beside a benchmark: Envoy spread the offers so evenly that neither
+# worker's bulkhead filled, and every offer past 220 in flight was refused with a 503.)
 BULKHEAD_DEADLINE_S = 4.0
 BULKHEAD_RATE = 100.0
 BULKHEAD_COUNT = 500
@@ -224,7 +229,8 @@ def bulkhead_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             'path = "/v1/offers/bike"\nmethods = ["GET"]\npool = "io"\ntimeout_ms = 500': (
                 'path = "/v1/offers/bike"\nmethods = ["GET"]\npool = "io"\n'
                 f"timeout_ms = {int(BULKHEAD_DEADLINE_S * 1000)}"
-            )
+            ),
+            "latency_ms = 200 ": f"latency_ms = {int(BULKHEAD_DEADLINE_S * 1000)} ",
         },
     )
     # Let hung promotions calls wait for the whole (long) deadline, so they pile
