@@ -198,13 +198,14 @@ def setup_worker(
         provider.add_span_processor(processor)
         spans = SpanBuilder(resource, SCOPE, processor, redactor, provider.id_generator)
         instrumentor = None
-        hub_blocks = HubBlockLog(log)
         metrics = pool_metrics()
         if settings.mode is Mode.FULL:
             instrumentor = GeventTimingInstrumentor(hub_block_threshold_s=HUB_BLOCK_THRESHOLD_S)
             instrumentor.instrument()
-            if instrumentor.route_cpu is not None:  # the tracer counts the blocks
-                hub_blocks = HubBlockLog(log, counts=instrumentor.route_cpu.blocks)
+        # The switch tracer counts the blocks (none without the timing core).
+        route_cpu = instrumentor.route_cpu if instrumentor is not None else None
+        hub_blocks = HubBlockLog(log, counts=route_cpu.blocks if route_cpu is not None else None)
+        if instrumentor is not None:
             if instrumentor.hub_block is not None:
                 instrumentor.hub_block.register(hub_blocks)
             if instrumentor.loop_lag is not None:

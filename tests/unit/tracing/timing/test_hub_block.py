@@ -270,7 +270,9 @@ def test_every_block_is_counted_by_the_switch_tracer_even_unseen_by_the_watcher(
     finally:
         inst.uninstrument()
         native.reason = previous
-    assert blocks == {RIDESHARE: 2}
+    # (The 5 ms runs are under the threshold; on a busy machine the OS may stretch one
+    # past it, which is a block by wall time too: only the hog's count is asserted.)
+    assert blocks[RIDESHARE] == 2
     assert events == []
 
 
