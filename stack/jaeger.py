@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from stack.procs import Proc, StartError, free_port
+from stack.procs import Proc, StartError, free_ports
 from toolkit.fetch import http_ok
 from toolkit.logs import tail
 
@@ -169,7 +169,8 @@ class JaegerPorts:
 
     @classmethod
     def free(cls, host: str = "127.0.0.1") -> JaegerPorts:
-        return cls(free_port(host), free_port(host), free_port(host), free_port(host), host)
+        otlp_grpc, otlp_http, query_http, query_grpc = free_ports(4, host)
+        return cls(otlp_grpc, otlp_http, query_http, query_grpc, host)
 
     @classmethod
     def defaults(cls) -> JaegerPorts:

@@ -18,7 +18,7 @@ from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
 from stack import jaeger
 from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
-from stack.procs import Proc, StartError, free_port, port_in_use
+from stack.procs import Proc, StartError, free_ports, port_in_use
 from stack.state import Running, clear_state, process_start, replica_name, write_state
 from toolkit.fetch import http_ok
 from toolkit.wait import wait_until
@@ -70,12 +70,13 @@ class Stack:
     ) -> Stack:
         """A stack whose every listener is on a port the kernel picked (tests, benchmark)."""
         names = [p.name for p in config.pools] + [config.shared.name]
+        listener, admin, simulator, *pools = free_ports(3 + len(names))
         moved = config.with_ports(
-            listener_port=free_port(),
-            admin_port=free_port(),
-            pool_ports={name: free_port() for name in names},
+            listener_port=listener,
+            admin_port=admin,
+            pool_ports=dict(zip(names, pools, strict=True)),
         )
-        return cls(moved, layout, run_dir, simulator_port=free_port(), **kw)  # type: ignore[arg-type]
+        return cls(moved, layout, run_dir, simulator_port=simulator, **kw)  # type: ignore[arg-type]
 
     # --- addresses ------------------------------------------------------------
 
@@ -115,7 +116,10 @@ class Stack:
                 for b in p.binds
             ),
         ]
-        for what, host, port in wanted:
+        for i, (what, host, port) in enumerate(wanted):
+            for other, other_host, other_port in wanted[:i]:
+                if port == other_port and _same_address(host, other_host):
+                    raise PortTaken(f"port {port} is given to both the {other} and the {what}")
             if port_in_use(host, port):
                 raise PortTaken(f"port {port} on {host} ({what}) is already in use")
 
@@ -316,7 +320,25 @@ class Stack:
         ]
         proc = Proc("envoy", argv, self._log("envoy"), cwd=PROJECT_ROOT).start()
         self.procs["envoy"] = proc
-        proc.wait_ready(self.clusters_healthy, timeout_s, "healthy (every cluster)")
+        proc.wait_ready(
+            lambda: self._listener_bound(proc) and self.clusters_healthy(),
+            timeout_s,
+            "listening and healthy (every cluster)",
+        )
+
+    def _listener_bound(self, envoy: Proc) -> bool:
+        """Envoy's listener (from the LDS file) is serving. A listener Envoy cannot bind
+        (its port taken since check_ports) is rejected and logged while Envoy runs on,
+        answering nothing: a failed start, said with Envoy's reason."""
+        try:
+            if self.admin.stat("listener_manager.lds.update_rejected"):
+                raise StartError(
+                    f"Envoy refused its listener on {self.config.listener.address}; "
+                    f"log {envoy.log_path}:\n{envoy.log_tail()}"
+                )
+            return self.admin.stat("listener_manager.total_listeners_active") > 0
+        except (OSError, KeyError):  # the admin is not up yet
+            return False
 
     def clusters_healthy(self) -> bool:
         """Every pool's cluster has passed Envoy's active health check."""
@@ -326,3 +348,8 @@ class Stack:
 
     def envoy_stat(self, name: str) -> int:
         return self.admin.stat(name)
+
+
+def _same_address(a: str, b: str) -> bool:
+    """Two listeners on one port clash: the same host, or either on every address."""
+    return a == b or {a, b} & {"0.0.0.0", "::", ""} != set()

@@ -47,9 +47,21 @@ class StartError(RuntimeError):
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port that was free a moment ago (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different ports that were free a moment ago. Every socket stays bound
+    until all are picked: ports picked one at a time can repeat (each is free again once
+    its probe closes), and two parts of a stack given one port do not both fail. An
+    Envoy listener that cannot bind is only logged while Envoy serves on."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def port_in_use(host: str, port: int) -> bool:

@@ -41,7 +41,7 @@ from routing.compose import COMPOSE_FILE
 from routing.container import ENVOY_IMAGE, IMAGE, JAEGER_IMAGE, JAEGER_UI_PORT
 from stack import jaeger
 from stack.envoy import envoy_binary
-from stack.procs import free_port
+from stack.procs import free_ports
 from toolkit.fetch import http_ok
 from toolkit.logs import tail
 from toolkit.wait import wait_until
@@ -403,7 +403,7 @@ def compose_up(
     project = f"pricingtest{os.getpid()}"
     internal, edge = f"{project}-internal", f"{project}-edge"
     document = yaml.safe_load((rendered / COMPOSE_FILE).read_text(encoding="utf-8"))
-    host_ports = {listener_port: free_port(), JAEGER_UI_PORT: free_port()}
+    host_ports = dict(zip((listener_port, JAEGER_UI_PORT), free_ports(2), strict=True))
     compose_file = rendered / "podman-compose.yml"
     compose_file.write_text(
         yaml.safe_dump(for_podman(document, internal, edge, host_ports), sort_keys=False),

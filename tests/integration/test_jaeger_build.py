@@ -22,7 +22,7 @@ import yaml
 
 from stack import jaeger
 from stack.procfs import tcp_sockets
-from stack.procs import Proc, free_port
+from stack.procs import Proc
 from tests.integration import jaeger_api
 from toolkit.fetch import fetch
 from toolkit.wait import wait_for
@@ -80,7 +80,7 @@ def _otlp_json_span(trace_id: str, span_id: str, test_id: str) -> dict[str, Any]
 def test_span_sent_over_otlp_http_comes_back_from_query_api(tmp_path: Path) -> None:
     binary = _jaeger_binary()
     # Free ports, not the defaults: a developer's Jaeger may already hold 4317/16686.
-    ports = jaeger.JaegerPorts(free_port(), free_port(), free_port(), free_port())
+    ports = jaeger.JaegerPorts.free()
     proc, ports = jaeger.start(tmp_path, binary=binary, ports=ports)
     try:
         _check_round_trip(proc, ports)

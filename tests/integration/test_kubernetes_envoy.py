@@ -16,7 +16,7 @@ import yaml
 from routing.container import ENVOY_CONFIG_PATH, ENVOY_STATS_PORT
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from stack.envoy import envoy_binary
-from stack.procs import free_port
+from stack.procs import free_ports
 from toolkit.fetch import fetch
 from toolkit.wait import wait_until
 
@@ -47,7 +47,7 @@ def envoy(tmp_path: Path) -> Iterator[tuple[int, list[str]]]:
     (container,) = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"][
         "containers"
     ]
-    admin, stats, listener = free_port(), free_port(), free_port()
+    admin, stats, listener = free_ports(3)
     moves = {
         f"port_value: {config.admin.port}\n": f"port_value: {admin}\n",
         f"port_value: {ENVOY_STATS_PORT}\n": f"port_value: {stats}\n",

@@ -13,12 +13,15 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
+from routing.model import Layout
 from routing.write import write_routes
-from stack.procs import free_port, port_in_use
+from stack.launch import Stack
+from stack.procs import StartError, free_ports, port_in_use
 from tests.integration.conftest import http
 from tests.integration.test_overload import Background, Tally, offer_request
 from toolkit.wait import wait_for, wait_until
@@ -26,15 +29,23 @@ from toolkit.wait import wait_for, wait_until
 pytestmark = pytest.mark.integration
 
 
-def routes_on_free_ports(tmp_path: Path) -> tuple[Path, int]:
-    """The route config with every port free, written as a file `up --config` reads."""
+class Ports(NamedTuple):
+    config: Path  # the route config, written as a file `up --config` reads
+    listener: int
+    simulator: int
+
+
+def routes_on_free_ports(tmp_path: Path) -> Ports:
+    """The route config with every port free, and a free port for the simulator: all
+    different, picked at once."""
+    listener, admin, simulator, *pools = free_ports(6)
     config = load_routes().with_ports(
-        listener_port=free_port(),
-        admin_port=free_port(),
-        pool_ports={name: free_port() for name in ("cpu", "io", "shared")},
+        listener_port=listener,
+        admin_port=admin,
+        pool_ports=dict(zip(("cpu", "io", "shared"), pools, strict=True)),
     )
     written = write_routes(config, tmp_path / "routes.toml")
-    return Path(written.source), written.listener.address.port
+    return Ports(Path(written.source), listener, simulator)
 
 
 def marked_pids(marker: str) -> list[int]:
@@ -55,10 +66,11 @@ class Up:
     """`pricingctl up` in a subprocess, every process it starts marked by an environment
     variable; killed (with whatever it left) when the test ends."""
 
-    def __init__(self, tmp_path: Path, config: Path, run_dir: Path) -> None:
+    def __init__(self, ports: Ports, run_dir: Path) -> None:
         self.marker = f"PRICINGCTL_TEST_{uuid.uuid4().hex}"
         self.run_dir = run_dir
-        self.simulator_port = free_port()
+        self.simulator_port = ports.simulator
+        config = ports.config
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -119,9 +131,10 @@ def pricingctl(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess
 def test_a_sigkilled_up_leaves_no_process_and_a_second_up_names_the_first(
     tmp_path: Path,
 ) -> None:
-    config, port = routes_on_free_ports(tmp_path)
+    ports = routes_on_free_ports(tmp_path)
+    config, port = ports.config, ports.listener
     run_dir = tmp_path / "run"
-    with Up(tmp_path, config, run_dir) as first:
+    with Up(ports, run_dir) as first:
         first.wait_up()
         # A second `up` from the same run dir: one line, pointing at `down`.
         second = pricingctl("up", "--config", str(config), "--run-dir", str(run_dir))
@@ -135,7 +148,7 @@ def test_a_sigkilled_up_leaves_no_process_and_a_second_up_names_the_first(
         assert first.gone(), [Path(f"/proc/{p}/cmdline").read_bytes() for p in first.pids()]
     assert not port_in_use("127.0.0.1", port)
     # Its pid file is stale now: the next `up` starts, and `down` stops it.
-    with Up(tmp_path, config, run_dir) as again:
+    with Up(ports, run_dir) as again:
         again.wait_up()
         down = pricingctl("down", "--run-dir", str(run_dir))
         assert down.returncode == 0, down.stderr
@@ -150,10 +163,10 @@ SLOW_UPSTREAM_MS = 300
 def test_down_under_load_answers_every_accepted_request(tmp_path: Path) -> None:
     """Envoy stops accepting, the requests it accepted finish, then the pools stop: a
     request either gets its answer or finds nothing listening, never a reset."""
-    config, port = routes_on_free_ports(tmp_path)
+    ports = routes_on_free_ports(tmp_path)
     run_dir = tmp_path / "run"
-    url = f"http://127.0.0.1:{port}"
-    with Up(tmp_path, config, run_dir) as up:
+    url = f"http://127.0.0.1:{ports.listener}"
+    with Up(ports, run_dir) as up:
         up.wait_up()
         # Slow upstreams: a dozen requests are in flight when `down` comes.
         reply = http(
@@ -182,7 +195,7 @@ def test_down_under_load_answers_every_accepted_request(tmp_path: Path) -> None:
 
 
 def test_up_serves_then_sigterm_leaves_no_process(tmp_path: Path) -> None:
-    config, port = routes_on_free_ports(tmp_path)
+    config, port, simulator_port = routes_on_free_ports(tmp_path)
     marker = f"PRICINGCTL_TEST_{uuid.uuid4().hex}"
     proc = subprocess.Popen(
         [
@@ -193,7 +206,7 @@ def test_up_serves_then_sigterm_leaves_no_process(tmp_path: Path) -> None:
             "--config",
             str(config),
             "--simulator-port",
-            str(free_port()),
+            str(simulator_port),
             "--run-dir",
             str(tmp_path / "run"),
         ],
@@ -226,7 +239,7 @@ def test_up_serves_then_sigterm_leaves_no_process(tmp_path: Path) -> None:
 
 
 def test_up_refuses_a_taken_port_with_one_line(tmp_path: Path) -> None:
-    config, _ = routes_on_free_ports(tmp_path)
+    config = routes_on_free_ports(tmp_path).config
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -267,3 +280,20 @@ def test_bad_route_config_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1  # a bad config, not a bad flag (that is 2)
     assert len(result.stderr.strip().splitlines()) == 1
     assert "route 'offers.bike': pool 'gpu' is not declared" in result.stderr
+
+
+def test_a_listener_envoy_cannot_bind_fails_the_start_with_envoys_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Envoy rejects a listener whose port was taken after the ports were checked, logs
+    it and serves on with no listener: the start must fail, not report a stack up
+    whose port answers for someone else (once, a free-port pick gave the simulator the
+    listener's port and every offer was the simulator's 404)."""
+    stack = Stack.on_free_ports(load_routes(), Layout.SHARED, tmp_path, with_jaeger=False)
+    monkeypatch.setattr(stack, "check_ports", lambda: None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", stack.config.listener.address.port))
+        taken.listen()
+        with pytest.raises(StartError, match=r"Envoy refused its listener on 127\.0\.0\.1:"):
+            stack.start(timeout_s=60)
+    assert stack.procs == {}  # what it started is stopped

@@ -103,3 +103,17 @@ def test_envoy_config_is_rendered_per_layout(routes: RouteConfig, tmp_path: Path
     assert Stack(routes, Layout.SHARED, tmp_path).envoy_config_path() == (
         tmp_path / "envoy.shared.yaml"
     )
+
+
+def test_one_port_given_to_two_parts_is_named_before_anything_starts(
+    routes: RouteConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = Stack.on_free_ports(routes, Layout.SPLIT, tmp_path)
+    stack.simulator_port = stack.config.listener.address.port
+    monkeypatch.setattr(launch, "port_in_use", lambda host, port: False)
+    with pytest.raises(
+        PortTaken,
+        match=rf"port {stack.simulator_port} is given to both the Envoy listener and the "
+        "upstream simulator",
+    ):
+        stack.check_ports()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stack.procs import Proc, StartError, free_port, port_in_use
+from stack.procs import Proc, StartError, free_port, free_ports, port_in_use
 from toolkit.wait import wait_until
 
 
@@ -76,3 +76,28 @@ def _running(pid: int) -> bool:
             return stat.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def test_free_ports_holds_every_pick_until_all_are_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each probe stays bound until the last is picked, so the kernel cannot hand one
+    port out twice (picked one at a time, a port is free again once its probe closes)."""
+    events: list[str] = []
+    real_socket = socket.socket
+
+    class Probe(real_socket):  # type: ignore[misc]
+        def bind(self, address: object) -> None:
+            events.append("bind")
+            super().bind(address)
+
+        def close(self) -> None:
+            if self.fileno() != -1:
+                events.append("close")
+            super().close()
+
+    monkeypatch.setattr(socket, "socket", Probe)
+    ports = free_ports(5)
+    assert events == ["bind"] * 5 + ["close"] * 5
+    assert len(set(ports)) == 5
+    monkeypatch.undo()
+    for port in ports:
+        assert not port_in_use("127.0.0.1", port)
