@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Iterator
 from http.client import HTTPException
 from pathlib import Path
@@ -123,12 +125,24 @@ def _hog_delay_s(span: Span) -> float:
     return sum(seconds for label, seconds in culprits if label == HOG_ROUTE)
 
 
-def send_offers(url: str, count: int, pause_s: float = 0.05) -> None:
-    """Bike offers to be traced; under the hogs some time out, which is not checked here."""
-    for _ in range(count):
-        with contextlib.suppress(OSError, HTTPException):
-            http("GET", f"{url}{OFFER}", timeout_s=5)
-        time.sleep(pause_s)
+def send_offers(url: str, count: int, parallel: int, pause_s: float = 0.05) -> None:
+    """Bike offers to be traced, from `parallel` clients at once; under the hogs some time
+    out, which is not checked here. One client's offers would each take the upstream
+    connection Envoy last freed, and so could all go to one worker no quote held (a run
+    beside a benchmark once read 72 offers, none delayed): clients at once need as many
+    connections, on as many workers."""
+
+    def client() -> None:
+        for _ in range(count // parallel):
+            with contextlib.suppress(OSError, HTTPException):
+                http("GET", f"{url}{OFFER}", timeout_s=5)
+            time.sleep(pause_s)
+
+    clients = [threading.Thread(target=client) for _ in range(parallel)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
 
 
 def _errored(spans: list[Span]) -> bool:
@@ -147,10 +161,12 @@ def offer_trace(
     rounds in a row once did): rounds repeat until one offer was held."""
     most_s = 0.0
     seen = 0
+    hogs_answered: Counter[int | str] = Counter()
     for _ in range(rounds):
         since_us = time.time_ns() // 1000
-        with Hogs(stack.url, hog_threads):
-            send_offers(stack.url, 12)
+        with Hogs(stack.url, hog_threads) as hogs:
+            send_offers(stack.url, 12, parallel=hog_threads)
+        hogs_answered += hogs.outcomes
         # Spans leave the pools' exporter threads every 0.5 s: read at once, the round's
         # first offers are in and its last (the ones the hogs held up longest) are not,
         # and eight complete traces end the wait (the fresh-clone CI failure).
@@ -183,7 +199,7 @@ def offer_trace(
     pytest.fail(
         f"no bike offer flagged {attributes.DELAYED} and delayed by {HOG_ROUTE} after {rounds} "
         f"rounds ({seen} complete offer traces read; largest delay it caused: "
-        f"{most_s * 1000:.1f} ms)"
+        f"{most_s * 1000:.1f} ms; the quotes were answered {dict(hogs_answered)})"
     )
 
 

@@ -3,13 +3,13 @@ against ground truth: the simulator logs the exact time it sent each reply."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from http.client import HTTPException
 from pathlib import Path
@@ -50,15 +50,20 @@ class Hogs:
     def __init__(self, url: str, threads: int) -> None:
         self.url = url
         self.stop = threading.Event()
-        self.sent = 0
+        # status (or the exception's name) -> count: what a test that found no delay says
+        self.outcomes: Counter[int | str] = Counter()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
 
     def _run(self) -> None:
         while not self.stop.is_set():
             # A hog's failure is not what these tests check.
-            with contextlib.suppress(OSError, HTTPException):
-                http("POST", f"{self.url}/v1/offers/rideshare", RIDE, timeout_s=10)
-            self.sent += 1
+            try:
+                status: int | str = http(
+                    "POST", f"{self.url}/v1/offers/rideshare", RIDE, timeout_s=10
+                ).status
+            except (OSError, HTTPException) as exc:
+                status = type(exc).__name__
+            self.outcomes[status] += 1
 
     def __enter__(self) -> Hogs:
         for t in self.threads:
