@@ -168,12 +168,20 @@ def test_worker_exit_flushes_the_metrics_the_request_path_kept_in_process() -> N
     assert exported() == before + 1
 
 
-def test_post_worker_init_freezes_the_start_up_heap(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_post_worker_init_freezes_the_start_up_heap_and_collects_young_objects_less_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import gc
 
     from gunicorn_conf import common
 
     frozen: list[bool] = []
+    thresholds: list[tuple[int, ...]] = []
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(gc, "get_threshold", lambda: (700, 10, 10))
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: thresholds.append(t))
     common.post_worker_init(SimpleNamespace(log=logging.getLogger("test")))
     assert frozen == [True]
+    # Young objects are collected less often; the older generations keep their ratios.
+    assert thresholds == [(common.GC_YOUNG_THRESHOLD, 10, 10)]
+    assert common.GC_YOUNG_THRESHOLD > 700
