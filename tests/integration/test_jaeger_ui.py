@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
-from http.client import HTTPException
 from pathlib import Path
 
 import pytest
@@ -26,8 +24,8 @@ from stack import jaeger
 from stack.launch import Stack
 from tests.integration import jaeger_api
 from tests.integration.browser import Browser, BrowserError, find_chromium
-from tests.integration.conftest import http
-from tests.integration.test_tracing import D_MS, HOG_ROUTE, OFFER, Hogs, fixed_latency
+from tests.integration.test_overload import offer_request, open_loop
+from tests.integration.test_tracing import D_MS, HOG_ROUTE, Hogs, fixed_latency
 from toolkit.wait import wait_for
 from tracing import attributes
 from tracing.readback.report import parse_culprits
@@ -125,24 +123,13 @@ def _hog_delay_s(span: Span) -> float:
     return sum(seconds for label, seconds in culprits if label == HOG_ROUTE)
 
 
-def send_offers(url: str, count: int, parallel: int, pause_s: float = 0.05) -> None:
-    """Bike offers to be traced, from `parallel` clients at once; under the hogs some time
-    out, which is not checked here. One client's offers would each take the upstream
-    connection Envoy last freed, and so could all go to one worker no quote held (a run
-    beside a benchmark once read 72 offers, none delayed): clients at once need as many
-    connections, on as many workers."""
-
-    def client() -> None:
-        for _ in range(count // parallel):
-            with contextlib.suppress(OSError, HTTPException):
-                http("GET", f"{url}{OFFER}", timeout_s=5)
-            time.sleep(pause_s)
-
-    clients = [threading.Thread(target=client) for _ in range(parallel)]
-    for thread in clients:
-        thread.start()
-    for thread in clients:
-        thread.join()
+# Bike offers to be traced, sent open loop (each on its own connection, at this rate,
+# whatever the answers; under the hogs some time out, which is not checked here). Sent
+# one at a time, each would take the upstream connection Envoy last freed, and all could
+# go to one worker no quote held (a run beside a benchmark once read 72 offers, none
+# delayed): offers in flight together need as many connections, on as many workers.
+OFFERS_PER_ROUND = 12
+OFFER_RATE = 40.0
 
 
 def _errored(spans: list[Span]) -> bool:
@@ -165,7 +152,7 @@ def offer_trace(
     for _ in range(rounds):
         since_us = time.time_ns() // 1000
         with Hogs(stack.url, hog_threads) as hogs:
-            send_offers(stack.url, 12, parallel=hog_threads)
+            open_loop(stack.url, offer_request, rate_per_s=OFFER_RATE, count=OFFERS_PER_ROUND)
         hogs_answered += hogs.outcomes
         # Spans leave the pools' exporter threads every 0.5 s: read at once, the round's
         # first offers are in and its last (the ones the hogs held up longest) are not,
