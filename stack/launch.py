@@ -69,13 +69,7 @@ class Stack:
         cls, config: RouteConfig, layout: Layout, run_dir: Path, **kw: object
     ) -> Stack:
         """A stack whose every listener is on a port the kernel picked (tests, benchmark)."""
-        names = [p.name for p in config.pools] + [config.shared.name]
-        listener, admin, simulator, *pools = free_ports(3 + len(names))
-        moved = config.with_ports(
-            listener_port=listener,
-            admin_port=admin,
-            pool_ports=dict(zip(names, pools, strict=True)),
-        )
+        moved, simulator = config_on_free_ports(config)
         return cls(moved, layout, run_dir, simulator_port=simulator, **kw)  # type: ignore[arg-type]
 
     # --- addresses ------------------------------------------------------------
@@ -350,6 +344,19 @@ class Stack:
         return self.admin.stat(name)
 
 
+def config_on_free_ports(config: RouteConfig) -> tuple[RouteConfig, int]:
+    """*config* with its listener, admin and every pool (the shared one too) on ports the
+    kernel picked, and one more for the upstream simulator: all different, picked at once."""
+    names = [p.name for p in config.pools] + [config.shared.name]
+    listener, admin, simulator, *pools = free_ports(3 + len(names))
+    moved = config.with_ports(
+        listener_port=listener,
+        admin_port=admin,
+        pool_ports=dict(zip(names, pools, strict=True)),
+    )
+    return moved, simulator
+
+
 def _same_address(a: str, b: str) -> bool:
     """Two listeners on one port clash: the same host, or either on every address."""
-    return a == b or {a, b} & {"0.0.0.0", "::", ""} != set()
+    return a == b or bool({a, b} & {"0.0.0.0", "::", ""})

@@ -20,8 +20,8 @@ import pytest
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Layout
 from routing.write import write_routes
-from stack.launch import Stack
-from stack.procs import StartError, free_ports, port_in_use
+from stack.launch import Stack, config_on_free_ports
+from stack.procs import StartError, port_in_use
 from tests.integration.conftest import http
 from tests.integration.test_overload import Background, Tally, offer_request
 from toolkit.wait import wait_for, wait_until
@@ -38,14 +38,9 @@ class Ports(NamedTuple):
 def routes_on_free_ports(tmp_path: Path) -> Ports:
     """The route config with every port free, and a free port for the simulator: all
     different, picked at once."""
-    listener, admin, simulator, *pools = free_ports(6)
-    config = load_routes().with_ports(
-        listener_port=listener,
-        admin_port=admin,
-        pool_ports=dict(zip(("cpu", "io", "shared"), pools, strict=True)),
-    )
+    config, simulator = config_on_free_ports(load_routes())
     written = write_routes(config, tmp_path / "routes.toml")
-    return Ports(Path(written.source), listener, simulator)
+    return Ports(Path(written.source), written.listener.address.port, simulator)
 
 
 def marked_pids(marker: str) -> list[int]:
