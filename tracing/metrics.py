@@ -49,7 +49,7 @@ from prometheus_client import Histogram as PromHistogram
 from routing.env import POOL_ENV
 from tracing import prometheus_adapter
 from tracing.timing.call_state import CallTiming
-from tracing.timing.histogram import Histogram
+from tracing.timing.histogram import Histogram, new_histogram
 from tracing.timing.hook_errors import swallow
 from tracing.timing.server_timing import RequestTiming
 
@@ -219,7 +219,7 @@ class _Family:
     def __call__(self, *values: str) -> Any:
         child = self._by.get(values)
         if child is None:
-            child = LocalCounter() if self._bounds is None else Histogram(self._bounds)
+            child = LocalCounter() if self._bounds is None else new_histogram(self._bounds)
             self._by[values] = child
         return child
 

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from opentelemetry import context, propagate, trace
 from opentelemetry.sdk.resources import Resource
@@ -33,6 +33,7 @@ from opentelemetry.semconv.attributes.service_attributes import (
     SERVICE_VERSION,
 )
 from opentelemetry.trace import (
+    INVALID_SPAN,
     NonRecordingSpan,
     SpanContext,
     SpanKind,
@@ -497,9 +498,10 @@ def request_attributes(
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class FinishedRequest:
-    """What the server side knows of a request once its handler ended."""
+class FinishedRequest(NamedTuple):
+    """What the server side knows of a request once its handler ended. (A named tuple:
+    one is made for every request, and a frozen dataclass sets each field through
+    ``object.__setattr__``.)"""
 
     route: str
     timing: RequestTiming
@@ -531,7 +533,9 @@ def _account(
     if sampled is not None and request is not None:
         _export_sampled(worker, done, sampled, request, exc, slow)
         return
-    span = trace.get_current_span()
+    # Envoy did not sample it (its traceparent kept for the upstreams): no span was started.
+    unsampled = totals is not None and totals.traceparent is not None
+    span = INVALID_SPAN if unsampled else trace.get_current_span()
     if span.is_recording():
         span.set_attributes(
             request_attributes(

@@ -37,6 +37,8 @@
 /* -- module state (one interpreter, the hub's thread) ---------------------------------- */
 
 static unsigned long long bad_states = 0;
+/* call_state.NO_CULPRITS (set by configure_calls) and the int 0. */
+static PyObject *g_no_culprits, *g_zero;
 
 static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
     *s_out_since_send, *s_last_in_ns, *s_out_ns, *s_on_switch_out, *s_on_switch_in,
@@ -47,7 +49,8 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
     *s_culprit_threshold_ns, *s_unknown, *s_unrecorded, *s_since_send, *s_inbound, *s_armed, *s_fd,
     *s_watched_sock, *s_switch_log_attr, *s_cpu_wait_attr, *s_samples, *s_due_ns,
     *s_sample_interval_ns, *s_attribute, *s_wait_between, *s_depth, *s_previous, *s_absorb,
-    *s_blocked_ns, *s_start_ns;
+    *s_blocked_ns, *s_start_ns, *s_arrival_unix_ns, *s_timeout, *s_wait_method, *s_end_ns,
+    *s_fields;
 
 /* Set by configure(): what the C code needs from the Python side, passed down (the
  * timing core's modules, never imported from here). */
@@ -1015,6 +1018,46 @@ static int Tracer_set_enabled(TracerObject *self, PyObject *value, void *closure
     return 0;
 }
 
+/* SwitchTracer._on_relabel: the running greenlet relabelled itself; from now on, *label*
+ * runs (logged like a switch, and route_cpu.RouteCpu.switch). Never raises. */
+static PyObject *Tracer_relabel(TracerObject *self, PyObject *label) {
+    if (!self->enabled || self->log == NULL) Py_RETURN_NONE;
+    int64_t now = now_ns();
+    log_push(self->log, now, label);
+    PyObject *since = self->since;
+    if (since == NULL || !PyList_Check(since) || PyList_GET_SIZE(since) < 2) Py_RETURN_NONE;
+    int64_t start = as_i64(PyList_GET_ITEM(since, 0));
+    if (start == -1 && PyErr_Occurred()) {
+        drop();
+        Py_RETURN_NONE;
+    }
+    PyObject *previous = Py_NewRef(PyList_GET_ITEM(since, 1));
+    int rc = 0;
+    if (now - start >= self->long_ns) {
+        PyObject *r = PyObject_CallFunction(self->charge_long, "OLL", previous,
+                                            (long long)start, (long long)now);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    } else if (now > start) {
+        rc = dict_add_ns(self->by_label, previous, now - start);
+    }
+    Py_DECREF(previous);
+    PyObject *now_obj = rc < 0 ? NULL : PyLong_FromLongLong(now);
+    if (now_obj == NULL) {
+        drop();
+        Py_RETURN_NONE;
+    }
+    PyList_SetItem(since, 0, now_obj); /* steals */
+    PyList_SetItem(since, 1, Py_NewRef(label));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Tracer_methods[] = {
+    {"relabel", (PyCFunction)Tracer_relabel, METH_O,
+     "The running greenlet's label is now this one (labels.current_label_listener)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef Tracer_getset[] = {
     {"enabled", (getter)Tracer_get_enabled, (setter)Tracer_set_enabled,
      "False: forward to the previous tracer only.", NULL},
@@ -1033,6 +1076,7 @@ static PyTypeObject TracerType = {
     .tp_traverse = (traverseproc)Tracer_traverse,
     .tp_clear = (inquiry)Tracer_clear,
     .tp_call = (ternaryfunc)Tracer_call,
+    .tp_methods = Tracer_methods,
     .tp_getset = Tracer_getset,
 };
 
@@ -1247,9 +1291,8 @@ typedef struct {
     PyObject *original;
     PyObject *dict;
     int kind;
-    /* HOOK_READ: server_timing.watching, server_timing.stamp_arrival,
-     * socket_hooks._check_queued_reply */
-    PyObject *watching, *stamp_arrival, *check_queued_reply;
+    /* HOOK_READ: server_timing.watching, socket_hooks._check_queued_reply */
+    PyObject *watching, *check_queued_reply;
 } WaitHookObject;
 
 static int list_flag(PyObject *list) {
@@ -1294,6 +1337,39 @@ fail:
     return result;
 }
 
+/* server_timing.stamp_arrival: note when a watched connection's request reached the
+ * kernel, waiting for its first bytes (through the socket's own _wait, as the read would)
+ * when none are queued yet. 0, or -1 with the error the wait raised. */
+static int stamp_arrival(PyObject *watch, PyObject *sock) {
+    int fd = fd_of_raw(sock);
+    if (fd < 0) return -1;
+    int64_t arrival;
+    int have = peek_arrival(fd, &arrival);
+    if (!have) {
+        PyObject *timeout = PyObject_GetAttr(sock, s_timeout);
+        if (timeout == NULL) return -1;
+        int blocking = PyFloat_Check(timeout) ? PyFloat_AS_DOUBLE(timeout) != 0.0
+                                              : PyObject_RichCompareBool(timeout, g_zero, Py_NE);
+        Py_DECREF(timeout);
+        if (blocking < 0) return -1;
+        if (blocking) {
+            PyObject *event = PyObject_GetAttr(sock, s_read_event);
+            if (event == NULL) return -1;
+            PyObject *r = PyObject_CallMethodOneArg(sock, s_wait_method, event);
+            Py_DECREF(event);
+            if (r == NULL) return -1; /* the socket's timeout, as the read would raise it */
+            Py_DECREF(r);
+            have = peek_arrival(fd, &arrival);
+        }
+    }
+    PyObject *value = have ? PyLong_FromLongLong(arrival) : Py_NewRef(Py_None);
+    if (value == NULL) return -1;
+    int rc = set_attr(watch, s_armed, Py_False);
+    if (rc == 0) rc = set_attr(watch, s_arrival_unix_ns, value);
+    Py_DECREF(value);
+    return rc;
+}
+
 /* socket_hooks' recv / recv_into / SSL read: the inbound stamp of a watched connection's
  * first read of a request, and the first read after a send. */
 static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
@@ -1320,10 +1396,11 @@ static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds)
         if (armed < 0) drop();
         if (armed > 0 && watched == NULL) drop();
         if (watched != NULL && watched == sock) {
-            PyObject *r = PyObject_CallFunctionObjArgs(self->stamp_arrival, watch, sock, NULL);
-            if (r == NULL) {
-                if (PyErr_ExceptionMatches(PyExc_TimeoutError)) {
-                    /* the socket's own timeout: the read would have raised it */
+            if (stamp_arrival(watch, sock) < 0) {
+                if (PyErr_ExceptionMatches(PyExc_TimeoutError) ||
+                    !PyErr_ExceptionMatches(PyExc_Exception)) {
+                    /* the socket's own timeout (the read would have raised it), or the
+                     * greenlet killed (GreenletExit, gevent.Timeout) in the wait */
                     Py_DECREF(watched);
                     Py_DECREF(watch);
                     Py_DECREF(tag);
@@ -1333,7 +1410,6 @@ static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds)
                 PyErr_Clear(); /* an OSError: the read itself reports the failure */
                 if (set_attr(watch, s_armed, Py_False) < 0) drop();
             }
-            Py_XDECREF(r);
         }
         Py_XDECREF(watched);
     }
@@ -1411,22 +1487,20 @@ static PyObject *WaitHook_get(PyObject *self, PyObject *obj, PyObject *type) {
 }
 
 static int WaitHook_init(WaitHookObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"original", "kind", "watching", "stamp_arrival",
-                             "check_queued_reply", NULL};
-    PyObject *original, *watching = NULL, *stamp = NULL, *check = NULL;
+    static char *kwlist[] = {"original", "kind", "watching", "check_queued_reply", NULL};
+    PyObject *original, *watching = NULL, *check = NULL;
     const char *kind = "wait";
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|sOOO:Hook", kwlist, &original, &kind,
-                                     &watching, &stamp, &check))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|sOO:Hook", kwlist, &original, &kind,
+                                     &watching, &check))
         return -1;
     if (strcmp(kind, "wait") == 0) {
         self->kind = HOOK_WAIT;
     } else if (strcmp(kind, "sendall") == 0) {
         self->kind = HOOK_SENDALL;
     } else if (strcmp(kind, "read") == 0) {
-        if (watching == NULL || !PyList_Check(watching) || stamp == NULL || check == NULL) {
+        if (watching == NULL || !PyList_Check(watching) || check == NULL) {
             PyErr_SetString(PyExc_TypeError,
-                            "a read hook needs watching (a list), stamp_arrival and "
-                            "check_queued_reply");
+                            "a read hook needs watching (a list) and check_queued_reply");
             return -1;
         }
         self->kind = HOOK_READ;
@@ -1436,7 +1510,6 @@ static int WaitHook_init(WaitHookObject *self, PyObject *args, PyObject *kwds) {
     }
     Py_XSETREF(self->original, Py_NewRef(original));
     Py_XSETREF(self->watching, Py_XNewRef(watching));
-    Py_XSETREF(self->stamp_arrival, Py_XNewRef(stamp));
     Py_XSETREF(self->check_queued_reply, Py_XNewRef(check));
     return 0;
 }
@@ -1445,7 +1518,6 @@ static int WaitHook_traverse(WaitHookObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->original);
     Py_VISIT(self->dict);
     Py_VISIT(self->watching);
-    Py_VISIT(self->stamp_arrival);
     Py_VISIT(self->check_queued_reply);
     return 0;
 }
@@ -1454,7 +1526,6 @@ static int WaitHook_clear(WaitHookObject *self) {
     Py_CLEAR(self->original);
     Py_CLEAR(self->dict);
     Py_CLEAR(self->watching);
-    Py_CLEAR(self->stamp_arrival);
     Py_CLEAR(self->check_queued_reply);
     return 0;
 }
@@ -1473,7 +1544,7 @@ static PyGetSetDef WaitHook_getset[] = {
 static PyTypeObject WaitHookType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.Hook",
     .tp_doc = "socket_hooks' replacements, compiled: Hook(original, kind='wait'|'sendall'|"
-              "'read', watching=, stamp_arrival=, check_queued_reply=) (the last three for read).",
+              "'read', watching=, check_queued_reply=) (the last two for read).",
     .tp_basicsize = sizeof(WaitHookObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -1513,7 +1584,6 @@ static Py_ssize_t cs_offset[CS_COUNT];
 static Py_ssize_t cm_state_offset, cm_tag_offset, cm_timing_offset;
 /* call_timing.CallMeasurement, call_state.CallState, CallTiming (NULL: not configured). */
 static PyTypeObject *g_measurement_type, *g_state_type, *g_timing_type;
-static PyObject *g_no_culprits, *g_zero;
 static int64_t g_max_nesting = 8;
 
 #define SLOT_AT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
@@ -1850,6 +1920,566 @@ static PyObject *py_configure_calls(PyObject *mod, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* == Histogram (histogram.Histogram, compiled) ===========================================
+ * Counts per bucket and the sum of observations; observe is a binary search over C
+ * doubles and two additions (the reference: bisect_left over the bounds tuple). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *bounds; /* tuple of floats, as given */
+    Py_ssize_t n;     /* bounds; counts has n + 1 buckets */
+    double *edges;
+    long long *counts;
+    double sum;
+} HistogramObject;
+
+static PyTypeObject HistogramType;
+
+static int Histogram_init(HistogramObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"bounds", NULL};
+    PyObject *given;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Histogram", kwlist, &given)) return -1;
+    PyObject *bounds = PySequence_Tuple(given);
+    if (bounds == NULL) return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(bounds);
+    double *edges = n ? PyMem_Malloc(sizeof(double) * n) : NULL;
+    long long *counts = PyMem_Calloc(n + 1, sizeof(long long));
+    int ok = n > 0 && edges != NULL && counts != NULL;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        edges[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, i));
+        if (edges[i] == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            ok = 0;
+        }
+        if (ok && i > 0 && !(edges[i - 1] < edges[i])) ok = 0;
+    }
+    if (!ok) {
+        PyMem_Free(edges);
+        PyMem_Free(counts);
+        PyObject *r = PyObject_Repr(given);
+        if (r != NULL) {
+            PyErr_Format(PyExc_ValueError,
+                         "bucket bounds must be distinct and increasing, got %U", r);
+            Py_DECREF(r);
+        }
+        Py_DECREF(bounds);
+        return -1;
+    }
+    PyMem_Free(self->edges);
+    PyMem_Free(self->counts);
+    Py_XSETREF(self->bounds, bounds);
+    self->n = n;
+    self->edges = edges;
+    self->counts = counts;
+    self->sum = 0.0;
+    return 0;
+}
+
+static void Histogram_dealloc(HistogramObject *self) {
+    Py_XDECREF(self->bounds);
+    PyMem_Free(self->edges);
+    PyMem_Free(self->counts);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Histogram_observe(HistogramObject *self, PyObject *value) {
+    double v = PyFloat_Check(value) ? PyFloat_AS_DOUBLE(value) : PyFloat_AsDouble(value);
+    if (v == -1.0 && PyErr_Occurred()) return NULL;
+    if (self->counts == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Histogram.__init__ was not called");
+        return NULL;
+    }
+    Py_ssize_t lo = 0, hi = self->n; /* bisect_left */
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (self->edges[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    self->counts[lo] += 1;
+    self->sum += v;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Histogram_counts(HistogramObject *self, void *Py_UNUSED(closure)) {
+    if (self->counts == NULL) return PyList_New(0);
+    PyObject *out = PyList_New(self->n + 1);
+    for (Py_ssize_t i = 0; out != NULL && i <= self->n; i++) {
+        PyObject *c = PyLong_FromLongLong(self->counts[i]);
+        if (c == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, c);
+    }
+    return out;
+}
+
+static PyObject *Histogram_count(HistogramObject *self, void *Py_UNUSED(closure)) {
+    long long total = 0;
+    for (Py_ssize_t i = 0; self->counts != NULL && i <= self->n; i++) total += self->counts[i];
+    return PyLong_FromLongLong(total);
+}
+
+static PyObject *Histogram_sum(HistogramObject *self, void *Py_UNUSED(closure)) {
+    return PyFloat_FromDouble(self->sum);
+}
+
+static PyObject *Histogram_bounds(HistogramObject *self, void *Py_UNUSED(closure)) {
+    return Py_NewRef(self->bounds != NULL ? self->bounds : Py_None);
+}
+
+static PyObject *Histogram_cumulative(HistogramObject *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New(0);
+    long long running = 0;
+    for (Py_ssize_t i = 0; out != NULL && self->counts != NULL && i <= self->n; i++) {
+        running += self->counts[i];
+        PyObject *pair = Py_BuildValue("(dL)", i < self->n ? self->edges[i] : Py_HUGE_VAL,
+                                       running);
+        if (pair == NULL || PyList_Append(out, pair) < 0) Py_CLEAR(out);
+        Py_XDECREF(pair);
+    }
+    return out;
+}
+
+static PyMethodDef Histogram_methods[] = {
+    {"observe", (PyCFunction)Histogram_observe, METH_O, "Count one observation."},
+    {"cumulative", (PyCFunction)Histogram_cumulative, METH_NOARGS,
+     "(upper bound, observations <= bound) pairs, ending with (inf, count)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Histogram_getset[] = {
+    {"bounds", (getter)Histogram_bounds, NULL, "The bucket bounds (without +Inf).", NULL},
+    {"counts", (getter)Histogram_counts, NULL, "Counts per bucket (a new list).", NULL},
+    {"count", (getter)Histogram_count, NULL, "Observations.", NULL},
+    {"sum", (getter)Histogram_sum, NULL, "The sum of observations.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject HistogramType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.Histogram",
+    .tp_doc = "histogram.Histogram, compiled: Histogram(bounds).",
+    .tp_basicsize = sizeof(HistogramObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Histogram_init,
+    .tp_dealloc = (destructor)Histogram_dealloc,
+    .tp_methods = Histogram_methods,
+    .tp_getset = Histogram_getset,
+};
+
+/* == a request's measurement begun and finished (server_timing) ==========================
+ * The reference is server_timing.begin_request / RequestMeasurement.finish and ._timing
+ * with _explain_wait; this follows them. The objects are the reference's own types
+ * (RequestMeasurement, RequestState), written slot by slot at offsets found once by
+ * configure_requests; the RequestTiming is made from one tuple, as a CallTiming is. */
+
+enum {
+    RM_inbound, RM_offset_ns, RM_state, RM_tag, RM_arrival_unix_ns, RM_inbound_cpu_wait_ns,
+    RM_inbound_culprits_ns, RM_start_ns, RM_timing, RM_COUNT
+};
+static const char *const RM_NAMES[RM_COUNT] = {
+    "_inbound", "_offset_ns", "_state", "_tag", "arrival_unix_ns", "inbound_cpu_wait_ns",
+    "inbound_culprits_ns", "start_ns", "timing",
+};
+enum { RS_in_ns, RS_out_ns, RS_running_ns, RS_waits, RS_COUNT };
+static const char *const RS_NAMES[RS_COUNT] = {"in_ns", "out_ns", "running_ns", "waits"};
+/* RequestTiming's fields, in the order the tuple is made. */
+#define RT_COUNT 15
+static const char *const RT_NAMES[RT_COUNT] = {
+    "arrival_unix_ns", "start_unix_ns", "end_unix_ns", "inbound_delay_s",
+    "inbound_cpu_wait_s", "inbound_culprits", "duration_s", "running_s", "waiting_s",
+    "critical", "critical_upstream", "presend_delay_s", "wake_delay_s", "overlap_s", "calls",
+};
+static Py_ssize_t rm_offset[RM_COUNT], rs_offset[RS_COUNT];
+/* server_timing.RequestMeasurement, request_state.RequestState, RequestTiming (NULL: not
+ * configured). */
+static PyTypeObject *g_rm_type, *g_rs_type, *g_rt_type;
+
+/* call_state.realtime_offset_ns: (CLOCK_REALTIME - CLOCK_MONOTONIC, now), the tightest of
+ * three bracketed samples. Under a test clock, the reference's own function. */
+static int realtime_offset(int64_t *offset, int64_t *now) {
+    if (g_clock != NULL) {
+        PyObject *pair = PyObject_CallMethodNoArgs(g_call_state, s_realtime_offset_ns);
+        if (pair == NULL) return -1;
+        int rc = -1;
+        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+            *offset = as_i64(PyTuple_GET_ITEM(pair, 0));
+            *now = as_i64(PyTuple_GET_ITEM(pair, 1));
+            rc = PyErr_Occurred() ? -1 : 0;
+        } else {
+            PyErr_SetString(PyExc_TypeError, "realtime_offset_ns must give a pair");
+        }
+        Py_DECREF(pair);
+        return rc;
+    }
+    int64_t best_gap = INT64_MAX, best = 0, after = 0;
+    for (int i = 0; i < 3; i++) {
+        struct timespec a, r, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        clock_gettime(CLOCK_REALTIME, &r);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        int64_t before = (int64_t)a.tv_sec * 1000000000LL + a.tv_nsec;
+        int64_t realtime = (int64_t)r.tv_sec * 1000000000LL + r.tv_nsec;
+        after = (int64_t)b.tv_sec * 1000000000LL + b.tv_nsec;
+        if (after - before < best_gap) {
+            best_gap = after - before;
+            best = realtime - (before + after) / 2;
+            if (best_gap <= 20000) break; /* call_state._MAX_OFFSET_GAP_NS */
+        }
+    }
+    *offset = best;
+    *now = after;
+    return 0;
+}
+
+/* RequestMeasurement(tag, start_ns, offset_ns): a new reference. */
+static PyObject *new_request_measurement(PyObject *tag, int64_t start, int64_t offset) {
+    PyObject *start_obj = PyLong_FromLongLong(start);
+    PyObject *offset_obj = PyLong_FromLongLong(offset);
+    PyObject *waits = PyList_New(0);
+    PyObject *culprits = PyDict_New();
+    PyObject *inbound = tag == Py_None ? Py_NewRef(Py_None) : attr(tag, s_inbound);
+    PyObject *state = g_rs_type->tp_alloc(g_rs_type, 0);
+    PyObject *m = g_rm_type->tp_alloc(g_rm_type, 0);
+    if (start_obj == NULL || offset_obj == NULL || waits == NULL || culprits == NULL ||
+        inbound == NULL || state == NULL || m == NULL) {
+        Py_XDECREF(start_obj);
+        Py_XDECREF(offset_obj);
+        Py_XDECREF(waits);
+        Py_XDECREF(culprits);
+        Py_XDECREF(inbound);
+        Py_XDECREF(state);
+        Py_XDECREF(m);
+        return NULL;
+    }
+    /* RequestState(start_ns) */
+    SLOT_AT(state, rs_offset[RS_in_ns]) = Py_NewRef(start_obj);
+    SLOT_AT(state, rs_offset[RS_out_ns]) = Py_NewRef(start_obj);
+    SLOT_AT(state, rs_offset[RS_running_ns]) = Py_NewRef(g_zero);
+    SLOT_AT(state, rs_offset[RS_waits]) = waits;
+    SLOT_AT(m, rm_offset[RM_tag]) = Py_NewRef(tag);
+    SLOT_AT(m, rm_offset[RM_offset_ns]) = offset_obj;
+    SLOT_AT(m, rm_offset[RM_start_ns]) = start_obj;
+    SLOT_AT(m, rm_offset[RM_state]) = state;
+    SLOT_AT(m, rm_offset[RM_inbound]) = inbound;
+    SLOT_AT(m, rm_offset[RM_arrival_unix_ns]) = Py_NewRef(Py_None);
+    SLOT_AT(m, rm_offset[RM_inbound_culprits_ns]) = culprits;
+    SLOT_AT(m, rm_offset[RM_inbound_cpu_wait_ns]) = Py_NewRef(g_zero);
+    SLOT_AT(m, rm_offset[RM_timing]) = Py_NewRef(Py_None);
+    return m;
+}
+
+/* server_timing.begin_request, past the clock reads; a new reference. */
+static PyObject *begin_request(int64_t offset, int64_t now) {
+    PyObject *current = PyObject_CallNoArgs(g_getcurrent);
+    if (current == NULL) return NULL;
+    PyObject *tag = get_optional(current, s_tag_attr);
+    if (tag != NULL && tag == Py_None) {
+        Py_DECREF(tag);
+        tag = PyObject_CallOneArg(g_tag_of, current);
+    }
+    Py_DECREF(current);
+    if (tag == NULL) return NULL;
+    PyObject *request = NULL, *m = new_request_measurement(tag, now, offset);
+    if (m == NULL) goto fail;
+    PyObject *watch = SLOT_AT(m, rm_offset[RM_inbound]); /* borrowed */
+    if (watch != Py_None) {
+        PyObject *arrival_obj = attr(watch, s_arrival_unix_ns);
+        if (arrival_obj == NULL) goto fail;
+        if (arrival_obj != Py_None) {
+            int64_t arrival = as_i64(arrival_obj);
+            if ((arrival == -1 && PyErr_Occurred()) ||
+                set_attr(watch, s_arrival_unix_ns, Py_None) < 0) {
+                Py_DECREF(arrival_obj);
+                goto fail;
+            }
+            if (arrival <= now + offset) {
+                Py_SETREF(SLOT_AT(m, rm_offset[RM_arrival_unix_ns]), Py_NewRef(arrival_obj));
+                int64_t wait;
+                PyObject *culprits = SLOT_AT(m, rm_offset[RM_inbound_culprits_ns]);
+                PyObject *wait_obj = explain_into(arrival - offset, now, culprits, &wait) < 0
+                                         ? NULL
+                                         : PyLong_FromLongLong(wait);
+                if (wait_obj == NULL) {
+                    Py_DECREF(arrival_obj);
+                    goto fail;
+                }
+                Py_SETREF(SLOT_AT(m, rm_offset[RM_inbound_cpu_wait_ns]), wait_obj);
+            }
+        }
+        Py_DECREF(arrival_obj);
+    }
+    request = attr(tag, s_request);
+    if (request == NULL) goto fail;
+    if (request == Py_None && measuring_add(1) < 0) goto fail;
+    if (set_attr(tag, s_request, SLOT_AT(m, rm_offset[RM_state])) < 0) goto fail;
+    Py_DECREF(request);
+    Py_DECREF(tag);
+    return m;
+fail:
+    Py_XDECREF(request);
+    Py_XDECREF(m);
+    Py_DECREF(tag);
+    return NULL;
+}
+
+static PyObject *py_begin_request(PyObject *mod, PyObject *Py_UNUSED(ignored)) {
+    if (g_rm_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure_requests was not called");
+        return NULL;
+    }
+    int64_t offset, now;
+    if (realtime_offset(&offset, &now) < 0) return NULL;
+    PyObject *m = begin_request(offset, now);
+    if (m != NULL) return m;
+    drop(); /* as the reference's swallow: a measurement of the handler's time alone */
+    return new_request_measurement(Py_None, now, offset);
+}
+
+/* server_timing._explain_wait: (presend, wake, overlap) of a critical call from the
+ * handler's waits, a list of (out, back) pairs. 0, or -1 with an error set. */
+static int explain_wait(PyObject *waits, int64_t call_start, int64_t call_end,
+                        int64_t *presend, int64_t *wake, int64_t *overlap) {
+    *presend = *wake = *overlap = 0;
+    if (!PyList_Check(waits)) {
+        PyErr_SetString(PyExc_TypeError, "waits must be a list");
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(waits), first = -1, last = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(waits, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a wait must be an (out, back) pair");
+            return -1;
+        }
+        int64_t out = as_i64(PyTuple_GET_ITEM(pair, 0));
+        int64_t back = as_i64(PyTuple_GET_ITEM(pair, 1));
+        if (PyErr_Occurred()) return -1;
+        if (out <= call_start) first = i;
+        if (back >= call_end) {
+            last = i;
+            break;
+        }
+    }
+    if (first < 0 || last < 0 || first > last) return 0;
+    int64_t first_out = as_i64(PyTuple_GET_ITEM(PyList_GET_ITEM(waits, first), 0));
+    int64_t last_back = as_i64(PyTuple_GET_ITEM(PyList_GET_ITEM(waits, last), 1));
+    *presend = call_start - first_out > 0 ? call_start - first_out : 0;
+    *wake = last_back - call_end;
+    for (Py_ssize_t i = first; i < last; i++) {
+        int64_t next_out = as_i64(PyTuple_GET_ITEM(PyList_GET_ITEM(waits, i + 1), 0));
+        int64_t back = as_i64(PyTuple_GET_ITEM(PyList_GET_ITEM(waits, i), 1));
+        *overlap += next_out - back;
+    }
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* A CallTiming's start_ns (index 7) or end_ns (8), read as the reference reads them. */
+static int timing_ns(PyObject *timing, int index, PyObject *name, int64_t *out) {
+    if (g_timing_type != NULL && Py_IS_TYPE(timing, g_timing_type) &&
+        PyTuple_GET_SIZE(timing) > index) {
+        *out = as_i64(PyTuple_GET_ITEM(timing, index));
+        return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    }
+    return get_i64(timing, name, out);
+}
+
+/* {label: ns} as a read-only {label: seconds}, or the shared empty one. */
+static PyObject *seconds_proxy(PyObject *culprits_ns) {
+    if (!PyDict_Check(culprits_ns)) {
+        PyErr_SetString(PyExc_TypeError, "culprits must be a dict");
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(culprits_ns) == 0) return Py_NewRef(g_no_culprits);
+    PyObject *seconds = PyDict_New();
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (seconds != NULL && PyDict_Next(culprits_ns, &pos, &key, &value)) {
+        int64_t ns = as_i64(value);
+        PyObject *s = (ns == -1 && PyErr_Occurred()) ? NULL : ns_seconds(ns);
+        if (s == NULL || PyDict_SetItem(seconds, key, s) < 0) Py_CLEAR(seconds);
+        Py_XDECREF(s);
+    }
+    PyObject *proxy = seconds == NULL ? NULL : PyDictProxy_New(seconds);
+    Py_XDECREF(seconds);
+    return proxy;
+}
+
+/* RequestMeasurement._timing: a new reference. *calls* NULL: none. */
+static PyObject *request_timing(PyObject *m, int64_t end, int64_t running, PyObject *waits,
+                                PyObject *calls) {
+    int64_t start = as_i64(SLOT_AT(m, rm_offset[RM_start_ns]));
+    int64_t offset = as_i64(SLOT_AT(m, rm_offset[RM_offset_ns]));
+    int64_t cpu_wait = as_i64(SLOT_AT(m, rm_offset[RM_inbound_cpu_wait_ns]));
+    if (PyErr_Occurred()) return NULL;
+    PyObject *arrival = SLOT_AT(m, rm_offset[RM_arrival_unix_ns]); /* borrowed */
+    int64_t duration = end - start;
+    PyObject *fast = calls == NULL ? PyTuple_New(0) : PySequence_Fast(calls, "calls");
+    if (fast == NULL) return NULL;
+    Py_ssize_t ncalls = PySequence_Fast_GET_SIZE(fast);
+    PyObject *critical = NULL, *critical_name = NULL;
+    int64_t best_end = 0, presend = 0, wake = 0, overlap = 0;
+    for (Py_ssize_t i = 0; i < ncalls; i++) { /* call_state.critical_call */
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a call must be an (upstream, timing) pair");
+            goto fail;
+        }
+        int64_t call_end;
+        if (timing_ns(PyTuple_GET_ITEM(item, 1), 8, s_end_ns, &call_end) < 0) goto fail;
+        if (critical == NULL || call_end > best_end) {
+            critical_name = PyTuple_GET_ITEM(item, 0);
+            critical = PyTuple_GET_ITEM(item, 1);
+            best_end = call_end;
+        }
+    }
+    if (critical != NULL) {
+        int64_t call_start;
+        if (timing_ns(critical, 7, s_start_ns, &call_start) < 0 ||
+            explain_wait(waits, call_start, best_end, &presend, &wake, &overlap) < 0)
+            goto fail;
+    }
+    PyObject *fields = PyTuple_New(RT_COUNT);
+    if (fields == NULL) goto fail;
+    PyTuple_SET_ITEM(fields, 0, Py_NewRef(arrival));
+    PyTuple_SET_ITEM(fields, 1, PyLong_FromLongLong(start + offset));
+    PyTuple_SET_ITEM(fields, 2, PyLong_FromLongLong(end + offset));
+    PyTuple_SET_ITEM(fields, 3,
+                     arrival == Py_None ? Py_NewRef(Py_None)
+                                        : ns_seconds(start + offset - as_i64(arrival)));
+    PyTuple_SET_ITEM(fields, 4, ns_seconds(cpu_wait));
+    PyTuple_SET_ITEM(fields, 5, seconds_proxy(SLOT_AT(m, rm_offset[RM_inbound_culprits_ns])));
+    PyTuple_SET_ITEM(fields, 6, ns_seconds(duration));
+    PyTuple_SET_ITEM(fields, 7, ns_seconds(running < duration ? running : duration));
+    PyTuple_SET_ITEM(fields, 8, ns_seconds(duration - running > 0 ? duration - running : 0));
+    PyTuple_SET_ITEM(fields, 9, Py_NewRef(critical == NULL ? Py_None : critical));
+    PyTuple_SET_ITEM(fields, 10, Py_NewRef(critical_name == NULL ? Py_None : critical_name));
+    PyTuple_SET_ITEM(fields, 11, ns_seconds(presend));
+    PyTuple_SET_ITEM(fields, 12, ns_seconds(wake));
+    PyTuple_SET_ITEM(fields, 13, ns_seconds(overlap));
+    PyTuple_SET_ITEM(fields, 14, PyLong_FromSsize_t(ncalls));
+    Py_DECREF(fast);
+    for (int i = 0; i < RT_COUNT; i++) {
+        if (PyTuple_GET_ITEM(fields, i) == NULL || PyErr_Occurred()) {
+            Py_DECREF(fields);
+            return NULL;
+        }
+    }
+    PyObject *args = PyTuple_Pack(1, fields);
+    Py_DECREF(fields);
+    if (args == NULL) return NULL;
+    PyObject *timing = PyTuple_Type.tp_new(g_rt_type, args, NULL);
+    Py_DECREF(args);
+    return timing;
+fail:
+    Py_DECREF(fast);
+    return NULL;
+}
+
+/* RequestMeasurement.finish, past the idempotence check and the end's clock read. */
+static PyObject *finish_request(PyObject *m, PyObject *calls, int64_t end) {
+    PyObject *state = SLOT_AT(m, rm_offset[RM_state]); /* borrowed */
+    PyObject *tag = SLOT_AT(m, rm_offset[RM_tag]);
+    PyObject *inbound = SLOT_AT(m, rm_offset[RM_inbound]);
+    if (tag != Py_None) {
+        PyObject *request = attr(tag, s_request);
+        if (request == NULL) return NULL;
+        int rc = 0;
+        if (request == state) {
+            rc = set_attr(tag, s_request, Py_None);
+            if (rc == 0) rc = measuring_add(-1);
+        }
+        Py_DECREF(request);
+        if (rc < 0) return NULL;
+    }
+    if (inbound != Py_None && set_attr(inbound, s_armed, Py_True) < 0) return NULL;
+    int64_t running_ns, in_ns;
+    if (get_i64(state, s_running_ns, &running_ns) < 0 || get_i64(state, s_in_ns, &in_ns) < 0)
+        return NULL;
+    PyObject *waits = attr(state, s_waits);
+    if (waits == NULL) return NULL;
+    int64_t running = running_ns + (end - in_ns > 0 ? end - in_ns : 0);
+    PyObject *timing = request_timing(m, end, running, waits, calls);
+    Py_DECREF(waits);
+    return timing;
+}
+
+static PyObject *py_finish_request(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 3 || g_rm_type == NULL || !Py_IS_TYPE(args[0], g_rm_type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "finish_request takes a RequestMeasurement, calls and end_ns");
+        return NULL;
+    }
+    PyObject *m = args[0];
+    PyObject *timing = SLOT_AT(m, rm_offset[RM_timing]);
+    if (timing != NULL && timing != Py_None) return Py_NewRef(timing);
+    int64_t end;
+    if (nargs == 3 && args[2] != Py_None) {
+        end = as_i64(args[2]);
+        if (end == -1 && PyErr_Occurred()) return NULL;
+    } else {
+        end = now_ns();
+    }
+    for (int i = 0; i < RM_COUNT; i++) {
+        if (SLOT_AT(m, rm_offset[i]) == NULL) {
+            PyErr_SetString(PyExc_TypeError, "a RequestMeasurement not fully made");
+            return NULL;
+        }
+    }
+    timing = finish_request(m, nargs >= 2 ? args[1] : NULL, end);
+    if (timing == NULL) {
+        drop(); /* as the reference: the handler's time, nothing else */
+        int64_t start = as_i64(SLOT_AT(m, rm_offset[RM_start_ns]));
+        if (PyErr_Occurred()) return NULL;
+        PyObject *none = PyList_New(0);
+        timing = none == NULL ? NULL : request_timing(m, end, end - start, none, NULL);
+        Py_XDECREF(none);
+        if (timing == NULL) return NULL;
+    }
+    Py_XSETREF(SLOT_AT(m, rm_offset[RM_timing]), Py_NewRef(timing));
+    return timing;
+}
+
+static PyObject *py_configure_requests(PyObject *mod, PyObject *args) {
+    PyTypeObject *measurement_type, *state_type, *timing_type;
+    PyObject *no_culprits;
+    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyType_Type, &measurement_type, &PyType_Type,
+                          &state_type, &PyType_Type, &timing_type, &no_culprits))
+        return NULL;
+    if (!PyType_IsSubtype(timing_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "RequestTiming must be a named tuple");
+        return NULL;
+    }
+    PyObject *names = PyObject_GetAttr((PyObject *)timing_type, s_fields);
+    if (names == NULL) return NULL;
+    int same = PyTuple_Check(names) && PyTuple_GET_SIZE(names) == RT_COUNT;
+    for (int i = 0; same && i < RT_COUNT; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        same = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, RT_NAMES[i]) == 0;
+    }
+    Py_DECREF(names);
+    if (!same) {
+        PyErr_SetString(PyExc_TypeError, "RequestTiming's fields are not the ones made here");
+        return NULL;
+    }
+    Py_ssize_t m_offsets[RM_COUNT], s_offsets[RS_COUNT];
+    for (int i = 0; i < RM_COUNT; i++) {
+        m_offsets[i] = required_slot(measurement_type, RM_NAMES[i]);
+        if (m_offsets[i] < 0) return NULL;
+    }
+    for (int i = 0; i < RS_COUNT; i++) {
+        s_offsets[i] = required_slot(state_type, RS_NAMES[i]);
+        if (s_offsets[i] < 0) return NULL;
+    }
+    memcpy(rm_offset, m_offsets, sizeof m_offsets);
+    memcpy(rs_offset, s_offsets, sizeof s_offsets);
+    Py_XSETREF(g_rm_type, (PyTypeObject *)Py_NewRef((PyObject *)measurement_type));
+    Py_XSETREF(g_rs_type, (PyTypeObject *)Py_NewRef((PyObject *)state_type));
+    Py_XSETREF(g_rt_type, (PyTypeObject *)Py_NewRef((PyObject *)timing_type));
+    Py_XSETREF(g_no_culprits, Py_NewRef(no_culprits));
+    Py_RETURN_NONE;
+}
+
 /* == module ============================================================================== */
 
 static PyObject *py_configure(PyObject *mod, PyObject *args, PyObject *kwds) {
@@ -1907,6 +2537,14 @@ static PyMethodDef module_methods[] = {
      "the types begin_call and finish_call make (their slots found once)."},
     {"begin_call", (PyCFunction)(void (*)(void))py_begin_call, METH_FASTCALL,
      "call_timing.begin_call(offset_ns=None): a CallMeasurement of the current greenlet."},
+    {"configure_requests", (PyCFunction)py_configure_requests, METH_VARARGS,
+     "configure_requests(RequestMeasurement, RequestState, RequestTiming, NO_CULPRITS): "
+     "the types the compiled begin_request and finish_request make."},
+    {"begin_request", (PyCFunction)py_begin_request, METH_NOARGS,
+     "server_timing.begin_request, compiled."},
+    {"finish_request", (PyCFunction)(void (*)(void))py_finish_request, METH_FASTCALL,
+     "finish_request(measurement, calls=(), end_ns=None): RequestMeasurement.finish, "
+     "compiled."},
     {"finish_call", (PyCFunction)py_finish_call, METH_O,
      "CallMeasurement.finish(): its CallTiming (the same one on a second call)."},
     {"peek_arrival_ns", (PyCFunction)py_peek_arrival_ns, METH_O,
@@ -1977,16 +2615,22 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_absorb, "absorb");
     INTERN(s_blocked_ns, "blocked_ns");
     INTERN(s_start_ns, "start_ns");
+    INTERN(s_arrival_unix_ns, "arrival_unix_ns");
+    INTERN(s_timeout, "timeout");
+    INTERN(s_wait_method, "_wait");
+    INTERN(s_end_ns, "end_ns");
+    INTERN(s_fields, "_fields");
     g_zero = PyLong_FromLong(0);
     if (g_zero == NULL) return NULL;
     if (PyType_Ready(&SwitchLogType) < 0 || PyType_Ready(&TracerType) < 0 ||
-        PyType_Ready(&WaitHookType) < 0)
+        PyType_Ready(&WaitHookType) < 0 || PyType_Ready(&HistogramType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "SwitchLog", (PyObject *)&SwitchLogType) < 0 ||
         PyModule_AddObjectRef(m, "Tracer", (PyObject *)&TracerType) < 0 ||
         PyModule_AddObjectRef(m, "Hook", (PyObject *)&WaitHookType) < 0 ||
+        PyModule_AddObjectRef(m, "Histogram", (PyObject *)&HistogramType) < 0 ||
         PyModule_AddObjectRef(m, "WaitHook", (PyObject *)&WaitHookType) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -1,7 +1,8 @@
 """Fixed-bucket histograms, cheap enough to observe every request and every call.
 
-One observation is a ``bisect`` and two additions (~0.3 us): the timings of 100 % of
-calls go in, whatever the span sampling. Counts are per bucket (not cumulative);
+One observation is a ``bisect`` and two additions (~0.3 us; compiled, ``_native.c``'s
+``Histogram``, a few tens of ns): the timings of 100 % of calls go in, whatever the span
+sampling. Counts are per bucket (not cumulative);
 exposition formats cumulate them. The labelled families, their bounds and the flush into
 prometheus_client are ``tracing.metrics``'.
 """
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import Any
+
+from tracing.timing import native
 
 
 class Histogram:
@@ -39,3 +43,10 @@ class Histogram:
             running += count
             out.append((bound, running))
         return out
+
+
+def new_histogram(bounds: Sequence[float]) -> Any:
+    """A histogram: the compiled one where the compiled path runs (the same numbers, see
+    ``test_native``), else :class:`Histogram`."""
+    compiled = native.active()
+    return Histogram(bounds) if compiled is None else compiled.Histogram(bounds)

@@ -196,6 +196,8 @@ class RequestMeasurement:
         critical one of *calls* (``(upstream, timing)`` pairs). Never raises."""
         if self.timing is not None:
             return self.timing
+        if native.reason is None and _compiled_finish is not None:
+            return _compiled_finish(self, calls, end_ns)
         end = time.monotonic_ns() if end_ns is None else end_ns
         state = self._state
         try:
@@ -281,6 +283,8 @@ def begin_request() -> RequestMeasurement:
     Takes the arrival stamped on its connection (if watched) and explains the inbound
     delay at once, while the switch log still covers it.
     """
+    if native.reason is None and _compiled_begin is not None:
+        return _compiled_begin()
     offset, now = realtime_offset_ns()
     try:
         tag = tag_of(getcurrent())
@@ -301,3 +305,20 @@ def begin_request() -> RequestMeasurement:
     except Exception as exc:
         swallow("begin request measurement", exc)
         return RequestMeasurement(None, now, offset)
+
+
+def _compiled_requests() -> tuple[Any, Any]:
+    """The compiled ``begin_request`` and ``finish`` (``native``), handed this module's
+    types once; (None, None) where the extension was not built or does not take them."""
+    module = native.module
+    if module is None:
+        return None, None
+    try:
+        module.configure_requests(RequestMeasurement, RequestState, RequestTiming, NO_CULPRITS)
+    except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        swallow("compiled request measurement", exc)
+        return None, None
+    return module.begin_request, module.finish_request
+
+
+_compiled_begin, _compiled_finish = _compiled_requests()

@@ -161,8 +161,8 @@ def _check_queued_reply(call: CallState, sock: Any) -> None:
 def _make_read(original: Callable[..., Any]) -> Callable[..., Any]:
     compiled = native.active()
     if compiled is not None:
-        # _native.c: read_call
-        hook = compiled.Hook(original, "read", watching, stamp_arrival, _check_queued_reply)
+        # _native.c: read_call (and stamp_arrival, compiled)
+        hook = compiled.Hook(original, "read", watching, _check_queued_reply)
         functools.update_wrapper(hook, original)
         return hook
 

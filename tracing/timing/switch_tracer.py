@@ -152,9 +152,12 @@ class SwitchTracer:
                 self.log, self._previous, self._enabled, self._sampler, self.route_cpu, self._clock
             )
         greenlet.settrace(self._trace)
-        labels.current_label_listener = self._on_relabel
+        labels.current_label_listener = (
+            self._on_relabel if self._native is None else self._native.relabel
+        )
 
     def _on_relabel(self, label: str | None) -> None:
+        # The reference of the compiled tracer's ``relabel``.
         if self._enabled[0]:
             now = self._clock()
             self.log.append((now, label))
@@ -169,7 +172,10 @@ class SwitchTracer:
         self._enabled[0] = False
         if self._native is not None:
             self._native.enabled = False
-        if labels.current_label_listener == self._on_relabel:
+        listener = labels.current_label_listener
+        if listener == self._on_relabel or (
+            self._native is not None and listener == self._native.relabel
+        ):
             labels.current_label_listener = None
         restored = greenlet.gettrace() is self._trace
         if restored:

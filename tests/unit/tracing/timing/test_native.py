@@ -722,6 +722,164 @@ def test_a_compiled_measurement_is_a_reference_measurement() -> None:
     assert getattr(getcurrent(), TAG_ATTR).call is None
 
 
+# -- a request's measurement begun and finished ----------------------------------------------
+
+
+def _request_events(seed: int, steps: int) -> list[tuple[Any, ...]]:
+    """Requests begun (with an inbound arrival stamped before, after or not at all), the
+    handler switched out and in, and finished with calls that did or did not overlap its
+    waits, at a given end or the clock's."""
+    rng = random.Random(seed)
+    out: list[tuple[Any, ...]] = []
+    for _ in range(steps):
+        arrival = rng.choice([None, -rng.randrange(0, 20_000) * US, rng.randrange(1, 50) * US])
+        out.append(("begin", rng.randrange(0, 3_000) * US, arrival))
+        for _ in range(rng.randrange(0, 6)):
+            out.append(("out", rng.randrange(0, 2_000) * US))
+            out.append(("in", rng.randrange(0, 5_000) * US))
+        calls = []
+        for k in range(rng.randrange(0, 4)):
+            start = rng.randrange(0, 12_000) * US
+            calls.append((f"upstream-{k}", start, start + rng.randrange(0, 8_000) * US))
+        out.append(("finish", rng.randrange(0, 2_000) * US, calls, rng.random() < 0.3))
+    return out
+
+
+def _replay_requests(
+    use_compiled: bool, events: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> list[Any]:
+    from tracing.timing import server_timing
+
+    clock = Clock()
+    offset = 7 * 10**18
+    monkeypatch.setattr(server_timing, "time", types.SimpleNamespace(monotonic_ns=clock))
+    monkeypatch.setattr(server_timing, "realtime_offset_ns", lambda: (offset, clock.now))
+    monkeypatch.setattr(call_state, "realtime_offset_ns", lambda: (offset, clock.now))
+    log = SwitchLog(64)
+    call_state.configure(log, call_state.CULPRIT_THRESHOLD_S)
+    previous = native.reason
+    native.reason = None if use_compiled else "reference"
+    if use_compiled:
+        compiled.set_clock(clock)
+    tag = tag_of(getcurrent())
+    watch = InboundWatch(None)
+    tag.inbound = watch
+    measuring = call_state.measuring[0]
+    out: list[Any] = []
+    measurement: Any = None
+    try:
+        for event in events:
+            clock.now += event[1]
+            log.append((clock.now, LABELS[(clock.now // US) % len(LABELS)]))
+            if event[0] == "begin":
+                watch.armed = False
+                watch.arrival_unix_ns = None if event[2] is None else clock.now + offset + event[2]
+                measurement = server_timing.begin_request()
+                state = measurement._state
+                out.append(
+                    (
+                        "begin",
+                        type(measurement).__name__,
+                        type(state).__name__,
+                        measurement.start_ns,
+                        measurement.offset_ns,
+                        measurement.arrival_unix_ns,
+                        dict(measurement.inbound_culprits_ns),
+                        measurement.inbound_cpu_wait_ns,
+                        watch.arrival_unix_ns,
+                        tag.request is state,
+                    )
+                )
+            elif event[0] == "out":
+                measurement._state.on_switch_out(clock.now)
+            elif event[0] == "in":
+                measurement._state.on_switch_in(clock.now)
+            else:
+                _, _, calls, given_end = event
+                begun = measurement.start_ns
+                timed = [
+                    (
+                        name,
+                        call_state.CallTiming(
+                            duration_s=(end - start) / 1e9,
+                            network_s=0.0,
+                            scheduling_delay_s=0.0,
+                            blocked_s=0.0,
+                            start_ns=begun + start,
+                            end_ns=begun + end,
+                        ),
+                    )
+                    for name, start, end in calls
+                ]
+                timing = measurement.finish(timed, clock.now - 5 if given_end else None)
+                assert measurement.finish() is timing  # idempotent
+                assert type(timing) is server_timing.RequestTiming
+                out.append(("finish", tuple(timing), watch.armed, tag.request))
+            out.append(call_state.measuring[0] - measuring)
+    finally:
+        native.reason = previous
+        if use_compiled:
+            compiled.set_clock(None)
+        call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
+        tag.inbound = None
+        tag.request = None
+        call_state.measuring[0] = measuring
+    return out
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(8))
+def test_requests_are_begun_and_finished_as_the_reference_does(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _request_events(seed, steps=60)
+    reference = _replay_requests(False, events, monkeypatch)
+    finished = [step for step in reference if isinstance(step, tuple) and step[0] == "finish"]
+    assert any(step[1][9] is not None and step[1][11] > 0 for step in finished), (
+        "no critical call had a pre-send wait"
+    )
+    assert any(step[1][13] > 0 for step in finished), "no critical call overlapped a run"
+    begun = [step for step in reference if isinstance(step, tuple) and step[0] == "begin"]
+    assert any(step[6] for step in begun), "no inbound delay had culprits"
+    bad = compiled.bad_states()
+    compiled_steps = _replay_requests(True, events, monkeypatch)
+    assert compiled.bad_states() == bad, "the compiled path dropped a state"
+    assert compiled_steps == reference
+
+
+# -- histograms --------------------------------------------------------------------------------
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(4))
+def test_a_histogram_counts_as_the_reference_does(seed: int) -> None:
+    from tracing.timing.histogram import Histogram
+
+    rng = random.Random(seed)
+    bounds = sorted({round(rng.uniform(0.0001, 2.0), 4) for _ in range(rng.randrange(1, 20))})
+    reference, fast = Histogram(bounds), compiled.Histogram(bounds)
+    values: list[float] = [*bounds, 0.0, -1.0, 5.0, 1 + 2**-40, 3]  # on each bound, ints
+    values += [rng.uniform(-0.1, 2.5) for _ in range(500)]
+    for value in values:
+        reference.observe(value)
+        fast.observe(value)
+    assert fast.bounds == reference.bounds
+    assert fast.counts == reference.counts and fast.count == reference.count == len(values)
+    assert fast.sum == reference.sum
+    assert fast.cumulative() == reference.cumulative()
+
+
+@needs_compiled
+@pytest.mark.parametrize("bounds", [[], [1.0, 1.0], [2.0, 1.0]])
+def test_a_histogram_refuses_the_bounds_the_reference_refuses(bounds: list[Any]) -> None:
+    from tracing.timing.histogram import Histogram
+
+    with pytest.raises(ValueError):
+        Histogram(bounds)
+    with pytest.raises(ValueError, match="distinct and increasing"):
+        compiled.Histogram(bounds)
+
+
 # -- which path runs --------------------------------------------------------------------------
 
 
