@@ -155,8 +155,8 @@ def _worker(span_file: Path) -> Iterator[_Rig]:
         raise SystemExit("span-cost: tracing set-up failed")
     tracer = worker.tracer
     observer = client.TracingCallObserver(tracer, measure=True, metrics=worker.metrics)
-    real_begin = client.begin_call
-    client.begin_call = _FixedMeasurement  # type: ignore[assignment]
+    observer._begin_call = _FixedMeasurement  # type: ignore[assignment]
+    observer._finish_call = _FixedMeasurement.finish  # type: ignore[assignment]
     # The thread sleeps on its wake-up lock until a span comes; the spans' signals go
     # nowhere while the benchmark runs, and the lock is given back for the shutdown.
     processor = worker.processor
@@ -165,7 +165,6 @@ def _worker(span_file: Path) -> Iterator[_Rig]:
     try:
         yield _Rig(worker, observer, tracer)
     finally:
-        client.begin_call = real_begin
         processor._wake = real_wake
         processor._queue.clear()
         server.shutdown_worker()

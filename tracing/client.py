@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracing import attributes
 from tracing.timing.call_state import TOP_CULPRITS, top_culprits
-from tracing.timing.call_timing import CallMeasurement, CallTiming, begin_call
+from tracing.timing.call_timing import CallMeasurement, CallTiming, bound_calls
 from tracing.timing.hook_errors import swallow
 
 
@@ -168,6 +168,8 @@ class TracingCallObserver:
     ) -> None:
         self._tracer = tracer
         self._measure = measure
+        # The compiled (or reference) begin and finish, bound once: they run for every call.
+        self._begin_call, self._finish_call = bound_calls()
         self._metrics = metrics
 
     def call(self, upstream: str, method: str, host: str, port: int, path: str) -> _Call:
@@ -189,7 +191,7 @@ class TracingCallObserver:
             if record.error_type is None and record.status is not None and record.status >= 400:
                 record.error_type = str(record.status)
             if measurement is not None:
-                record.timing = timing = measurement.finish()
+                record.timing = timing = self._finish_call(measurement)
                 metrics = self._metrics
                 if metrics is not None:
                     metrics.observe_call(record.upstream, timing)
@@ -258,7 +260,9 @@ class _Call:
                     f"00-{parent.trace_id:032x}-{parent.span_id:016x}-{int(parent.trace_flags):02x}"
                 )
         if observer._measure:
-            self._measurement = begin_call(totals.offset_ns if totals is not None else None)
+            self._measurement = observer._begin_call(
+                totals.offset_ns if totals is not None else None
+            )
         return observed
 
     def __exit__(

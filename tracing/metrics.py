@@ -637,7 +637,11 @@ class PoolMetrics:
         }
         self._process_seen: dict[Any, float] = {}
         self._call_children: dict[str, tuple[Histogram, Histogram, Histogram]] = {}
-        self._route_children: dict[str, tuple[Histogram, Histogram, Histogram, Histogram]] = {}
+        self._route_children: dict[
+            str, tuple[Histogram, Histogram, Histogram, Histogram, LocalCounter]
+        ] = {}
+        # victim -> culprit -> its counter (the culprits of a route's delays recur).
+        self._blamed: dict[str, dict[str, LocalCounter]] = {}
         self.before_flush.append(self.sample_process)
         # At once too: a gauge file starts at 0, which "livemin" would report meanwhile.
         self.sample_process()
@@ -682,9 +686,10 @@ class PoolMetrics:
                 self.inbound_delay(route),
                 self.inbound_cpu_wait(route),
                 self.hub_wait(route),
+                self.route_network(route),
             )
             self._route_children[route] = children
-        handler, inbound_delay, inbound_cpu_wait, hub_wait = children
+        handler, inbound_delay, inbound_cpu_wait, hub_wait, network = children
         handler.observe(timing.duration_s)
         if timing.inbound_delay_s is not None:
             inbound_delay.observe(timing.inbound_delay_s)
@@ -694,7 +699,7 @@ class PoolMetrics:
         if critical is not None:
             wait += timing.presend_delay_s + critical.scheduling_delay_s + timing.wake_delay_s
             if critical.network_s:
-                self.route_network(route).inc(critical.network_s)
+                network.inc(critical.network_s)
             if critical.culprits:
                 self._blame(route, critical.culprits)
         # = timing.hub_wait_s, inlined.
@@ -703,8 +708,14 @@ class PoolMetrics:
             self._blame(route, timing.inbound_culprits)
 
     def _blame(self, victim: str, culprits: Mapping[str, float]) -> None:
+        counters = self._blamed.get(victim)
+        if counters is None:
+            counters = self._blamed[victim] = {}
         for culprit, seconds in culprits.items():
-            self.route_culprit(culprit, victim).inc(seconds)
+            counter = counters.get(culprit)
+            if counter is None:
+                counter = counters[culprit] = self.route_culprit(culprit, victim)
+            counter.inc(seconds)
 
     def observe_loop_lag(self, lag_s: float) -> None:
         self.loop_lag().observe(lag_s)

@@ -496,15 +496,39 @@ typedef struct {
     PyObject *by_label;  /* route_cpu.by_label_ns */
     PyObject *charge_long;
     int64_t long_ns;
+    /* route_cpu.RouteCpu's own charge_long, done here (NULL blocks: call charge_long) */
+    PyObject *blocks;    /* route_cpu.blocks */
+    PyObject *runqueue;  /* route_cpu.runqueue, or NULL */
+    int64_t block_ns;
     int enabled;
 } TracerObject;
 
 static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"log", "previous", "route_cpu", "sampler", NULL};
+    static char *kwlist[] = {"log", "previous", "route_cpu", "sampler", "inline_long", NULL};
     PyObject *log, *previous, *route_cpu, *sampler = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO|O", kwlist, &SwitchLogType, &log,
-                                     &previous, &route_cpu, &sampler))
+    int inline_long = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO|Op", kwlist, &SwitchLogType, &log,
+                                     &previous, &route_cpu, &sampler, &inline_long))
         return -1;
+    PyObject *blocks = NULL, *runqueue = NULL;
+    int64_t block_ns = 0;
+    if (inline_long) {
+        /* a route_cpu.RouteCpu: its charge_long is done here */
+        blocks = PyObject_GetAttrString(route_cpu, "blocks");
+        runqueue = blocks == NULL ? NULL : PyObject_GetAttrString(route_cpu, "runqueue");
+        PyObject *b = runqueue == NULL ? NULL : PyObject_GetAttrString(route_cpu, "block_ns");
+        if (b != NULL) {
+            block_ns = as_i64(b);
+            Py_DECREF(b);
+        }
+        if (b == NULL || PyErr_Occurred() || !PyDict_Check(blocks)) {
+            Py_XDECREF(blocks);
+            Py_XDECREF(runqueue);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "route_cpu.blocks: a dict");
+            return -1;
+        }
+        if (runqueue == Py_None) Py_CLEAR(runqueue);
+    }
     PyObject *since = PyObject_GetAttrString(route_cpu, "since");
     PyObject *by_label = PyObject_GetAttrString(route_cpu, "by_label_ns");
     PyObject *charge_long = PyObject_GetAttrString(route_cpu, "charge_long");
@@ -559,10 +583,15 @@ static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->since, since);
     Py_XSETREF(self->by_label, by_label);
     Py_XSETREF(self->charge_long, charge_long);
+    Py_XSETREF(self->blocks, blocks);
+    Py_XSETREF(self->runqueue, runqueue);
+    self->block_ns = block_ns;
     self->long_ns = long_ns;
     self->enabled = 1;
     return 0;
 fail:
+    Py_XDECREF(blocks);
+    Py_XDECREF(runqueue);
     Py_XDECREF(since);
     Py_XDECREF(by_label);
     Py_XDECREF(charge_long);
@@ -579,6 +608,8 @@ static int Tracer_traverse(TracerObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->since);
     Py_VISIT(self->by_label);
     Py_VISIT(self->charge_long);
+    Py_VISIT(self->blocks);
+    Py_VISIT(self->runqueue);
     return 0;
 }
 
@@ -592,6 +623,8 @@ static int Tracer_clear(TracerObject *self) {
     Py_CLEAR(self->since);
     Py_CLEAR(self->by_label);
     Py_CLEAR(self->charge_long);
+    Py_CLEAR(self->blocks);
+    Py_CLEAR(self->runqueue);
     return 0;
 }
 
@@ -921,6 +954,36 @@ reference:
     return PyObject_CallOneArg(g_tag_of, greenlet);
 }
 
+/* route_cpu.RouteCpu.charge_long: a run of *label* that lasted at least long_ns. */
+static int charge_long(TracerObject *self, PyObject *label, int64_t start, int64_t end) {
+    if (self->blocks == NULL) {
+        PyObject *r = PyObject_CallFunction(self->charge_long, "OLL", label, (long long)start,
+                                            (long long)end);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    int64_t ran = end - start;
+    /* the hub's long runs are its idle waits: not worth a pread */
+    if (PyUnicode_Check(label) && PyUnicode_CompareWithASCIIString(label, "<hub>") == 0)
+        return dict_add_ns(self->by_label, label, ran);
+    if (ran >= self->block_ns && dict_add_ns(self->blocks, label, 1) < 0) return -1;
+    if (self->runqueue != NULL) {
+        int64_t wait = 0;
+        if (g_runqueue_type != NULL && Py_TYPE(self->runqueue) == (PyTypeObject *)g_runqueue_type) {
+            if (runqueue_wait_between(self->runqueue, start, end, &wait) < 0) return -1;
+        } else {
+            PyObject *r = PyObject_CallMethod(self->runqueue, "wait_between", "LL",
+                                              (long long)start, (long long)end);
+            if (r == NULL) return -1;
+            wait = as_i64(r);
+            Py_DECREF(r);
+            if (wait == -1 && PyErr_Occurred()) return -1;
+        }
+        ran -= wait;
+    }
+    return dict_add_ns(self->by_label, label, ran > 0 ? ran : 0);
+}
+
 static int trace_switch(TracerObject *self, PyObject *pair) {
     if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
         PyErr_SetString(PyExc_TypeError, "switch arguments must be (origin, target)");
@@ -953,10 +1016,7 @@ static int trace_switch(TracerObject *self, PyObject *pair) {
     if (ran < self->long_ns) {
         rc = dict_add_ns(self->by_label, ran_label, ran);
     } else {
-        PyObject *r = PyObject_CallFunction(self->charge_long, "OLL", ran_label,
-                                            (long long)since_ns, (long long)now);
-        rc = r == NULL ? -1 : 0;
-        Py_XDECREF(r);
+        rc = charge_long(self, ran_label, since_ns, now);
     }
     Py_DECREF(ran_label);
     if (rc < 0) goto fail;
@@ -1034,10 +1094,7 @@ static PyObject *Tracer_relabel(TracerObject *self, PyObject *label) {
     PyObject *previous = Py_NewRef(PyList_GET_ITEM(since, 1));
     int rc = 0;
     if (now - start >= self->long_ns) {
-        PyObject *r = PyObject_CallFunction(self->charge_long, "OLL", previous,
-                                            (long long)start, (long long)now);
-        rc = r == NULL ? -1 : 0;
-        Py_XDECREF(r);
+        rc = charge_long(self, previous, start, now);
     } else if (now > start) {
         rc = dict_add_ns(self->by_label, previous, now - start);
     }

@@ -15,7 +15,7 @@ the outer one. What is counted as network, delay or blocked: ``call_state``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -31,7 +31,14 @@ from tracing.timing.labels import GreenletTag, tag_of
 MAX_NESTING: Final = 8
 
 # The public names of a measurement's result, importable from here.
-__all__ = ["MAX_NESTING", "CallMeasurement", "CallTiming", "begin_call", "measure_call"]
+__all__ = [
+    "MAX_NESTING",
+    "CallMeasurement",
+    "CallTiming",
+    "begin_call",
+    "bound_calls",
+    "measure_call",
+]
 
 
 class CallMeasurement:
@@ -123,6 +130,17 @@ def _compiled_calls() -> tuple[Any, Any]:
 
 
 _compiled_begin, _compiled_finish = _compiled_calls()
+
+
+def bound_calls() -> tuple[
+    Callable[[int | None], CallMeasurement], Callable[[CallMeasurement], CallTiming]
+]:
+    """``begin_call`` and a measurement's ``finish`` of the path that runs now (compiled,
+    else the reference), for a caller that binds them once per process and then skips
+    the dispatch on every call (``tracing.client``'s observer)."""
+    if native.reason is None and _compiled_begin is not None:
+        return _compiled_begin, _compiled_finish
+    return begin_call, CallMeasurement.finish
 
 
 @contextmanager

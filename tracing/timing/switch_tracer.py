@@ -144,7 +144,14 @@ class SwitchTracer:
         self._enabled = [True]
         compiled = native.active()
         if compiled is not None and isinstance(self.log, compiled.SwitchLog):
-            self._native = compiled.Tracer(self.log, self._previous, self.route_cpu, sampler)
+            self._native = compiled.Tracer(
+                self.log,
+                self._previous,
+                self.route_cpu,
+                sampler,
+                # RouteCpu's own charge_long is done in C (a subclass's is called).
+                inline_long=type(self.route_cpu) is RouteCpu,
+            )
             self._trace = self._native
         else:
             self._native = None

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from greenlet import getcurrent
 
-from tracing.timing import call_state, kernel_rx, native, socket_hooks
+from tracing.timing import call_state, kernel_rx, labels, native, socket_hooks
 from tracing.timing.call_state import CallState
 from tracing.timing.labels import TAG_ATTR, GreenletTag, tag_of
 from tracing.timing.request_state import InboundWatch, RequestState
@@ -137,6 +137,11 @@ def _replay_switches(
                 trace("switch", (greenlets[event[2]], greenlets[event[3]]))
             elif event[0] == "relabel":
                 getattr(greenlets[event[2]], TAG_ATTR).label = event[3]
+                if event[2] % 2 == 0:
+                    # As set_greenlet_label tells the tracer when the running one relabels.
+                    listener = labels.current_label_listener
+                    assert listener is not None
+                    listener(event[3])
             elif event[0] == "measure":
                 tag = getattr(greenlets[event[2]], TAG_ATTR)
                 if tag.call is None:
