@@ -361,12 +361,14 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
     spans = worker.spans
     build_sampled = precheck and measure and worker.build_sampled
     new_span_id = spans.new_span_id if spans is not None else None
+    # The compiled (or reference) begin and finish, bound once: they run for every request.
+    begin_request, finish_request = server_timing.bound_requests()
     if measure:
         # Outermost, so the handler's time starts before Flask runs.
         inner = app.wsgi_app
 
         def timed_wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
-            environ[_ENVIRON_MEASUREMENT] = server_timing.begin_request()
+            environ[_ENVIRON_MEASUREMENT] = begin_request()
             return inner(environ, start_response)
 
         app.wsgi_app = timed_wsgi_app
@@ -429,7 +431,7 @@ def init_app(app: Any, *, untraced_paths: Sequence[str] = ()) -> TracingCallObse
             route = environ.get(_ENVIRON_ROUTE) or route_of(req)
             status = 500 if exc is not None else g.get("pricing_status")
             if isinstance(measurement, RequestMeasurement):
-                timing = measurement.finish(totals.timed() if totals is not None else ())
+                timing = finish_request(measurement, totals.timed() if totals is not None else ())
                 _account(
                     worker, FinishedRequest(route, timing, totals, status, req.headers), req, exc
                 )

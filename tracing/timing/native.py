@@ -2,9 +2,11 @@
 reference: which one the timing core runs, decided once per process.
 
 What runs on every greenlet switch and around every socket wait (the switch tracer, the
-switch log, the ``_wait`` hook with its receive-timestamp peek), and a call's measurement
-begun and finished (``call_timing``), exists twice: the Python
-modules are the reference, ``_native.c`` follows them and is what runs when it was built.
+switch log, relabelling, a long run's CPU with its run-queue read, the ``_wait`` hook with
+its receive-timestamp peek, the read hook with a request's inbound stamp), a call's
+measurement begun and finished (``call_timing``), a request's (``server_timing``), and the
+histograms every request and call feeds (``histogram``), exists twice: the Python modules
+are the reference, ``_native.c`` follows them and is what runs when it was built.
 ``PRICING_TIMING_NATIVE=0`` forces the reference (tests run both and compare). Without a
 compiler the install builds no extension and the reference runs; :func:`announce` says so
 in one line when a worker instruments itself.

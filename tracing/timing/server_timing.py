@@ -25,7 +25,7 @@ again (``wake``).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
@@ -322,3 +322,15 @@ def _compiled_requests() -> tuple[Any, Any]:
 
 
 _compiled_begin, _compiled_finish = _compiled_requests()
+
+
+def bound_requests() -> tuple[
+    Callable[[], RequestMeasurement],
+    Callable[[RequestMeasurement, Sequence[tuple[str, CallTiming]]], RequestTiming],
+]:
+    """``begin_request`` and a measurement's ``finish`` of the path that runs now
+    (compiled, else the reference), for a caller that binds them once per process and
+    then skips the dispatch on every request (``tracing.server``'s hooks)."""
+    if native.reason is None and _compiled_begin is not None:
+        return _compiled_begin, _compiled_finish
+    return begin_request, RequestMeasurement.finish
