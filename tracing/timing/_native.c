@@ -50,7 +50,7 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
     *s_watched_sock, *s_switch_log_attr, *s_cpu_wait_attr, *s_samples, *s_due_ns,
     *s_sample_interval_ns, *s_attribute, *s_wait_between, *s_depth, *s_previous, *s_absorb,
     *s_blocked_ns, *s_start_ns, *s_arrival_unix_ns, *s_timeout, *s_wait_method, *s_end_ns,
-    *s_fields;
+    *s_fields, *s_append;
 
 /* Set by configure(): what the C code needs from the Python side, passed down (the
  * timing core's modules, never imported from here). */
@@ -843,7 +843,7 @@ static int runqueue_wait_between(PyObject *clock, int64_t start, int64_t end, in
         PyErr_SetString(PyExc_OSError, "run-queue wait not readable");
         goto done;
     }
-    append = PyObject_GetAttrString(samples, "append");
+    append = PyObject_GetAttr(samples, s_append);
     due = attr(clock, s_due_ns);
     if (append == NULL || due == NULL) goto done;
     if (!PyList_Check(due) || PyList_GET_SIZE(due) < 1) {
@@ -2677,6 +2677,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_wait_method, "_wait");
     INTERN(s_end_ns, "end_ns");
     INTERN(s_fields, "_fields");
+    INTERN(s_append, "append");
     g_zero = PyLong_FromLong(0);
     if (g_zero == NULL) return NULL;
     if (PyType_Ready(&SwitchLogType) < 0 || PyType_Ready(&TracerType) < 0 ||
