@@ -1743,7 +1743,9 @@ static PyObject *new_measurement(PyObject *state, PyObject *tag) {
     return m;
 }
 
-static PyObject *begin_call(PyObject *offset) {
+/* labels.tag_of(getcurrent()): the running greenlet's tag, made on first use. A new
+ * reference, or NULL with an error set. */
+static PyObject *current_tag(void) {
     PyObject *current = PyObject_CallNoArgs(g_getcurrent);
     if (current == NULL) return NULL;
     PyObject *tag = get_optional(current, s_tag_attr);
@@ -1752,6 +1754,11 @@ static PyObject *begin_call(PyObject *offset) {
         tag = PyObject_CallOneArg(g_tag_of, current);
     }
     Py_DECREF(current);
+    return tag;
+}
+
+static PyObject *begin_call(PyObject *offset) {
+    PyObject *tag = current_tag();
     if (tag == NULL) return NULL;
     PyObject *state = NULL, *result = NULL;
     PyObject *previous = attr(tag, s_call);
@@ -1799,6 +1806,46 @@ static PyObject *py_begin_call(PyObject *mod, PyObject *const *args, Py_ssize_t 
 
 static PyObject *ns_seconds(int64_t ns) { return PyFloat_FromDouble((double)ns / 1e9); }
 
+/* An instance of the named tuple *type* holding *fields*' items (any of them NULL: an
+ * error is set); *fields* is released. What tuple.__new__(type, fields) makes, without
+ * its two intermediate tuples. A new reference. */
+static PyObject *named_tuple(PyTypeObject *type, PyObject *fields) {
+    Py_ssize_t n = PyTuple_GET_SIZE(fields);
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyTuple_GET_ITEM(fields, i) == NULL) goto done;
+    }
+    if (PyErr_Occurred()) goto done;
+    out = type->tp_alloc(type, n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++)
+        PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(fields, i)));
+done:
+    if (out == NULL && !PyErr_Occurred()) PyErr_NoMemory();
+    Py_DECREF(fields);
+    return out;
+}
+
+/* {label: ns} as a read-only {label: seconds}, or the shared empty one. */
+static PyObject *seconds_proxy(PyObject *culprits_ns) {
+    if (!PyDict_Check(culprits_ns)) {
+        PyErr_SetString(PyExc_TypeError, "culprits must be a dict");
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(culprits_ns) == 0) return Py_NewRef(g_no_culprits);
+    PyObject *seconds = PyDict_New();
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (seconds != NULL && PyDict_Next(culprits_ns, &pos, &key, &value)) {
+        int64_t ns = as_i64(value);
+        PyObject *s = (ns == -1 && PyErr_Occurred()) ? NULL : ns_seconds(ns);
+        if (s == NULL || PyDict_SetItem(seconds, key, s) < 0) Py_CLEAR(seconds);
+        Py_XDECREF(s);
+    }
+    PyObject *proxy = seconds == NULL ? NULL : PyDictProxy_New(seconds);
+    Py_XDECREF(seconds);
+    return proxy;
+}
+
 /* CallState.to_timing(end_ns): a new reference. */
 static PyObject *to_timing(PyObject *state, int64_t end) {
     int64_t network, delay, blocked, cpu_wait, start;
@@ -1808,27 +1855,7 @@ static PyObject *to_timing(PyObject *state, int64_t end) {
         return NULL;
     PyObject *culprits_ns = attr(state, s_culprits_ns);
     if (culprits_ns == NULL) return NULL;
-    if (!PyDict_Check(culprits_ns)) {
-        Py_DECREF(culprits_ns);
-        PyErr_SetString(PyExc_TypeError, "culprits_ns must be a dict");
-        return NULL;
-    }
-    PyObject *culprits;
-    if (PyDict_GET_SIZE(culprits_ns) == 0) {
-        culprits = Py_NewRef(g_no_culprits);
-    } else {
-        PyObject *seconds = PyDict_New();
-        PyObject *key, *value;
-        Py_ssize_t pos = 0;
-        while (seconds != NULL && PyDict_Next(culprits_ns, &pos, &key, &value)) {
-            int64_t ns = as_i64(value);
-            PyObject *s = (ns == -1 && PyErr_Occurred()) ? NULL : ns_seconds(ns);
-            if (s == NULL || PyDict_SetItem(seconds, key, s) < 0) Py_CLEAR(seconds);
-            Py_XDECREF(s);
-        }
-        culprits = seconds == NULL ? NULL : PyDictProxy_New(seconds);
-        Py_XDECREF(seconds);
-    }
+    PyObject *culprits = seconds_proxy(culprits_ns);
     Py_DECREF(culprits_ns);
     if (culprits == NULL) return NULL;
     delay = delay > 0 ? delay : 0;
@@ -1856,18 +1883,7 @@ static PyObject *to_timing(PyObject *state, int64_t end) {
     PyTuple_SET_ITEM(fields, 7, start_obj);
     PyTuple_SET_ITEM(fields, 8, PyLong_FromLongLong(end));
     PyTuple_SET_ITEM(fields, 9, arrived);
-    for (int i = 0; i < 10; i++) {
-        if (PyTuple_GET_ITEM(fields, i) == NULL) {
-            Py_DECREF(fields);
-            return NULL;
-        }
-    }
-    PyObject *args = PyTuple_Pack(1, fields);
-    Py_DECREF(fields);
-    if (args == NULL) return NULL;
-    PyObject *timing = PyTuple_Type.tp_new(g_timing_type, args, NULL);
-    Py_DECREF(args);
-    return timing;
+    return named_tuple(g_timing_type, fields);
 }
 
 /* Take *state* off its greenlet's chain of measurements (CallMeasurement.finish). */
@@ -2228,14 +2244,7 @@ static PyObject *new_request_measurement(PyObject *tag, int64_t start, int64_t o
 
 /* server_timing.begin_request, past the clock reads; a new reference. */
 static PyObject *begin_request(int64_t offset, int64_t now) {
-    PyObject *current = PyObject_CallNoArgs(g_getcurrent);
-    if (current == NULL) return NULL;
-    PyObject *tag = get_optional(current, s_tag_attr);
-    if (tag != NULL && tag == Py_None) {
-        Py_DECREF(tag);
-        tag = PyObject_CallOneArg(g_tag_of, current);
-    }
-    Py_DECREF(current);
+    PyObject *tag = current_tag();
     if (tag == NULL) return NULL;
     PyObject *request = NULL, *m = new_request_measurement(tag, now, offset);
     if (m == NULL) goto fail;
@@ -2341,27 +2350,6 @@ static int timing_ns(PyObject *timing, int index, PyObject *name, int64_t *out) 
     return get_i64(timing, name, out);
 }
 
-/* {label: ns} as a read-only {label: seconds}, or the shared empty one. */
-static PyObject *seconds_proxy(PyObject *culprits_ns) {
-    if (!PyDict_Check(culprits_ns)) {
-        PyErr_SetString(PyExc_TypeError, "culprits must be a dict");
-        return NULL;
-    }
-    if (PyDict_GET_SIZE(culprits_ns) == 0) return Py_NewRef(g_no_culprits);
-    PyObject *seconds = PyDict_New();
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (seconds != NULL && PyDict_Next(culprits_ns, &pos, &key, &value)) {
-        int64_t ns = as_i64(value);
-        PyObject *s = (ns == -1 && PyErr_Occurred()) ? NULL : ns_seconds(ns);
-        if (s == NULL || PyDict_SetItem(seconds, key, s) < 0) Py_CLEAR(seconds);
-        Py_XDECREF(s);
-    }
-    PyObject *proxy = seconds == NULL ? NULL : PyDictProxy_New(seconds);
-    Py_XDECREF(seconds);
-    return proxy;
-}
-
 /* RequestMeasurement._timing: a new reference. *calls* NULL: none. */
 static PyObject *request_timing(PyObject *m, int64_t end, int64_t running, PyObject *waits,
                                 PyObject *calls) {
@@ -2416,18 +2404,7 @@ static PyObject *request_timing(PyObject *m, int64_t end, int64_t running, PyObj
     PyTuple_SET_ITEM(fields, 13, ns_seconds(overlap));
     PyTuple_SET_ITEM(fields, 14, PyLong_FromSsize_t(ncalls));
     Py_DECREF(fast);
-    for (int i = 0; i < RT_COUNT; i++) {
-        if (PyTuple_GET_ITEM(fields, i) == NULL || PyErr_Occurred()) {
-            Py_DECREF(fields);
-            return NULL;
-        }
-    }
-    PyObject *args = PyTuple_Pack(1, fields);
-    Py_DECREF(fields);
-    if (args == NULL) return NULL;
-    PyObject *timing = PyTuple_Type.tp_new(g_rt_type, args, NULL);
-    Py_DECREF(args);
-    return timing;
+    return named_tuple(g_rt_type, fields);
 fail:
     Py_DECREF(fast);
     return NULL;

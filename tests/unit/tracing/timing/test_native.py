@@ -8,6 +8,7 @@ socket is a real one with a queued, kernel-stamped byte, so both peek the same s
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import time
@@ -51,6 +52,22 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
+
+
+@contextlib.contextmanager
+def _path(use_compiled: bool, clock: Clock) -> Iterator[None]:
+    """The compiled path (on *clock*, through ``set_clock``) or the reference, for a
+    replay; what was running before, afterwards."""
+    previous = native.reason
+    native.reason = None if use_compiled else "reference"
+    if use_compiled:
+        compiled.set_clock(clock)
+    try:
+        yield
+    finally:
+        native.reason = previous
+        if use_compiled:
+            compiled.set_clock(None)
 
 
 @pytest.fixture
@@ -632,10 +649,13 @@ def _replay_calls(
     monkeypatch.setattr(call_timing, "time", fake_time)
     # Realtime offsets sampled for a call that brings none: on the fake clock as well.
     monkeypatch.setattr(call_state, "realtime_offset_ns", lambda: (7 * 10**18, clock.now))
-    previous = native.reason
-    native.reason = None if use_compiled else "reference"
-    if use_compiled:
-        compiled.set_clock(clock)
+    with _path(use_compiled, clock):
+        return _replay_calls_on(events, clock)
+
+
+def _replay_calls_on(events: list[tuple[Any, ...]], clock: Clock) -> list[Any]:
+    from tracing.timing import call_timing
+
     tag = tag_of(getcurrent())
     measuring = call_state.measuring[0]
     measurements: list[Any] = []
@@ -683,9 +703,6 @@ def _replay_calls(
                 )
             out.append((chain(), call_state.measuring[0] - measuring))
     finally:
-        native.reason = previous
-        if use_compiled:
-            compiled.set_clock(None)
         for measurement in measurements:
             measurement.finish()
         tag.call = None
@@ -760,12 +777,15 @@ def _replay_requests(
     monkeypatch.setattr(server_timing, "time", types.SimpleNamespace(monotonic_ns=clock))
     monkeypatch.setattr(server_timing, "realtime_offset_ns", lambda: (offset, clock.now))
     monkeypatch.setattr(call_state, "realtime_offset_ns", lambda: (offset, clock.now))
+    with _path(use_compiled, clock):
+        return _replay_requests_on(events, clock, offset)
+
+
+def _replay_requests_on(events: list[tuple[Any, ...]], clock: Clock, offset: int) -> list[Any]:
+    from tracing.timing import server_timing
+
     log = SwitchLog(64)
     call_state.configure(log, call_state.CULPRIT_THRESHOLD_S)
-    previous = native.reason
-    native.reason = None if use_compiled else "reference"
-    if use_compiled:
-        compiled.set_clock(clock)
     tag = tag_of(getcurrent())
     watch = InboundWatch(None)
     tag.inbound = watch
@@ -822,9 +842,6 @@ def _replay_requests(
                 out.append(("finish", tuple(timing), watch.armed, tag.request))
             out.append(call_state.measuring[0] - measuring)
     finally:
-        native.reason = previous
-        if use_compiled:
-            compiled.set_clock(None)
         call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
         tag.inbound = None
         tag.request = None
