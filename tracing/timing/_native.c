@@ -499,17 +499,18 @@ typedef struct {
     /* route_cpu.RouteCpu's own charge_long, done here (NULL blocks: call charge_long) */
     PyObject *blocks;    /* route_cpu.blocks */
     PyObject *runqueue;  /* route_cpu.runqueue, or NULL */
+    PyObject *hub_label; /* labels.HUB_LABEL: the hub's long runs are charged as they are */
     int64_t block_ns;
     int enabled;
 } TracerObject;
 
 static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"log", "previous", "route_cpu", "sampler", "inline_long", NULL};
-    PyObject *log, *previous, *route_cpu, *sampler = Py_None;
-    int inline_long = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO|Op", kwlist, &SwitchLogType, &log,
-                                     &previous, &route_cpu, &sampler, &inline_long))
+    static char *kwlist[] = {"log", "previous", "route_cpu", "sampler", "hub_label", NULL};
+    PyObject *log, *previous, *route_cpu, *sampler = Py_None, *hub_label = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO|OO", kwlist, &SwitchLogType, &log,
+                                     &previous, &route_cpu, &sampler, &hub_label))
         return -1;
+    int inline_long = hub_label != Py_None;
     PyObject *blocks = NULL, *runqueue = NULL;
     int64_t block_ns = 0;
     if (inline_long) {
@@ -585,6 +586,7 @@ static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->charge_long, charge_long);
     Py_XSETREF(self->blocks, blocks);
     Py_XSETREF(self->runqueue, runqueue);
+    Py_XSETREF(self->hub_label, inline_long ? Py_NewRef(hub_label) : NULL);
     self->block_ns = block_ns;
     self->long_ns = long_ns;
     self->enabled = 1;
@@ -610,6 +612,7 @@ static int Tracer_traverse(TracerObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->charge_long);
     Py_VISIT(self->blocks);
     Py_VISIT(self->runqueue);
+    Py_VISIT(self->hub_label);
     return 0;
 }
 
@@ -625,6 +628,7 @@ static int Tracer_clear(TracerObject *self) {
     Py_CLEAR(self->charge_long);
     Py_CLEAR(self->blocks);
     Py_CLEAR(self->runqueue);
+    Py_CLEAR(self->hub_label);
     return 0;
 }
 
@@ -964,8 +968,9 @@ static int charge_long(TracerObject *self, PyObject *label, int64_t start, int64
     }
     int64_t ran = end - start;
     /* the hub's long runs are its idle waits: not worth a pread */
-    if (PyUnicode_Check(label) && PyUnicode_CompareWithASCIIString(label, "<hub>") == 0)
-        return dict_add_ns(self->by_label, label, ran);
+    int hub = PyObject_RichCompareBool(label, self->hub_label, Py_EQ);
+    if (hub < 0) return -1;
+    if (hub) return dict_add_ns(self->by_label, label, ran);
     if (ran >= self->block_ns && dict_add_ns(self->blocks, label, 1) < 0) return -1;
     if (self->runqueue != NULL) {
         int64_t wait = 0;
@@ -1124,7 +1129,8 @@ static PyGetSetDef Tracer_getset[] = {
 static PyTypeObject TracerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.Tracer",
     .tp_doc = "switch_tracer's trace function, compiled: Tracer(log, previous, route_cpu, "
-              "sampler=None).",
+              "sampler=None, hub_label=None); with hub_label, route_cpu (a RouteCpu) has "
+              "its long runs charged here.",
     .tp_basicsize = sizeof(TracerObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,

@@ -150,7 +150,7 @@ class SwitchTracer:
                 self.route_cpu,
                 sampler,
                 # RouteCpu's own charge_long is done in C (a subclass's is called).
-                inline_long=type(self.route_cpu) is RouteCpu,
+                hub_label=labels.HUB_LABEL if type(self.route_cpu) is RouteCpu else None,
             )
             self._trace = self._native
         else:

@@ -920,6 +920,26 @@ def test_the_compiled_path_is_what_runs_where_it_could_be_built() -> None:
         assert native.active() is native.module
 
 
+@needs_compiled
+@pytest.mark.parametrize("use_compiled", [True, False], ids=["compiled", "reference"])
+def test_what_the_hooks_bind_once_is_the_path_that_runs(use_compiled: bool) -> None:
+    """The server's hooks and the call observer bind begin and finish once per process:
+    the compiled functions where the compiled path runs, the reference's otherwise."""
+    from tracing.timing import call_timing, server_timing
+
+    with _path(use_compiled, Clock()):
+        begin_request, finish_request = server_timing.bound_requests()
+        begin_call, finish_call = call_timing.bound_calls()
+    if use_compiled:
+        assert (begin_request, finish_request) == (compiled.begin_request, compiled.finish_request)
+        assert (begin_call, finish_call) == (compiled.begin_call, compiled.finish_call)
+    else:
+        assert begin_request is server_timing.begin_request
+        assert finish_request is server_timing.RequestMeasurement.finish
+        assert begin_call is call_timing.begin_call
+        assert finish_call is call_timing.CallMeasurement.finish
+
+
 def test_the_reference_is_announced_in_one_line(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
