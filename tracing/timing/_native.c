@@ -57,6 +57,11 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
 static PyObject *g_getcurrent, *g_measuring, *g_tag_of, *g_call_state, *g_request_type;
 /* labels.GreenletTag (NULL: every new tag is made by labels.tag_of). */
 static PyObject *g_tag_type;
+/* labels.GreenletTag's slots, as GreenletTag(label) sets them: label, the rest None. All
+ * 0: the type is not that plain class (new tags are made by calling it). */
+enum { TAG_label, TAG_call, TAG_inbound, TAG_request, TAG_SLOT_COUNT };
+static const char *const TAG_NAMES[TAG_SLOT_COUNT] = {"label", "call", "inbound", "request"};
+static Py_ssize_t g_tag_slots[TAG_SLOT_COUNT];
 /* runqueue.RunQueueClock: its reads and samples are done here for that exact class. */
 static PyObject *g_runqueue_type;
 static Py_ssize_t g_max_waits = 64;
@@ -170,6 +175,10 @@ static PyObject **slot_of(PyObject *obj, PyObject *name) {
     }
     return NULL; /* the cache is full around here: generic */
 }
+
+/* The slot at a plain slot's offset (found once: find_slot, required_slot). */
+#define SLOT_AT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+static Py_ssize_t required_slot(PyTypeObject *type, const char *name);
 
 /* getattr(obj, name): a new reference, NULL with an error set. */
 static PyObject *attr(PyObject *obj, PyObject *name) {
@@ -910,6 +919,19 @@ static int explain_into(int64_t start, int64_t end, PyObject *into, int64_t *wai
     return rc;
 }
 
+/* GreenletTag(label), its slots set here as its __init__ sets them, without calling the
+ * class: that would run __init__ as a Python frame inside the tracer, on the first switch
+ * into every new greenlet. A new reference. */
+static PyObject *make_tag(PyObject *label) {
+    if (g_tag_slots[0] == 0) return PyObject_CallOneArg(g_tag_type, label);
+    PyTypeObject *type = (PyTypeObject *)g_tag_type;
+    PyObject *tag = type->tp_alloc(type, 0);
+    if (tag == NULL) return NULL;
+    for (int i = 0; i < TAG_SLOT_COUNT; i++)
+        SLOT_AT(tag, g_tag_slots[i]) = Py_NewRef(i == TAG_label ? label : Py_None);
+    return tag;
+}
+
 /* labels.tag_of for a greenlet the tracer meets without a tag, in the common case: a
  * greenlet gevent spawned (its ``spawning_greenlet`` weak reference) from a tagged one
  * inherits that one's label. Anything else (the hub, no spawner, a spawner without a tag
@@ -941,7 +963,7 @@ static PyObject *new_tag(PyObject *greenlet) {
     PyObject *label = attr(spawner_tag, s_label);
     Py_DECREF(spawner_tag);
     if (label == NULL) return NULL;
-    PyObject *tag = PyObject_CallOneArg(g_tag_type, label);
+    PyObject *tag = make_tag(label);
     Py_DECREF(label);
     if (tag == NULL) return NULL;
     if (PyObject_SetAttr(greenlet, s_tag_attr, tag) < 0) {
@@ -1648,8 +1670,6 @@ static Py_ssize_t cm_state_offset, cm_tag_offset, cm_timing_offset;
 /* call_timing.CallMeasurement, call_state.CallState, CallTiming (NULL: not configured). */
 static PyTypeObject *g_measurement_type, *g_state_type, *g_timing_type;
 static int64_t g_max_nesting = 8;
-
-#define SLOT_AT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
 static int measuring_add(long delta) {
     if (g_measuring == NULL || !PyList_Check(g_measuring) || PyList_GET_SIZE(g_measuring) < 1) {
@@ -2533,6 +2553,19 @@ static PyObject *py_configure(PyObject *mod, PyObject *args, PyObject *kwds) {
                                      &PyType_Type, &request_type, &max_waits, &PyType_Type,
                                      &runqueue_type, &PyType_Type, &tag_type))
         return NULL;
+    Py_ssize_t tag_slots[TAG_SLOT_COUNT] = {0};
+    if (tag_type != NULL) {
+        for (int i = 0; i < TAG_SLOT_COUNT; i++) {
+            tag_slots[i] = required_slot((PyTypeObject *)tag_type, TAG_NAMES[i]);
+            if (tag_slots[i] < 0) return NULL;
+        }
+        if (((PyTypeObject *)tag_type)->tp_basicsize !=
+            (Py_ssize_t)(sizeof(PyObject) + TAG_SLOT_COUNT * sizeof(PyObject *))) {
+            PyErr_SetString(PyExc_TypeError, "tag_type must have exactly the four slots");
+            return NULL;
+        }
+    }
+    memcpy(g_tag_slots, tag_slots, sizeof(tag_slots));
     Py_XSETREF(g_tag_type, tag_type == NULL ? NULL : Py_NewRef(tag_type));
     Py_XSETREF(g_runqueue_type, runqueue_type == NULL ? NULL : Py_NewRef(runqueue_type));
     Py_XSETREF(g_getcurrent, Py_NewRef(getcurrent));

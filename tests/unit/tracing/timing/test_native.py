@@ -584,6 +584,66 @@ def test_the_tracer_gives_a_spawned_greenlet_its_spawners_label_as_the_reference
 
 
 @needs_compiled
+def test_the_tracer_makes_a_spawned_greenlets_tag_without_running_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tag a new greenlet gets on its first switch is built in C, slot by slot, without
+    running GreenletTag.__init__ (a Python frame inside the tracer, once per greenlet).
+    It holds what GreenletTag(label) holds."""
+    import gevent
+
+    inits: list[object] = []
+    reference_init = GreenletTag.__init__
+
+    def counted_init(self: GreenletTag, label: str | None) -> None:
+        inits.append(label)
+        reference_init(self, label)
+
+    def spawner() -> Any:
+        tag_of(getcurrent()).label = "GET /v1/offers/bike"
+        return gevent.spawn(lambda: None)
+
+    parent = gevent.spawn(spawner)
+    parent.join()
+    child = parent.value
+    tracer, hub = compiled.Tracer(compiled.SwitchLog(16), None, RouteCpu()), FakeGreenlet("<hub>")
+    monkeypatch.setattr(GreenletTag, "__init__", counted_init)
+    tracer("switch", (hub, child))
+    assert inits == []
+    tag, reference = getattr(child, TAG_ATTR), GreenletTag("GET /v1/offers/bike")
+    assert inits == ["GET /v1/offers/bike"]  # the reference does run it
+    assert type(tag) is GreenletTag
+    assert {name: getattr(tag, name) for name in GreenletTag.__slots__} == {
+        name: getattr(reference, name) for name in GreenletTag.__slots__
+    }
+    child.kill()
+
+
+@needs_compiled
+def test_a_tag_type_with_other_slots_is_refused_by_configure() -> None:
+    """The compiled tracer fills exactly GreenletTag's four slots: a type with more (or
+    fewer) would be left half set, so configure says so instead."""
+
+    class Wider:
+        __slots__ = ("call", "extra", "inbound", "label", "request")
+
+    class Narrower:
+        __slots__ = ("call", "label", "request")
+
+    for tag_type in (Wider, Narrower):
+        with pytest.raises(TypeError):
+            native.module.configure(
+                getcurrent=getcurrent,
+                measuring=[0],
+                tag_of=tag_of,
+                tag_type=tag_type,
+                call_state=None,
+                request_type=GreenletTag,
+                max_waits=1,
+            )
+
+
+@needs_compiled
 def test_a_bad_state_in_the_wait_hook_is_counted_and_the_wait_still_runs() -> None:
     me = getcurrent()
     tag = tag_of(me)
