@@ -119,6 +119,18 @@ def test_server_span_is_named_after_the_route_template(
     assert span.attributes["url.query"] == "origin=REDACTED&destination=REDACTED&user_id=REDACTED"
 
 
+def test_server_span_carries_the_status_the_response_started_with(
+    worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
+) -> None:
+    """The status is read from the response's start (no after_request hook): a refused
+    request's span says 422, as the reply did."""
+    client = io_app(config).test_client()
+    response = client.get("/v1/offers/bike?region=sf")  # no coordinates
+    assert response.status_code == 422, response.data
+    (span,) = flushed(worker, span_file)
+    assert span.attributes["http.response.status_code"] == 422
+
+
 def test_server_span_continues_the_trace_of_the_incoming_traceparent(
     worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
 ) -> None:
