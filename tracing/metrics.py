@@ -806,6 +806,7 @@ def pool_metrics() -> PoolMetrics:
     """This process's metrics (created on first use, after the fork)."""
     global _metrics, _registry
     if _metrics is None:
+        prometheus_adapter.check_pid_from_cache()
         _registry = CollectorRegistry()
         _metrics = PoolMetrics(_registry)
         _metrics.workers.set(1)

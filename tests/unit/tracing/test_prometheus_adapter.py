@@ -92,6 +92,58 @@ print(json.dumps(out))
     assert ["seconds_count", "", 8] in out["d_seconds"]
 
 
+def test_multiprocess_values_take_the_pid_from_a_cache_that_a_fork_refreshes(
+    tmp_path: Path,
+) -> None:
+    """After check_pid_from_cache a value write checks the cached pid, not getpid's; a
+    forked child still writes to its own file (its pid), and a scrape sums them all."""
+    script = """
+import json, os
+from prometheus_client import CollectorRegistry, Counter, multiprocess
+from tracing import prometheus_adapter
+assert prometheus_adapter.check_pid_from_cache()
+assert prometheus_adapter.check_pid_from_cache()  # idempotent
+counter = Counter("writes", "w", registry=None)
+for _ in range(100):
+    counter.inc()
+child = os.fork()
+if child == 0:
+    counter.inc(1000)
+    # The pid a write checks is the cache's: a cache saying another pid moves the writes.
+    prometheus_adapter._pid = 7
+    counter.inc(10000)
+    os._exit(0)
+os.waitpid(child, 0)
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+total = [s.value for f in registry.collect() for s in f.samples if s.name == "writes_total"]
+files = sorted(os.listdir(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
+print(json.dumps({"total": total, "files": files, "pids": [os.getpid(), child]}))
+"""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["total"] == [11100.0]
+    parent, child = out["pids"]
+    assert out["files"] == sorted([f"counter_{parent}.db", f"counter_{child}.db", "counter_7.db"])
+
+
+def test_without_multiprocess_mode_the_values_are_left_alone() -> None:
+    from prometheus_client import values
+
+    from tracing.prometheus_adapter import check_pid_from_cache
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        pytest.skip("this process runs in multiprocess mode")
+    before = values.ValueClass
+    assert check_pid_from_cache() is False
+    assert values.ValueClass is before
+
+
 def test_a_folded_summary_reads_as_the_same_observations_made_one_by_one() -> None:
     registry = CollectorRegistry()
     observed = Summary("a_seconds", "a", ["route"], registry=registry)
