@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, Summary
@@ -24,6 +25,19 @@ def per_bucket(values: tuple[float, ...]) -> list[int]:
     for v in values:
         counts[next((i for i, b in enumerate(BOUNDS) if v <= b), len(BOUNDS))] += 1
     return counts
+
+
+def run_multiprocess(script: str, directory: Path) -> Any:
+    """Run *script* in a fresh interpreter in multiprocess mode (its files in
+    *directory*, the repository's root as the working directory); what it printed as
+    JSON."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def exposition(histogram: Histogram) -> list[tuple[str, dict[str, str], float]]:
@@ -79,13 +93,7 @@ for family in registry.collect():
     )
 print(json.dumps(out))
 """
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    root = Path(__file__).resolve().parents[3]
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    out = run_multiprocess(script, tmp_path)
     assert out["b_seconds"] == out["a_seconds"]
     assert ["seconds_count", "", 8] in out["b_seconds"]
     assert out["d_seconds"] == out["c_seconds"]
@@ -120,13 +128,7 @@ total = [s.value for f in registry.collect() for s in f.samples if s.name == "wr
 files = sorted(os.listdir(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
 print(json.dumps({"total": total, "files": files, "pids": [os.getpid(), child]}))
 """
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    root = Path(__file__).resolve().parents[3]
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    out = run_multiprocess(script, tmp_path)
     assert out["total"] == [11100.0]
     parent, child = out["pids"]
     assert out["files"] == sorted([f"counter_{parent}.db", f"counter_{child}.db", "counter_7.db"])
