@@ -57,8 +57,9 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
 static PyObject *g_getcurrent, *g_measuring, *g_tag_of, *g_call_state, *g_request_type;
 /* labels.GreenletTag (NULL: every new tag is made by labels.tag_of). */
 static PyObject *g_tag_type;
-/* labels.GreenletTag's slots, as GreenletTag(label) sets them: label, the rest None. All
- * 0: the type is not that plain class (new tags are made by calling it). */
+/* labels.GreenletTag's slot offsets, in this order (configure refuses a tag type without
+ * exactly these four). make_tag fills them as GreenletTag(label) does: label, the rest
+ * None. */
 enum { TAG_label, TAG_call, TAG_inbound, TAG_request, TAG_SLOT_COUNT };
 static const char *const TAG_NAMES[TAG_SLOT_COUNT] = {"label", "call", "inbound", "request"};
 static Py_ssize_t g_tag_slots[TAG_SLOT_COUNT];
@@ -921,9 +922,8 @@ static int explain_into(int64_t start, int64_t end, PyObject *into, int64_t *wai
 
 /* GreenletTag(label), its slots set here as its __init__ sets them, without calling the
  * class: that would run __init__ as a Python frame inside the tracer, on the first switch
- * into every new greenlet. A new reference. */
+ * into every new greenlet. Only with g_tag_type set (new_tag checks). A new reference. */
 static PyObject *make_tag(PyObject *label) {
-    if (g_tag_slots[0] == 0) return PyObject_CallOneArg(g_tag_type, label);
     PyTypeObject *type = (PyTypeObject *)g_tag_type;
     PyObject *tag = type->tp_alloc(type, 0);
     if (tag == NULL) return NULL;
