@@ -264,12 +264,19 @@ def test_server_span_carries_the_sum_of_its_calls_delay(shared_traced: Stack) ->
     time.sleep(1.2)
     spans = [s for s in from_file(shared_traced.span_file) if s.start_us >= since_us]
     servers = [s for s in spans if s.kind == "server" and s.name == "GET /v1/offers/bike"]
-    assert servers
+    # Under the hogs an offer may lose its budget before a call goes out: refused at
+    # admission, or its calls find no time left (no call made, no client span; CI saw
+    # one). Every span has a child per call it counts, and every served offer three.
+    served = [s for s in servers if s.attributes.get("http.response.status_code") == 200]
+    assert served, Counter(s.attributes.get("http.response.status_code") for s in servers)
     for server in servers:
         children = [s for s in spans if s.parent_id == server.span_id and s.kind == "client"]
-        assert len(children) == 3
-        total = sum(c.attributes[attributes.SCHEDULING_DELAY] for c in children)
-        assert server.attributes[attributes.SCHEDULING_DELAY] == pytest.approx(total, abs=1e-6)
+        assert len(children) == server.attributes.get(attributes.UPSTREAM_CALLS, 0)
+        if server in served:
+            assert len(children) == 3
+        if children:
+            total = sum(c.attributes[attributes.SCHEDULING_DELAY] for c in children)
+            assert server.attributes[attributes.SCHEDULING_DELAY] == pytest.approx(total, abs=1e-6)
 
 
 @pytest.fixture(scope="module")
