@@ -50,7 +50,7 @@ static PyObject *s_tag_attr, *s_label, *s_call, *s_request, *s_in_socket_wait,
     *s_watched_sock, *s_switch_log_attr, *s_cpu_wait_attr, *s_samples, *s_due_ns,
     *s_sample_interval_ns, *s_attribute, *s_wait_between, *s_depth, *s_previous, *s_absorb,
     *s_blocked_ns, *s_start_ns, *s_arrival_unix_ns, *s_timeout, *s_wait_method, *s_end_ns,
-    *s_fields, *s_append;
+    *s_fields, *s_append, *s_on_first_read;
 
 /* Set by configure(): what the C code needs from the Python side, passed down (the
  * timing core's modules, never imported from here). */
@@ -1169,32 +1169,48 @@ static PyTypeObject TracerType = {
 
 /* peek_arrival_ns: 1 with *arrival set, 0 none (and the option switched on when data
  * was queued without a stamp). Never fails: a failed peek is "none". */
-static int peek_arrival(int fd, int64_t *arrival) {
-    char byte;
+/* recvmsg(fd, buf[:len], flags | MSG_DONTWAIT) with room for a receive stamp: the bytes
+ * read (-1 with errno set), and in *have / *arrival the stamp the kernel gave them
+ * (kernel_rx.stamp_of). Data without a stamp switches the option on for the next time. */
+static ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int *have,
+                            int64_t *arrival) {
     char control[CMSG_SPACE(sizeof(struct timespec))];
-    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
     struct msghdr msg;
     memset(&msg, 0, sizeof(msg));
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
-    ssize_t n = recvmsg(fd, &msg, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0) return 0;
+    *have = 0;
+    ssize_t n = recvmsg(fd, &msg, flags | MSG_DONTWAIT);
+    if (n < 0) return n;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == RX_SO_TIMESTAMPNS &&
             c->cmsg_len >= CMSG_LEN(16)) {
             long parts[2];
             memcpy(parts, CMSG_DATA(c), sizeof(parts));
             *arrival = (int64_t)parts[0] * 1000000000LL + parts[1];
-            return 1;
+            *have = 1;
+            return n;
         }
     }
     if (n > 0) {
         int on = 1;
         (void)setsockopt(fd, SOL_SOCKET, RX_SO_TIMESTAMPNS, &on, sizeof(on));
     }
-    return 0;
+    return n;
+}
+
+/* Peeks taken (tests: a plain socket's read takes its stamp without one). */
+static unsigned long long peeks = 0;
+
+static int peek_arrival(int fd, int64_t *arrival) {
+    char byte;
+    int have;
+    peeks++;
+    if (recv_stamped(fd, &byte, 1, MSG_PEEK, &have, arrival) < 0) return 0;
+    return have;
 }
 
 /* last_ack_age_ns: 1 with *age set, 0 unknown. */
@@ -1306,13 +1322,19 @@ static int on_socket_wait(PyObject *call, int64_t started, int64_t resumed, int 
     return 0;
 }
 
+/* The greenlet is back from a socket wait begun at *started*: when it resumed. -1 on error. */
+static int wait_ended(PyObject *call, int64_t started, int64_t *resumed) {
+    if (set_attr(call, s_in_socket_wait, Py_False) < 0) return -1;
+    if (get_i64(call, s_last_in_ns, resumed) < 0) return -1;
+    if (*resumed <= started) *resumed = now_ns(); /* no switch tracer: date it now */
+    return 0;
+}
+
 /* socket_hooks._account_wait; never leaves an error set. */
 static void account_wait(PyObject *call, PyObject *sock, int64_t started, int is_read,
                          int succeeded) {
-    if (set_attr(call, s_in_socket_wait, Py_False) < 0) goto fail;
     int64_t resumed;
-    if (get_i64(call, s_last_in_ns, &resumed) < 0) goto fail;
-    if (resumed <= started) resumed = now_ns();
+    if (wait_ended(call, started, &resumed) < 0) goto fail;
     int known = 0;
     int64_t ready = 0;
     if (succeeded) {
@@ -1324,6 +1346,25 @@ static void account_wait(PyObject *call, PyObject *sock, int64_t started, int is
     }
     observe("wait", call, started, resumed, known, ready);
     if (on_socket_wait(call, started, resumed, known, ready) < 0) goto fail;
+    return;
+fail:
+    drop();
+}
+
+/* socket_hooks._account_read_wait: a read wait whose data came with its stamp (*have*,
+ * *arrival*: CLOCK_REALTIME ns), read by the stamped read itself. Never leaves an error. */
+static void account_read_wait(PyObject *call, int64_t started, int have, int64_t arrival) {
+    int64_t resumed, ready = 0;
+    if (wait_ended(call, started, &resumed) < 0) goto fail;
+    if (have) {
+        int64_t offset;
+        if (set_i64(call, s_reply_arrived_unix_ns, arrival) < 0 ||
+            get_i64(call, s_realtime_offset_ns, &offset) < 0)
+            goto fail;
+        ready = arrival - offset;
+    }
+    observe("wait", call, started, resumed, have, ready);
+    if (on_socket_wait(call, started, resumed, have, ready) < 0) goto fail;
     return;
 fail:
     drop();
@@ -1369,7 +1410,9 @@ static int wait_start(PyObject *call, int64_t now, int is_read, int64_t *started
     return 0;
 }
 
-enum { HOOK_WAIT, HOOK_SENDALL, HOOK_READ };
+/* HOOK_READ: SSLSocket.read (the inbound stamp and the first read after a send, by peeking);
+ * HOOK_RECV, HOOK_RECV_INTO: SocketMixin.recv / recv_into, the same with the stamped read. */
+enum { HOOK_WAIT, HOOK_SENDALL, HOOK_READ, HOOK_RECV, HOOK_RECV_INTO };
 
 typedef struct {
     PyObject_HEAD
@@ -1455,6 +1498,238 @@ static int stamp_arrival(PyObject *watch, PyObject *sock) {
     return rc;
 }
 
+static PyTypeObject WaitHookType;
+
+/* socket_hooks._first_read: the first read after a send, done (*have*, *arrival*: the stamp
+ * of what it read; nothing read: have 0). Never leaves an error set. */
+static void first_read(PyObject *call, int have, int64_t arrival) {
+    int awaiting = get_truth(call, s_awaiting_first_read);
+    if (awaiting <= 0) goto done;
+    int out = get_truth(call, s_out_since_send);
+    if (out <= 0) {
+        /* Ran without pause since the send: no delay to find. */
+        if (out == 0 && set_attr(call, s_awaiting_first_read, Py_False) < 0) goto done;
+        awaiting = out;
+        goto done;
+    }
+    /* socket_hooks._check_queued_reply, with the read's own stamp instead of a peek */
+    if (set_attr(call, s_awaiting_first_read, Py_False) < 0) goto fail;
+    PyObject *ready = Py_NewRef(Py_None);
+    if (have) {
+        int64_t offset;
+        if (set_i64(call, s_reply_arrived_unix_ns, arrival) < 0 ||
+            get_i64(call, s_realtime_offset_ns, &offset) < 0) {
+            Py_DECREF(ready);
+            goto fail;
+        }
+        Py_SETREF(ready, PyLong_FromLongLong(arrival - offset));
+        if (ready == NULL) goto fail;
+    }
+    PyObject *now = PyLong_FromLongLong(now_ns());
+    PyObject *r = now == NULL ? NULL
+                              : PyObject_CallMethodObjArgs(call, s_on_first_read, ready, now, NULL);
+    Py_XDECREF(now);
+    Py_DECREF(ready);
+    if (r == NULL) goto fail;
+    Py_DECREF(r);
+    return;
+done:
+    if (awaiting >= 0) return;
+fail:
+    drop();
+}
+
+/* socket_hooks._stamped_read: gevent's recv / recv_into loop (read; on EAGAIN wait for the
+ * socket and read again), the reads asking for the receive stamp themselves, in place of
+ * a peek before them: the stamp of what a watched connection's request read first
+ * (*watch*) and of a call's reply (*call*: its wait split at it, or its first read). 1
+ * with *result* set (NULL: the error the read or the wait raised), 0 when the arguments
+ * are not the plain ones (the original then runs). */
+static int stamped_read(WaitHookObject *self, PyObject *sock, PyObject *args, PyObject *kwds,
+                        PyObject *watch, PyObject *call, PyObject **result) {
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds) > 0) || nargs < 2) return 0;
+    int into = self->kind == HOOK_RECV_INTO;
+    Py_ssize_t flags_at = into ? 3 : 2;
+    if (nargs > flags_at + 1) return 0;
+    if (nargs == flags_at + 1) {
+        long flags = PyLong_AsLong(PyTuple_GET_ITEM(args, flags_at));
+        if (flags != 0) {
+            PyErr_Clear();
+            return 0; /* flags (MSG_PEEK...): the original's business */
+        }
+    }
+    Py_buffer view = {0};
+    PyObject *bytes = NULL;
+    char *buf;
+    Py_ssize_t len;
+    if (into) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, 1), &view, PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        len = view.len;
+        if (nargs > 2) {
+            Py_ssize_t nbytes = PyLong_AsSsize_t(PyTuple_GET_ITEM(args, 2));
+            if (nbytes < 0 || nbytes > view.len) { /* the original raises */
+                PyErr_Clear();
+                PyBuffer_Release(&view);
+                return 0;
+            }
+            if (nbytes > 0) len = nbytes;
+        }
+        buf = view.buf;
+    } else {
+        len = PyLong_AsSsize_t(PyTuple_GET_ITEM(args, 1));
+        if (len <= 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        bytes = PyBytes_FromStringAndSize(NULL, len);
+        if (bytes == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        buf = PyBytes_AS_STRING(bytes);
+    }
+    int fd = len > 0 ? fd_of_raw(sock) : -1;
+    if (fd < 0) { /* closed, or an empty buffer: the original says what that means */
+        PyErr_Clear();
+        Py_XDECREF(bytes);
+        if (into) PyBuffer_Release(&view);
+        return 0;
+    }
+    /* The wait to time: the original _wait under our hook (timed here, once). */
+    PyObject *hooked = _PyType_Lookup(Py_TYPE(sock), s_wait_method);
+    PyObject *raw_wait = hooked != NULL && Py_TYPE(hooked) == &WaitHookType &&
+                                 ((WaitHookObject *)hooked)->kind == HOOK_WAIT
+                             ? ((WaitHookObject *)hooked)->original
+                             : NULL;
+    PyObject *out = NULL;
+    int waited = 0, first = 1;
+    int64_t started = 0;
+    for (;;) {
+        int have;
+        int64_t arrival = 0;
+        ssize_t n = recv_stamped(fd, buf, (size_t)len, 0, &have, &arrival);
+        if (n >= 0) {
+            if (call != NULL) {
+                if (waited)
+                    account_read_wait(call, started, have, arrival);
+                else if (first)
+                    first_read(call, have, arrival);
+            }
+            if (watch != NULL) {
+                PyObject *value = have ? PyLong_FromLongLong(arrival) : Py_NewRef(Py_None);
+                if (value == NULL || set_attr(watch, s_armed, Py_False) < 0 ||
+                    set_attr(watch, s_arrival_unix_ns, value) < 0)
+                    drop();
+                Py_XDECREF(value);
+            }
+            if (into) {
+                out = PyLong_FromSsize_t(n);
+            } else if (n == len) {
+                out = Py_NewRef(bytes);
+            } else if (_PyBytes_Resize(&bytes, n) == 0) {
+                out = Py_NewRef(bytes);
+            }
+            break;
+        }
+        int err = errno;
+        if (err == EINTR) {
+            if (PyErr_CheckSignals() < 0) break;
+            continue;
+        }
+        if (call != NULL) {
+            if (waited)
+                account_read_wait(call, started, 0, 0); /* woke to nothing: undivided */
+            else if (first)
+                first_read(call, 0, 0);
+        }
+        waited = first = 0;
+        if (err != EAGAIN && err != EWOULDBLOCK) {
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            break;
+        }
+        PyObject *timeout = PyObject_GetAttr(sock, s_timeout);
+        if (timeout == NULL) break;
+        int blocking = PyFloat_Check(timeout) ? PyFloat_AS_DOUBLE(timeout) != 0.0
+                                              : PyObject_RichCompareBool(timeout, g_zero, Py_NE);
+        Py_DECREF(timeout);
+        if (blocking <= 0) {
+            if (blocking == 0) { /* a non-blocking socket: EAGAIN, as the original raises */
+                errno = err;
+                PyErr_SetFromErrno(PyExc_OSError);
+            }
+            break;
+        }
+        PyObject *event = PyObject_GetAttr(sock, s_read_event);
+        if (event == NULL) break;
+        PyObject *r;
+        if (call != NULL && wait_start(call, now_ns(), 1, &started) == 0 &&
+            set_attr(call, s_in_socket_wait, Py_True) == 0) {
+            r = raw_wait != NULL ? PyObject_CallFunctionObjArgs(raw_wait, sock, event, NULL)
+                                 : PyObject_CallMethodOneArg(sock, s_wait_method, event);
+            if (r == NULL) {
+                /* Timeout, cancel_wait, GreenletExit: the wait never saw its data. */
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                account_wait(call, sock, started, 1, 0);
+                PyErr_Restore(type, value, tb);
+            } else {
+                waited = 1;
+            }
+        } else {
+            if (call != NULL) {
+                drop(); /* could not start timing it: wait untimed */
+                if (set_attr(call, s_in_socket_wait, Py_False) < 0) drop();
+            }
+            r = PyObject_CallMethodOneArg(sock, s_wait_method, event);
+        }
+        Py_DECREF(event);
+        if (r == NULL) break;
+        Py_DECREF(r);
+    }
+    Py_XDECREF(bytes);
+    if (into) PyBuffer_Release(&view);
+    *result = out;
+    return 1;
+}
+
+/* What the stamped read is for on *sock*: the greenlet's armed inbound watch of it, and its
+ * call. 0 when neither (or a bad state: the peeking path then runs), else stamped_read's. */
+static int stamped_entry(WaitHookObject *self, PyObject *tag, PyObject *sock, PyObject *args,
+                         PyObject *kwds, PyObject **result) {
+    PyObject *watch = attr(tag, s_inbound);
+    if (watch == NULL) goto fail;
+    if (watch != Py_None) {
+        int armed = get_truth(watch, s_armed);
+        PyObject *watched = armed > 0 ? attr(watch, s_watched_sock) : NULL;
+        if (armed < 0 || (armed > 0 && watched == NULL)) {
+            Py_DECREF(watch);
+            goto fail;
+        }
+        if (watched != sock) Py_SETREF(watch, Py_NewRef(Py_None));
+        Py_XDECREF(watched);
+    }
+    PyObject *call = attr(tag, s_call);
+    if (call == NULL) {
+        Py_DECREF(watch);
+        goto fail;
+    }
+    int done = 0;
+    if (watch != Py_None || call != Py_None)
+        done = stamped_read(self, sock, args, kwds, watch == Py_None ? NULL : watch,
+                            call == Py_None ? NULL : call, result);
+    Py_DECREF(watch);
+    Py_DECREF(call);
+    return done;
+fail:
+    drop();
+    return 0;
+}
+
 /* socket_hooks' recv / recv_into / SSL read: the inbound stamp of a watched connection's
  * first read of a request, and the first read after a send. */
 static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
@@ -1471,6 +1746,14 @@ static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds)
     if (tag == Py_None) {
         Py_DECREF(tag);
         return PyObject_Call(self->original, args, kwds);
+    }
+    if (self->kind != HOOK_READ) {
+        PyObject *result;
+        int done = stamped_entry(self, tag, sock, args, kwds, &result);
+        if (done) {
+            Py_DECREF(tag);
+            return result;
+        }
     }
     PyObject *watch = attr(tag, s_inbound);
     if (watch == NULL) {
@@ -1528,7 +1811,7 @@ static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds)
 
 static PyObject *WaitHook_call(WaitHookObject *self, PyObject *args, PyObject *kwds) {
     if (self->kind == HOOK_SENDALL) return sendall_call(self, args, kwds);
-    if (self->kind == HOOK_READ) return read_call(self, args, kwds);
+    if (self->kind >= HOOK_READ) return read_call(self, args, kwds);
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     /* (sock, watcher[, timeout_exc]); gevent.ssl passes timeout_exc by keyword. */
     if (n < 2 || n > 3 || !measuring_now())
@@ -1582,15 +1865,19 @@ static int WaitHook_init(WaitHookObject *self, PyObject *args, PyObject *kwds) {
         self->kind = HOOK_WAIT;
     } else if (strcmp(kind, "sendall") == 0) {
         self->kind = HOOK_SENDALL;
-    } else if (strcmp(kind, "read") == 0) {
+    } else if (strcmp(kind, "read") == 0 || strcmp(kind, "recv") == 0 ||
+               strcmp(kind, "recv_into") == 0) {
         if (watching == NULL || !PyList_Check(watching) || check == NULL) {
             PyErr_SetString(PyExc_TypeError,
                             "a read hook needs watching (a list) and check_queued_reply");
             return -1;
         }
-        self->kind = HOOK_READ;
+        self->kind = strcmp(kind, "read") == 0   ? HOOK_READ
+                     : strcmp(kind, "recv") == 0 ? HOOK_RECV
+                                                 : HOOK_RECV_INTO;
     } else {
-        PyErr_Format(PyExc_ValueError, "kind must be wait, sendall or read, got %s", kind);
+        PyErr_Format(PyExc_ValueError,
+                     "kind must be wait, sendall, read, recv or recv_into, got %s", kind);
         return -1;
     }
     Py_XSETREF(self->original, Py_NewRef(original));
@@ -1629,7 +1916,8 @@ static PyGetSetDef WaitHook_getset[] = {
 static PyTypeObject WaitHookType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracing.timing._native.Hook",
     .tp_doc = "socket_hooks' replacements, compiled: Hook(original, kind='wait'|'sendall'|"
-              "'read', watching=, check_queued_reply=) (the last two for read).",
+              "'read'|'recv'|'recv_into', watching=, check_queued_reply=) (the last two for "
+              "the reads).",
     .tp_basicsize = sizeof(WaitHookObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -2591,6 +2879,10 @@ static PyObject *py_bad_states(PyObject *mod, PyObject *Py_UNUSED(ignored)) {
     return PyLong_FromUnsignedLongLong(bad_states);
 }
 
+static PyObject *py_peeks(PyObject *mod, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromUnsignedLongLong(peeks);
+}
+
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
      "Hand the C code what it needs from the timing core (once, at import)."},
@@ -2602,6 +2894,8 @@ static PyMethodDef module_methods[] = {
      "removes it."},
     {"bad_states", (PyCFunction)py_bad_states, METH_NOARGS,
      "How many hook calls found a bad state, and were dropped."},
+    {"peeks", (PyCFunction)py_peeks, METH_NOARGS,
+     "How many receive-stamp peeks were taken (MSG_PEEK recvmsg calls)."},
     {"explain_delay", (PyCFunction)py_explain_delay, METH_VARARGS,
      "call_state.explain_delay(start_ns, end_ns, into): culprits into the dict, returns "
      "the CPU wait (ns); with the switch log and run-queue clock configured there."},
@@ -2641,6 +2935,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_tag_attr, "_gevent_timing_tag");
     INTERN(s_label, "label");
     INTERN(s_call, "call");
+    INTERN(s_on_first_read, "on_first_read");
     INTERN(s_request, "request");
     INTERN(s_in_socket_wait, "in_socket_wait");
     INTERN(s_out_since_send, "out_since_send");

@@ -15,15 +15,16 @@ For connects there is no data to stamp: ``TCP_INFO``'s ``tcpi_last_ack_recv`` (m
 the last ACK, in jiffies: 4 ms steps at HZ=250) bounds when the handshake completed.
 
 All functions take the raw, non-blocking OS socket (``gevent_socket._sock``) and never
-block. The readers return None rather than raise: a failed connection is the real read's
-business to report.
+block. The peek returns None rather than raise: a failed connection is the real read's
+business to report. The stamped reads are the real read (``recvmsg`` in place of
+``recv``, its stamp beside the bytes), and raise what it raises.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
-from typing import Final
+from typing import Any, Final
 
 # Linux values; Python 3.11's socket module does not export them. 35 is
 # SO_TIMESTAMPNS_OLD, whose payload is a native struct timespec (two longs on 64-bit).
@@ -31,6 +32,7 @@ SO_TIMESTAMPNS: Final = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("@ll")
 _ANCILLARY_SPACE: Final = socket.CMSG_SPACE(_TIMESPEC.size)
 _PEEK_FLAGS: Final = socket.MSG_PEEK | socket.MSG_DONTWAIT
+_DONTWAIT: Final = socket.MSG_DONTWAIT
 
 # struct tcp_info: 8 bytes of u8 fields, then u32s; tcpi_last_ack_recv is the 15th u32.
 _TCP_INFO_LAST_ACK_RECV_OFFSET: Final = 56
@@ -80,11 +82,37 @@ def peek_arrival_ns(raw_sock: socket.socket) -> int | None:
     except OSError:
         # Nothing queued (EAGAIN), or the connection failed: the real read reports that.
         return None
+    return stamp_of(raw_sock, bool(data), ancillary)
+
+
+def recv_stamped(raw_sock: socket.socket, bufsize: int) -> tuple[bytes, list[Any]]:
+    """``raw_sock.recv(bufsize)`` that also returns the ancillary data with the stamp the
+    kernel gave the bytes read (:func:`stamp_of`), in the same syscall: no peek before the
+    read. For TCP the stamp is that of the newest segment the read took: for a reply in
+    one segment (or read as it arrives) the same as a peek's. Raises what the read raises
+    (``BlockingIOError`` when nothing is queued)."""
+    data, ancillary, _flags, _addr = raw_sock.recvmsg(bufsize, _ANCILLARY_SPACE, _DONTWAIT)
+    return data, ancillary
+
+
+def recv_into_stamped(
+    raw_sock: socket.socket, buffer: memoryview, nbytes: int
+) -> tuple[int, list[Any]]:
+    """``raw_sock.recv_into(buffer, nbytes)`` with the ancillary data, as :func:`recv_stamped`."""
+    count, ancillary, _flags, _addr = raw_sock.recvmsg_into(
+        [buffer[:nbytes] if nbytes else buffer], _ANCILLARY_SPACE, _DONTWAIT
+    )
+    return count, ancillary
+
+
+def stamp_of(raw_sock: socket.socket, got_data: bool, ancillary: list[Any]) -> int | None:
+    """The receive stamp (CLOCK_REALTIME ns) in *ancillary*, or None; data that came
+    without one switches the option on for the next time."""
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
             seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
-            return seconds * 1_000_000_000 + nanoseconds
-    if data:
+            return int(seconds * 1_000_000_000 + nanoseconds)
+    if got_data:
         enable_rx_timestamps(raw_sock)
     return None
 

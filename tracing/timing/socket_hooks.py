@@ -32,6 +32,7 @@ from tracing.timing.call_state import CallState, measuring
 from tracing.timing.hook_errors import swallow
 from tracing.timing.labels import TAG_ATTR
 from tracing.timing.patching import Factory, Patches, is_patch
+from tracing.timing.request_state import InboundWatch
 from tracing.timing.server_timing import stamp_arrival, watching
 
 _patches = Patches()
@@ -56,14 +57,20 @@ def _ready_ns(call: CallState, sock: Any, is_read: bool, resumed_ns: int) -> int
     return resumed_ns - (age_at_resume - kernel_rx.TCP_INFO_RESOLUTION_NS)
 
 
+def _wait_ended(call: CallState, started_ns: int) -> int:
+    """The greenlet is back from a socket wait begun at *started_ns*: when it resumed."""
+    call.in_socket_wait = False
+    resumed = call.last_in_ns
+    if resumed <= started_ns:  # no switch tracer (or no switch): date it now
+        resumed = time.monotonic_ns()
+    return resumed
+
+
 def _account_wait(
     call: CallState, sock: Any, started_ns: int, is_read: bool, succeeded: bool
 ) -> None:
     try:
-        call.in_socket_wait = False
-        resumed = call.last_in_ns
-        if resumed <= started_ns:  # no switch tracer (or no switch): date it now
-            resumed = time.monotonic_ns()
+        resumed = _wait_ended(call, started_ns)
         ready: int | None = None
         if succeeded:
             try:
@@ -76,7 +83,27 @@ def _account_wait(
         swallow("socket wait accounting", exc)
 
 
+def _account_read_wait(call: CallState, started_ns: int, arrival: int | None) -> None:
+    """A read wait whose data came with its stamp (*arrival*, CLOCK_REALTIME ns, or None),
+    read by :func:`_stamped_read` itself: no peek."""
+    try:
+        resumed = _wait_ended(call, started_ns)
+        ready = None
+        if arrival is not None:
+            call.reply_arrived_unix_ns = arrival
+            ready = arrival - call.realtime_offset_ns
+        call.on_socket_wait(started_ns, resumed, ready)
+    except Exception as exc:
+        swallow("socket wait accounting", exc)
+
+
+# SocketMixin._wait as gevent defines it (set when the hook is made): the stamped read
+# times its waits itself and calls this, so no wait is timed twice.
+_unhooked: dict[str, Callable[..., Any]] = {}
+
+
 def _make_wait(original: Callable[..., Any]) -> Callable[..., Any]:
+    _unhooked["wait"] = original
     compiled = native.active()
     if compiled is not None:
         # The same, compiled (_native.c: WaitHook_call); this function is its reference.
@@ -145,32 +172,155 @@ def _make_sendall(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _check_queued_reply(call: CallState, sock: Any) -> None:
+    """The first read after a send, about to run: a peek says whether (and since when) the
+    reply was queued. The SSL read's; a plain socket's read stamps itself (`_first_read`)."""
     call.awaiting_first_read = False
     try:
-        arrival = native.peek_arrival_ns(sock._sock)
-        now = time.monotonic_ns()
-        if arrival is not None:
-            call.reply_arrived_unix_ns = arrival
-        call.on_first_read(
-            None if arrival is None else call.monotonic_from_realtime_ns(arrival), now
-        )
+        _queued_reply(call, native.peek_arrival_ns(sock._sock))
     except Exception as exc:
         swallow("first read after send", exc)
 
 
-def _make_read(original: Callable[..., Any]) -> Callable[..., Any]:
+def _queued_reply(call: CallState, arrival: int | None) -> None:
+    now = time.monotonic_ns()
+    if arrival is not None:
+        call.reply_arrived_unix_ns = arrival
+    call.on_first_read(None if arrival is None else call.monotonic_from_realtime_ns(arrival), now)
+
+
+def _first_read(call: CallState, arrival: int | None) -> None:
+    """The first read after a send, done by :func:`_stamped_read` (*arrival*: the stamp of
+    what it read, None when nothing was queued)."""
+    try:
+        if not call.awaiting_first_read:
+            return
+        call.awaiting_first_read = False
+        if call.out_since_send:
+            _queued_reply(call, arrival)
+        # else: ran without pause since the send, no delay to find.
+    except Exception as exc:
+        swallow("first read after send", exc)
+
+
+def _stamped_read(
+    sock: Any, into: bool, args: tuple[Any, ...], watch: InboundWatch | None, call: CallState | None
+) -> Any:
+    """gevent's recv / recv_into loop (read; on EAGAIN wait for the socket, read again),
+    each read asking for its receive stamp itself (``kernel_rx.recv_stamped``) in place of
+    a peek before it: the stamp of a watched connection's first bytes (*watch*) and of a
+    call's reply (*call*: its wait split at it, or its first read after the send). *args*
+    are the read's, already known to be the plain ones (no flags)."""
+    raw = sock._sock
+    first, waited = True, False
+    started = 0
+    result: int | bytes
+    while True:
+        try:
+            if into:
+                result, ancillary = kernel_rx.recv_into_stamped(raw, args[0], args[1])
+            else:
+                result, ancillary = kernel_rx.recv_stamped(raw, args[0])
+        except BlockingIOError:
+            if call is not None:
+                if waited:
+                    _account_read_wait(call, started, None)  # woke to nothing: undivided
+                elif first:
+                    _first_read(call, None)
+            waited = first = False
+            if sock.timeout == 0.0:
+                raise
+            if call is None:
+                sock._wait(sock._read_event)
+                continue
+            try:
+                started = call.wait_start_ns(time.monotonic_ns(), True)
+                call.in_socket_wait = True
+            except Exception as exc:
+                swallow("socket wait start", exc)
+                call.in_socket_wait = False
+                sock._wait(sock._read_event)
+                continue
+            raw_wait = _unhooked.get("wait")
+            try:
+                if raw_wait is None:  # no hook on _wait: the socket's own
+                    sock._wait(sock._read_event)
+                else:
+                    raw_wait(sock, sock._read_event)
+            except BaseException:
+                # Timeout, cancel_wait, GreenletExit: the wait never saw its data.
+                _account_wait(call, sock, started, True, succeeded=False)
+                raise
+            waited = True
+            continue
+        except BaseException:
+            if call is not None and waited:
+                _account_read_wait(call, started, None)
+            raise
+        arrival = None
+        try:
+            arrival = kernel_rx.stamp_of(raw, bool(result), ancillary)
+        except Exception as exc:
+            swallow("receive stamp", exc)  # the wait still counts, undivided (network)
+        if call is not None:
+            if waited:
+                _account_read_wait(call, started, arrival)
+            elif first:
+                _first_read(call, arrival)
+        if watch is not None:
+            watch.armed = False
+            watch.arrival_unix_ns = arrival
+        return result
+
+
+def _plain_read_args(into: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The stamped read's arguments (bufsize, or buffer and nbytes) when the read's are
+    the plain ones it handles; None otherwise (flags, keywords, bad values: the original
+    runs and says what they mean)."""
+    if kwargs or not args:
+        return None
+    flags_at = 2 if into else 1
+    if len(args) > flags_at + 1 or (len(args) == flags_at + 1 and args[flags_at] != 0):
+        return None
+    if not into:
+        bufsize = args[0]
+        return (bufsize,) if type(bufsize) is int and bufsize > 0 else None
+    try:
+        buffer = memoryview(args[0]).cast("B")
+    except (TypeError, ValueError):
+        return None
+    nbytes = args[1] if len(args) > 1 else 0
+    if buffer.readonly or type(nbytes) is not int or not 0 <= nbytes <= len(buffer):
+        return None
+    if not (nbytes or len(buffer)):
+        return None
+    return (buffer, nbytes)
+
+
+def _make_read(original: Callable[..., Any], kind: str = "read") -> Callable[..., Any]:
+    """The hook on a read: SSL ``read`` (*kind* "read": peeks for the stamps), or a plain
+    socket's ``recv`` / ``recv_into`` (whose reads take their stamps themselves)."""
     compiled = native.active()
     if compiled is not None:
-        # _native.c: read_call (and stamp_arrival, compiled)
-        hook = compiled.Hook(original, "read", watching, _check_queued_reply)
+        # _native.c: read_call (and stamp_arrival, stamped_read, compiled)
+        hook = compiled.Hook(original, kind, watching, _check_queued_reply)
         functools.update_wrapper(hook, original)
         return hook
+    stamped = kind != "read"
+    into = kind == "recv_into"
 
     @functools.wraps(original)
     def read(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not measuring[0] and not watching[0]:
             return original(self, *args, **kwargs)
         tag = getattr(getcurrent(), TAG_ATTR, None)
+        if tag is not None and stamped:
+            watch = tag.inbound
+            if watch is not None and not (watch.armed and watch.sock is self):
+                watch = None
+            call = tag.call
+            plain = None if watch is None and call is None else _plain_read_args(into, args, kwargs)
+            if plain is not None:
+                return _stamped_read(self, into, plain, watch, call)
         if tag is not None:
             watch = tag.inbound
             if watch is not None and watch.armed and watch.sock is self:
@@ -205,8 +355,8 @@ def _targets() -> list[tuple[type, str, Factory]]:
         (SocketMixin, "_wait", _make_wait),
         (SocketMixin, "_internal_connect", _make_connect),
         (SocketMixin, "sendall", _make_sendall),
-        (SocketMixin, "recv", _make_read),
-        (SocketMixin, "recv_into", _make_read),
+        (SocketMixin, "recv", functools.partial(_make_read, kind="recv")),
+        (SocketMixin, "recv_into", functools.partial(_make_read, kind="recv_into")),
         # SSLSocket.recv/recv_into call read() once TLS is up, SocketMixin's before.
         (SSLSocket, "read", _make_read),
     ]

@@ -493,6 +493,212 @@ def test_the_compiled_peek_reads_the_same_stamp(stamped_socket: socket.socket) -
     assert compiled.peek_arrival_ns(stamped_socket) == kernel_rx.peek_arrival_ns(stamped_socket)
 
 
+# -- reads that take their own stamp -----------------------------------------------------------
+
+
+def _read_events(seed: int, steps: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [
+        {
+            "into": rng.random() < 0.5,  # recv_into, else recv
+            "queued": rng.random() < 0.3,  # the reply is there at the read: no wait
+            "spurious": rng.random() < 0.15,  # the first wake-up finds nothing
+            "out": rng.choice([50, 900, 5000]) * US,
+            "ready_at": rng.choice([-0.5, 0.1, 0.5, 0.9, 1.5]),
+            "reply_pending": rng.random() < 0.3,
+            "out_since_send": rng.random() < 0.5,
+            "awaiting_first_read": rng.random() < 0.3,
+            "switches": rng.random() < 0.9,
+            "fails": rng.random() < 0.1,
+            "inbound": rng.random() < 0.2,  # a watched connection's read
+            "call": rng.random() < 0.9,  # a measured call's (else only the watch)
+            "nonblocking": rng.random() < 0.05,
+            "flags_arg": rng.random() < 0.2,  # flags=0 passed: still the plain read
+        }
+        for _ in range(steps)
+    ]
+
+
+def _stamped_pair() -> tuple[socket.socket, socket.socket]:
+    """A connected TCP pair whose reader (non-blocking) gets kernel receive stamps."""
+    kernel_rx.hold_timestamping()
+    listener = socket.create_server(("127.0.0.1", 0))
+    reader = socket.create_connection(listener.getsockname())
+    writer, _ = listener.accept()
+    listener.close()
+    kernel_rx.enable_rx_timestamps(reader)
+    reader.setblocking(False)
+    return reader, writer
+
+
+def _deliver(reader: socket.socket, writer: socket.socket) -> int:
+    """Send one byte to *reader*; its receive stamp, once it is queued with one."""
+    writer.sendall(b"x")
+    for _ in range(400):
+        with contextlib.suppress(BlockingIOError):
+            _, ancillary, _, _ = reader.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK)
+            arrival = kernel_rx.stamp_of(reader, True, ancillary)
+            if arrival is not None:
+                return arrival
+        time.sleep(0.001)
+    raise AssertionError("no stamped byte arrived")
+
+
+def _replay_reads(
+    use_compiled: bool, events: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """The read hooks of a plain socket (recv, recv_into) over *events*, on a fake clock:
+    what each read returned or raised, the call's numbers, and the watch's stamp. Real
+    bytes go through a real TCP pair; each stamp is used relative to its own byte, so the
+    two replays compare although their bytes arrived at different times."""
+    clock = Clock()
+    me = getcurrent()
+    hub = FakeGreenlet("<hub>")
+    log: Any = compiled.SwitchLog(256) if use_compiled else SwitchLog(256)
+    route_cpu = RouteCpu()
+    route_cpu.since[0] = clock.now
+    tracer = SwitchTracer(log, clock=clock)
+    raw, peer = _stamped_pair()
+    monkeypatch.setattr(socket_hooks, "time", types.SimpleNamespace(monotonic_ns=clock))
+    tag = tag_of(me)
+    saved_label, tag.label = tag.label, "GET /v1/offers/bike"
+    call_state.configure(log, 0.001)
+    state = CallState()
+    call_state.measuring[0] += 1
+    event: dict[str, Any] = {}
+    arrival = [0]  # the stamp of the byte the event sent
+    wakes = [0]
+
+    def wait(self: Any, watcher: Any, timeout_exc: Any = None) -> str:
+        assert watcher is self._read_event
+        began = clock.now
+        if event["switches"]:
+            trace("switch", (me, hub))
+        clock.now += event["out"]
+        if event["switches"]:
+            trace("switch", (hub, me))
+        if event["fails"]:
+            raise _Timeout()
+        wakes[0] += 1
+        if not (event["spurious"] and wakes[0] == 1):
+            arrival[0] = _deliver(raw, peer)
+            # Readiness (monotonic) = arrival - offset: where the event places it.
+            state.realtime_offset_ns = arrival[0] - (began + int(event["ready_at"] * event["out"]))
+        return "ok"
+
+    sock = types.SimpleNamespace(_read_event=object(), _sock=raw, timeout=None)
+    sock._wait = lambda watcher: wait(sock, watcher)
+
+    def original(self: Any, *args: Any) -> Any:
+        raise AssertionError("the plain read never falls back to the original here")
+
+    reads = []
+    with _path(use_compiled, clock):
+        try:
+            tracer.install(route_cpu=route_cpu)
+            trace = tracer._trace
+            assert trace is not None
+            socket_hooks._make_wait(wait)  # the hook's original: what the stamped read waits in
+            recv = socket_hooks._make_read(original, kind="recv")
+            recv_into = socket_hooks._make_read(original, kind="recv_into")
+            assert (type(recv) is compiled.Hook) == use_compiled
+            for event in events:
+                wakes[0] = 0
+                arrival[0] = 0
+                tag.call = state if event["call"] else None
+                sock.timeout = 0.0 if event["nonblocking"] else None
+                state.reply_pending = event["reply_pending"]
+                state.out_since_send = event["out_since_send"]
+                state.awaiting_first_read = event["awaiting_first_read"]
+                state.sent_ns = clock.now - 30 * US
+                state.reply_arrived_unix_ns = None
+                if event["queued"]:
+                    arrival[0] = _deliver(raw, peer)
+                    state.realtime_offset_ns = arrival[0] - (clock.now - 10 * US)
+                watch = None
+                if event["inbound"] or not event["call"]:
+                    watch = InboundWatch(sock)
+                    tag.inbound = watch
+                    watching[0] += 1
+                buffer = bytearray(64)
+                flags = (0,) if event["flags_arg"] else ()
+                try:
+                    if event["into"]:
+                        result: Any = recv_into(sock, buffer, 0, *flags)
+                        result = (result, bytes(buffer[:result]))
+                    else:
+                        result = recv(sock, 64, *flags)
+                except _Timeout:
+                    result = "timeout"
+                except BlockingIOError:
+                    result = "eagain"
+                finally:
+                    if watch is not None:
+                        tag.inbound = None
+                        watching[0] -= 1
+                stamp = state.reply_arrived_unix_ns
+                reads.append(
+                    (
+                        result,
+                        state.network_ns,
+                        state.delay_ns,
+                        state.blocked_ns,
+                        state.socket_waits,
+                        None if stamp is None else stamp == arrival[0],
+                        state.reply_pending,
+                        state.in_socket_wait,
+                        state.awaiting_first_read,
+                        list(state.since_send),
+                        dict(state.culprits_ns),
+                        None
+                        if watch is None
+                        else (
+                            watch.armed,
+                            None
+                            if watch.arrival_unix_ns is None
+                            else watch.arrival_unix_ns == arrival[0],
+                        ),
+                    )
+                )
+                clock.now += 100 * US
+                with contextlib.suppress(BlockingIOError):  # a byte a failed wait left behind
+                    while raw.recv(64):
+                        pass
+        finally:
+            raw.close()
+            peer.close()
+            tracer.uninstall()
+            tag.call = None
+            tag.label = saved_label
+            call_state.measuring[0] -= 1
+            call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
+            socket_hooks._unhooked.clear()
+    return {"reads": reads, "log": log.entries(), "route_cpu": dict(route_cpu.by_label_ns)}
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(6))
+def test_stamped_reads_give_the_reference_numbers_without_a_peek(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _read_events(seed, steps=80)
+    peeks: list[Any] = []
+    monkeypatch.setattr(kernel_rx, "peek_arrival_ns", peeks.append)
+    reference = _replay_reads(False, events, monkeypatch)
+    before = compiled.peeks()
+    assert _replay_reads(True, events, monkeypatch) == reference
+    # The stamps came with the reads: neither path peeked.
+    assert peeks == []
+    assert compiled.peeks() == before
+    reads = reference["reads"]
+    results = {r[0] if isinstance(r[0], str) else "data" for r in reads}
+    assert results == {"data", "timeout", "eagain"}
+    assert any(r[5] is True for r in reads), "no reply was stamped by its read"
+    assert any(r[2] > 0 for r in reads), "the sequence had no scheduling delay"
+    watched = [r[-1] for r in reads if r[-1] is not None and r[0] not in ("timeout", "eagain")]
+    assert watched and all(w == (False, True) for w in watched)
+
+
 # -- never raise ------------------------------------------------------------------------------
 
 
