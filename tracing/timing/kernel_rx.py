@@ -1,9 +1,11 @@
-"""When did bytes arrive in the kernel? Receive timestamps read without consuming data.
+"""When did bytes arrive in the kernel? Receive timestamps, peeked or read with the data.
 
 With ``SO_TIMESTAMPNS`` on, Linux stamps every received segment (CLOCK_REALTIME, in ns);
 ``recvmsg(..., MSG_PEEK)`` of one byte returns the stamp of the first queued segment and
-leaves the data for the real read. The option must be on BEFORE the bytes arrive: set it
-when the socket connects. Segments the kernel merged report the LAST one's arrival.
+leaves the data for the real read; a real read done with ``recvmsg`` returns the stamp
+of the newest segment it took, with no syscall more than ``recv`` (``recv_stamped``).
+The option must be on BEFORE the bytes arrive: set it when the socket connects.
+Segments the kernel merged report the LAST one's arrival.
 
 Linux stamps received segments only while some socket on the host wants stamps, and turns
 that on lazily (a deferred static key) when the first one asks and off when the last one

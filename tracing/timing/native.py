@@ -3,7 +3,8 @@ reference: which one the timing core runs, decided once per process.
 
 What runs on every greenlet switch and around every socket wait (the switch tracer, the
 switch log, relabelling, a long run's CPU with its run-queue read, the ``_wait`` hook with
-its receive-timestamp peek, the read hook with a request's inbound stamp), a call's
+its receive-timestamp peek, the read hooks with a request's inbound stamp and the stamped
+read that takes a reply's stamp itself), a call's
 measurement begun and finished (``call_timing``), a request's (``server_timing``), and the
 histograms every request and call feeds (``histogram``), exists twice: the Python modules
 are the reference, ``_native.c`` follows them and is what runs when it was built.

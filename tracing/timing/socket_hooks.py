@@ -13,9 +13,18 @@ became ready. Around it:
   watched server connection (``server_timing``), the first read of each request notes
   when its first bytes reached the kernel.
 
+The receive stamp of a plain socket's ``recv``/``recv_into`` comes with the read itself:
+for a measured call or a watched connection the hook runs gevent's read loop with
+``recvmsg`` in place of ``recv`` (``_stamped_read``), timing its waits, so a reply costs
+no syscall more than untraced. For TCP a read's stamp is the newest segment it took; a
+reply in one segment, or read as it arrives, is dated as a peek would date it. An SSL
+``read`` (the bytes go through OpenSSL) and a read with flags or keywords still peek,
+with ``recvmsg(MSG_PEEK)``, after the wait or before the read.
+
 With no measurement in progress anywhere each hook costs a call and one check; with one
 in progress elsewhere, one ``getattr`` on the current greenlet more.
-Errors inside a hook are swallowed: the socket call always runs, exactly once.
+Errors inside a hook are swallowed: the read runs exactly once (the original, or the
+stamped read in its place).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ socket is a real one with a queued, kernel-stamped byte, so both peek the same s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import socket
 import time
@@ -350,70 +351,99 @@ class _Timeout(Exception):
     pass
 
 
+@dataclasses.dataclass
+class _Rig:
+    """A replay's set-up: a fake clock, the current greenlet measured under a label with a
+    fresh CallState, a hub, and the switch tracer installed (compiled or reference)."""
+
+    clock: Clock
+    me: Any
+    hub: FakeGreenlet
+    log: Any
+    route_cpu: RouteCpu
+    tracer: SwitchTracer
+    tag: GreenletTag
+    state: CallState
+
+    def switched_out(self, out_ns: int, seen: bool = True) -> None:
+        """The greenlet leaves for the hub for *out_ns* (the tracer sees it when *seen*)."""
+        trace = self.tracer._trace
+        assert trace is not None
+        if seen:
+            trace("switch", (self.me, self.hub))
+        self.clock.now += out_ns
+        if seen:
+            trace("switch", (self.hub, self.me))
+
+    def numbers(self) -> dict[str, Any]:
+        return {"log": self.log.entries(), "route_cpu": dict(self.route_cpu.by_label_ns)}
+
+
+@contextlib.contextmanager
+def _rig(use_compiled: bool, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Rig]:
+    clock = Clock()
+    log: Any = compiled.SwitchLog(256) if use_compiled else SwitchLog(256)
+    route_cpu = RouteCpu()
+    route_cpu.since[0] = clock.now
+    tracer = SwitchTracer(log, clock=clock)
+    monkeypatch.setattr(socket_hooks, "time", types.SimpleNamespace(monotonic_ns=clock))
+    me = getcurrent()
+    tag = tag_of(me)
+    saved_label, tag.label = tag.label, "GET /v1/offers/bike"
+    call_state.configure(log, 0.001)
+    call_state.measuring[0] += 1
+    with _path(use_compiled, clock):
+        try:
+            tracer.install(route_cpu=route_cpu)
+            yield _Rig(clock, me, FakeGreenlet("<hub>"), log, route_cpu, tracer, tag, CallState())
+        finally:
+            tracer.uninstall()
+            tag.call = None
+            tag.label = saved_label
+            call_state.measuring[0] -= 1
+            call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
+            socket_hooks._unhooked.clear()
+
+
 def _replay_waits(
     use_compiled: bool,
     events: list[dict[str, Any]],
     stamped: socket.socket,
     monkeypatch: pytest.MonkeyPatch,
 ) -> dict[str, Any]:
-    clock = Clock()
     arrival = kernel_rx.peek_arrival_ns(stamped)
     assert arrival is not None
-    me = getcurrent()
-    hub = FakeGreenlet("<hub>")
-    log: Any = compiled.SwitchLog(256) if use_compiled else SwitchLog(256)
-    route_cpu = RouteCpu()
-    route_cpu.since[0] = clock.now
-    tracer = SwitchTracer(log, clock=clock)
-    previous = native.reason
-    native.reason = None if use_compiled else "reference"
-    monkeypatch.setattr(socket_hooks, "time", types.SimpleNamespace(monotonic_ns=clock))
-    if use_compiled:
-        compiled.set_clock(clock)
-    tag = tag_of(me)
-    saved_label, tag.label = tag.label, "GET /v1/offers/bike"
-    call_state.configure(log, 0.001)
-    state = CallState()
-    tag.call = state
-    call_state.measuring[0] += 1
     reader = types.SimpleNamespace(_read_event=object(), _sock=stamped)
     # Writes on a Unix socket: no TCP_INFO, so readiness is unknown in both (a TCP
     # socket's ACK age would move between the two replays).
     unix, peer = socket.socketpair()
     writer = types.SimpleNamespace(_read_event=object(), _sock=unix)
     event: dict[str, Any] = {}
+    waits: list[Any] = []
+    with _rig(use_compiled, monkeypatch) as rig, contextlib.closing(unix), contextlib.closing(peer):
+        clock, state, tag = rig.clock, rig.state, rig.tag
+        tag.call = state
 
-    def original_send(self: Any, data: bytes, flags: int = 0) -> None:
-        if event["send_waits"]:
-            trace("switch", (me, hub))
-            clock.now += 70 * US
-            trace("switch", (hub, me))
-        clock.now += 2 * US
+        def original_send(self: Any, data: bytes, flags: int = 0) -> None:
+            if event["send_waits"]:
+                rig.switched_out(70 * US)
+            clock.now += 2 * US
 
-    def original_read(self: Any, *args: Any) -> bytes:
-        return b"data"
+        def original_read(self: Any, *args: Any) -> bytes:
+            return b"data"
 
-    def original(self: Any, watcher: Any, timeout_exc: Any = None) -> str:
-        if event["switches"]:
-            trace("switch", (me, hub))
-        clock.now += event["out"]
-        if event["switches"]:
-            trace("switch", (hub, me))
-        if event["fails"]:
-            raise _Timeout()
-        return "ok"
+        def original(self: Any, watcher: Any, timeout_exc: Any = None) -> str:
+            rig.switched_out(event["out"], event["switches"])
+            if event["fails"]:
+                raise _Timeout()
+            return "ok"
 
-    try:
-        tracer.install(route_cpu=route_cpu)
-        trace = tracer._trace
-        assert trace is not None
         hook = socket_hooks._make_wait(original)
         sendall = socket_hooks._make_sendall(original_send)
         read = socket_hooks._make_read(original_read)
         assert (type(hook) is compiled.Hook) == use_compiled
         assert (type(sendall) is compiled.Hook) == use_compiled
         assert (type(read) is compiled.Hook) == use_compiled
-        waits = []
         for event in events:
             clock.now += event["before"]
             state.reply_pending = event["reply_pending"]
@@ -459,17 +489,7 @@ def _replay_waits(
                     dict(state.culprits_ns),
                 )
             )
-    finally:
-        unix.close()
-        peer.close()
-        tracer.uninstall()
-        native.reason = previous
-        tag.call = None
-        tag.label = saved_label
-        call_state.measuring[0] -= 1
-        call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
-        compiled.set_clock(None)
-    return {"waits": waits, "log": log.entries(), "route_cpu": dict(route_cpu.by_label_ns)}
+    return {"waits": waits, **rig.numbers()}
 
 
 @needs_compiled
@@ -551,129 +571,102 @@ def _replay_reads(
     what each read returned or raised, the call's numbers, and the watch's stamp. Real
     bytes go through a real TCP pair; each stamp is used relative to its own byte, so the
     two replays compare although their bytes arrived at different times."""
-    clock = Clock()
-    me = getcurrent()
-    hub = FakeGreenlet("<hub>")
-    log: Any = compiled.SwitchLog(256) if use_compiled else SwitchLog(256)
-    route_cpu = RouteCpu()
-    route_cpu.since[0] = clock.now
-    tracer = SwitchTracer(log, clock=clock)
     raw, peer = _stamped_pair()
-    monkeypatch.setattr(socket_hooks, "time", types.SimpleNamespace(monotonic_ns=clock))
-    tag = tag_of(me)
-    saved_label, tag.label = tag.label, "GET /v1/offers/bike"
-    call_state.configure(log, 0.001)
-    state = CallState()
-    call_state.measuring[0] += 1
     event: dict[str, Any] = {}
     arrival = [0]  # the stamp of the byte the event sent
     wakes = [0]
-
-    def wait(self: Any, watcher: Any, timeout_exc: Any = None) -> str:
-        assert watcher is self._read_event
-        began = clock.now
-        if event["switches"]:
-            trace("switch", (me, hub))
-        clock.now += event["out"]
-        if event["switches"]:
-            trace("switch", (hub, me))
-        if event["fails"]:
-            raise _Timeout()
-        wakes[0] += 1
-        if not (event["spurious"] and wakes[0] == 1):
-            arrival[0] = _deliver(raw, peer)
-            # Readiness (monotonic) = arrival - offset: where the event places it.
-            state.realtime_offset_ns = arrival[0] - (began + int(event["ready_at"] * event["out"]))
-        return "ok"
-
-    sock = types.SimpleNamespace(_read_event=object(), _sock=raw, timeout=None)
-    sock._wait = lambda watcher: wait(sock, watcher)
-
-    def original(self: Any, *args: Any) -> Any:
-        raise AssertionError("the plain read never falls back to the original here")
-
     reads = []
-    with _path(use_compiled, clock):
-        try:
-            tracer.install(route_cpu=route_cpu)
-            trace = tracer._trace
-            assert trace is not None
-            socket_hooks._make_wait(wait)  # the hook's original: what the stamped read waits in
-            recv = socket_hooks._make_read(original, kind="recv")
-            recv_into = socket_hooks._make_read(original, kind="recv_into")
-            assert (type(recv) is compiled.Hook) == use_compiled
-            for event in events:
-                wakes[0] = 0
-                arrival[0] = 0
-                tag.call = state if event["call"] else None
-                sock.timeout = 0.0 if event["nonblocking"] else None
-                state.reply_pending = event["reply_pending"]
-                state.out_since_send = event["out_since_send"]
-                state.awaiting_first_read = event["awaiting_first_read"]
-                state.sent_ns = clock.now - 30 * US
-                state.reply_arrived_unix_ns = None
-                if event["queued"]:
-                    arrival[0] = _deliver(raw, peer)
-                    state.realtime_offset_ns = arrival[0] - (clock.now - 10 * US)
-                watch = None
-                if event["inbound"] or not event["call"]:
-                    watch = InboundWatch(sock)
-                    tag.inbound = watch
-                    watching[0] += 1
-                buffer = bytearray(64)
-                flags = (0,) if event["flags_arg"] else ()
-                try:
-                    if event["into"]:
-                        result: Any = recv_into(sock, buffer, 0, *flags)
-                        result = (result, bytes(buffer[:result]))
-                    else:
-                        result = recv(sock, 64, *flags)
-                except _Timeout:
-                    result = "timeout"
-                except BlockingIOError:
-                    result = "eagain"
-                finally:
-                    if watch is not None:
-                        tag.inbound = None
-                        watching[0] -= 1
-                stamp = state.reply_arrived_unix_ns
-                reads.append(
-                    (
-                        result,
-                        state.network_ns,
-                        state.delay_ns,
-                        state.blocked_ns,
-                        state.socket_waits,
-                        None if stamp is None else stamp == arrival[0],
-                        state.reply_pending,
-                        state.in_socket_wait,
-                        state.awaiting_first_read,
-                        list(state.since_send),
-                        dict(state.culprits_ns),
-                        None
-                        if watch is None
-                        else (
-                            watch.armed,
-                            None
-                            if watch.arrival_unix_ns is None
-                            else watch.arrival_unix_ns == arrival[0],
-                        ),
-                    )
+    with _rig(use_compiled, monkeypatch) as rig, contextlib.closing(raw), contextlib.closing(peer):
+        clock, state, tag = rig.clock, rig.state, rig.tag
+
+        def wait(self: Any, watcher: Any, timeout_exc: Any = None) -> str:
+            assert watcher is self._read_event
+            began = clock.now
+            rig.switched_out(event["out"], event["switches"])
+            if event["fails"]:
+                raise _Timeout()
+            wakes[0] += 1
+            if not (event["spurious"] and wakes[0] == 1):
+                arrival[0] = _deliver(raw, peer)
+                # Readiness (monotonic) = arrival - offset: where the event places it.
+                state.realtime_offset_ns = arrival[0] - (
+                    began + int(event["ready_at"] * event["out"])
                 )
-                clock.now += 100 * US
-                with contextlib.suppress(BlockingIOError):  # a byte a failed wait left behind
-                    while raw.recv(64):
-                        pass
-        finally:
-            raw.close()
-            peer.close()
-            tracer.uninstall()
-            tag.call = None
-            tag.label = saved_label
-            call_state.measuring[0] -= 1
-            call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
-            socket_hooks._unhooked.clear()
-    return {"reads": reads, "log": log.entries(), "route_cpu": dict(route_cpu.by_label_ns)}
+            return "ok"
+
+        sock = types.SimpleNamespace(_read_event=object(), _sock=raw, timeout=None)
+        sock._wait = lambda watcher: wait(sock, watcher)
+
+        def original(self: Any, *args: Any) -> Any:
+            raise AssertionError("the plain read never falls back to the original here")
+
+        socket_hooks._make_wait(wait)  # the hook's original: what the stamped read waits in
+        recv = socket_hooks._make_read(original, kind="recv")
+        recv_into = socket_hooks._make_read(original, kind="recv_into")
+        assert (type(recv) is compiled.Hook) == use_compiled
+        for event in events:
+            wakes[0] = 0
+            arrival[0] = 0
+            tag.call = state if event["call"] else None
+            sock.timeout = 0.0 if event["nonblocking"] else None
+            state.reply_pending = event["reply_pending"]
+            state.out_since_send = event["out_since_send"]
+            state.awaiting_first_read = event["awaiting_first_read"]
+            state.sent_ns = clock.now - 30 * US
+            state.reply_arrived_unix_ns = None
+            if event["queued"]:
+                arrival[0] = _deliver(raw, peer)
+                state.realtime_offset_ns = arrival[0] - (clock.now - 10 * US)
+            watch = None
+            if event["inbound"] or not event["call"]:
+                watch = InboundWatch(sock)
+                tag.inbound = watch
+                watching[0] += 1
+            buffer = bytearray(64)
+            flags = (0,) if event["flags_arg"] else ()
+            try:
+                if event["into"]:
+                    result: Any = recv_into(sock, buffer, 0, *flags)
+                    result = (result, bytes(buffer[:result]))
+                else:
+                    result = recv(sock, 64, *flags)
+            except _Timeout:
+                result = "timeout"
+            except BlockingIOError:
+                result = "eagain"
+            finally:
+                if watch is not None:
+                    tag.inbound = None
+                    watching[0] -= 1
+            stamp = state.reply_arrived_unix_ns
+            reads.append(
+                (
+                    result,
+                    state.network_ns,
+                    state.delay_ns,
+                    state.blocked_ns,
+                    state.socket_waits,
+                    None if stamp is None else stamp == arrival[0],
+                    state.reply_pending,
+                    state.in_socket_wait,
+                    state.awaiting_first_read,
+                    list(state.since_send),
+                    dict(state.culprits_ns),
+                    None
+                    if watch is None
+                    else (
+                        watch.armed,
+                        None
+                        if watch.arrival_unix_ns is None
+                        else watch.arrival_unix_ns == arrival[0],
+                    ),
+                )
+            )
+            clock.now += 100 * US
+            with contextlib.suppress(BlockingIOError):  # a byte a failed wait left behind
+                while raw.recv(64):
+                    pass
+    return {"reads": reads, **rig.numbers()}
 
 
 @needs_compiled
