@@ -1603,7 +1603,7 @@ static int stamped_read(WaitHookObject *self, PyObject *sock, PyObject *args, Py
     PyObject *hooked = _PyType_Lookup(Py_TYPE(sock), s_wait_method);
     PyObject *raw_wait = hooked != NULL && Py_TYPE(hooked) == &WaitHookType &&
                                  ((WaitHookObject *)hooked)->kind == HOOK_WAIT
-                             ? ((WaitHookObject *)hooked)->original
+                             ? Py_NewRef(((WaitHookObject *)hooked)->original)
                              : NULL;
     PyObject *out = NULL;
     int waited = 0, first = 1;
@@ -1637,8 +1637,9 @@ static int stamped_read(WaitHookObject *self, PyObject *sock, PyObject *args, Py
         }
         int err = errno;
         if (err == EINTR) {
-            if (PyErr_CheckSignals() < 0) break;
-            continue;
+            if (PyErr_CheckSignals() == 0) continue;
+            if (call != NULL && waited) account_read_wait(call, started, 0, 0);
+            break;
         }
         if (call != NULL) {
             if (waited)
@@ -1691,6 +1692,7 @@ static int stamped_read(WaitHookObject *self, PyObject *sock, PyObject *args, Py
         if (r == NULL) break;
         Py_DECREF(r);
     }
+    Py_XDECREF(raw_wait);
     Py_XDECREF(bytes);
     if (into) PyBuffer_Release(&view);
     *result = out;

@@ -261,9 +261,12 @@ def _stamped_read(
                 raise
             waited = True
             continue
-        except BaseException:
-            if call is not None and waited:
-                _account_read_wait(call, started, None)
+        except BaseException:  # the read failed: the connection's error
+            if call is not None:
+                if waited:
+                    _account_read_wait(call, started, None)
+                elif first:
+                    _first_read(call, None)
             raise
         arrival = None
         try:
