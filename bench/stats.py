@@ -152,3 +152,24 @@ def median_and_p99(values: Sequence[float]) -> tuple[float, float] | None:
         return None
     ordered = sorted(values)
     return percentile(ordered, 50), percentile(ordered, 99)
+
+
+# Student's t, two-sided 95 %, by degrees of freedom (1-30); past 30, the normal's 1.96.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def mean_interval95(values: Sequence[float]) -> tuple[float, float, float] | None:
+    """The mean of *values* (each repeat's paired difference, say) and its 95 %
+    confidence interval, Student's t over the repeats: (mean, low, high). None for fewer
+    than two values: one repeat says nothing of the spread."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * sd / n**0.5
+    return mean, mean - half, mean + half

@@ -37,7 +37,7 @@ from typing import Any
 
 from bench.progress import Progress
 from bench.run import DRIVER, Arm, LoadSettings, RunResult, run_interleaved
-from bench.stats import GroupStats, Rows
+from bench.stats import GroupStats, Rows, mean_interval95
 from bench.traffic import CPU_KINDS, OFFER_KINDS
 from routing.model import Layout, RouteConfig
 
@@ -353,6 +353,12 @@ def _point(
             "us_per_upstream_call": None
             if diff is None
             else round(diff * 1000 / CALLS_PER_OFFER, 2),
+            # The same for each repeat against its own off run, and the 95 % interval of
+            # their mean: how finely the run could tell (a repeat differs from the next by
+            # 5-20 % of an offer's CPU, tens of us a call at 40 offers/s).
+            **_per_call_by_repeat(
+                [_io_cpu_ms_per_offer([r], deadline_s) for r in runs[mode]], off_by_repeat
+            ),
             "share_of_offer_cpu": None if diff is None or not cpu else round(diff / cpu, 4),
         }
     point: dict[str, Any] = {
@@ -413,6 +419,25 @@ def _target(name: str, value: float | None, wanted: float, below: bool) -> dict[
         "wanted": f"{'<=' if below else '>='} {wanted:g}",
         "measured": value,
         "met": met,
+    }
+
+
+def _per_call_by_repeat(
+    cpu_by_repeat: Sequence[float | None], off_by_repeat: Sequence[float | None]
+) -> dict[str, Any]:
+    """us per upstream call that a mode added in each repeat (its io CPU per offer minus
+    the same repeat's off), and the 95 % interval of their mean (None: under 2 repeats)."""
+    per_call = [
+        round((cpu - off) * 1000 / CALLS_PER_OFFER, 2)
+        for cpu, off in zip(cpu_by_repeat, off_by_repeat, strict=False)
+        if cpu is not None and off is not None
+    ]
+    interval = mean_interval95(per_call)
+    return {
+        "us_per_upstream_call_by_repeat": per_call,
+        "us_per_upstream_call_interval95": None
+        if interval is None
+        else [round(interval[1], 1), round(interval[2], 1)],
     }
 
 
@@ -490,9 +515,15 @@ def write_tracing_overhead(doc: dict[str, Any], out: Path) -> str:
                 + ("" if ratio is None else ")")
             )
         for mode, o in point["overhead"].items():
+            interval = o.get("us_per_upstream_call_interval95")
             lines.append(
                 f"{where}, tracing {mode} - off: {o['io_cpu_ms_per_offer']} ms io CPU per offer, "
                 f"{o['us_per_upstream_call']} us per upstream call"
+                + (
+                    ""
+                    if interval is None
+                    else f" (95 % interval over the repeats: {interval[0]:g} to {interval[1]:g})"
+                )
             )
         if not point["tracing_active"]:
             lines.append(f"note: {point['note']}")

@@ -68,3 +68,14 @@ def test_tracing_overhead_modes_set_the_switch_and_the_sampling(
     assert Path(derived.source).parent == tmp_path
     assert derived.pools == routes.pools
     assert with_sample_percent(routes, None, tmp_path) is routes
+
+
+def test_tracing_overhead_reports_each_repeats_cost_per_call_and_their_interval() -> None:
+    from bench.tracing_overhead import _per_call_by_repeat
+
+    # io ms per offer: +0.06, +0.03 and -0.03 against each repeat's own off run (3 calls).
+    got = _per_call_by_repeat([2.06, 2.03, 1.97, None], [2.0, 2.0, 2.0, 2.0])
+    assert got["us_per_upstream_call_by_repeat"] == [20.0, 10.0, -10.0]
+    low, high = got["us_per_upstream_call_interval95"]
+    assert low < 0 < 6.67 < high  # the mean, +6.67 us, with an interval that holds 0
+    assert _per_call_by_repeat([2.06], [2.0])["us_per_upstream_call_interval95"] is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.loadgen import TIMEOUT, Samples
-from bench.stats import GroupStats, Rows, lag_summary_ms
+from bench.stats import GroupStats, Rows, lag_summary_ms, mean_interval95
 from tracing.readback.report import percentile
 
 
@@ -65,3 +65,16 @@ def test_pooled_rows_add_up() -> None:
 def test_lag_summary() -> None:
     lag = lag_summary_ms(Rows.select(samples(), ["a"], 0.0, 10.0))
     assert lag == {"p50_ms": 1.0, "p99_ms": 1.0, "max_ms": 1.0}
+
+
+def test_mean_interval95_is_students_t_over_the_repeats() -> None:
+    mean, low, high = mean_interval95([1.0, 2.0, 3.0]) or (0.0, 0.0, 0.0)
+    # sd 1 over 3 values: half-width t(0.975, 2) / sqrt(3) = 4.303 / 1.732
+    assert mean == 2.0
+    assert (low, high) == pytest.approx((2.0 - 2.4843, 2.0 + 2.4843), abs=1e-3)
+    assert mean_interval95([5.0, 5.0]) == (5.0, 5.0, 5.0)
+    assert mean_interval95([5.0]) is None
+    # Many repeats: the normal's 1.96.
+    wide = mean_interval95([0.0, 2.0] * 20)
+    assert wide is not None
+    assert wide[2] - wide[0] == pytest.approx(1.96 * (40 / 39) ** 0.5 / 40**0.5, rel=1e-6)
