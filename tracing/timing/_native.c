@@ -1167,8 +1167,6 @@ static PyTypeObject TracerType = {
 
 /* == kernel_rx, on the descriptor ======================================================= */
 
-/* peek_arrival_ns: 1 with *arrival set, 0 none (and the option switched on when data
- * was queued without a stamp). Never fails: a failed peek is "none". */
 /* recvmsg(fd, buf[:len], flags | MSG_DONTWAIT) with room for a receive stamp: the bytes
  * read (-1 with errno set), and in *have / *arrival the stamp the kernel gave them
  * (kernel_rx.stamp_of). Data without a stamp switches the option on for the next time. */
@@ -1205,6 +1203,8 @@ static ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int *have,
 /* Peeks taken (tests: a plain socket's read takes its stamp without one). */
 static unsigned long long peeks = 0;
 
+/* peek_arrival_ns: 1 with *arrival set, 0 none (and the option switched on when data
+ * was queued without a stamp). Never fails: a failed peek is "none". */
 static int peek_arrival(int fd, int64_t *arrival) {
     char byte;
     int have;
@@ -1349,6 +1349,15 @@ static void account_wait(PyObject *call, PyObject *sock, int64_t started, int is
     return;
 fail:
     drop();
+}
+
+/* A wait that raised (timeout, cancel_wait, GreenletExit: it never saw its data),
+ * accounted with that error kept for the caller. */
+static void account_failed_wait(PyObject *call, PyObject *sock, int64_t started, int is_read) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    account_wait(call, sock, started, is_read, 0);
+    PyErr_Restore(type, value, tb);
 }
 
 /* socket_hooks._account_read_wait: a read wait whose data came with its stamp (*have*,
@@ -1504,16 +1513,12 @@ static PyTypeObject WaitHookType;
  * of what it read; nothing read: have 0). Never leaves an error set. */
 static void first_read(PyObject *call, int have, int64_t arrival) {
     int awaiting = get_truth(call, s_awaiting_first_read);
-    if (awaiting <= 0) goto done;
+    if (awaiting == 0) return;
+    if (awaiting < 0) goto fail;
     int out = get_truth(call, s_out_since_send);
-    if (out <= 0) {
-        /* Ran without pause since the send: no delay to find. */
-        if (out == 0 && set_attr(call, s_awaiting_first_read, Py_False) < 0) goto done;
-        awaiting = out;
-        goto done;
-    }
-    /* socket_hooks._check_queued_reply, with the read's own stamp instead of a peek */
-    if (set_attr(call, s_awaiting_first_read, Py_False) < 0) goto fail;
+    if (out < 0 || set_attr(call, s_awaiting_first_read, Py_False) < 0) goto fail;
+    if (!out) return; /* ran without pause since the send: no delay to find */
+    /* socket_hooks._queued_reply, with the read's own stamp instead of a peek */
     PyObject *ready = Py_NewRef(Py_None);
     if (have) {
         int64_t offset;
@@ -1533,8 +1538,6 @@ static void first_read(PyObject *call, int have, int64_t arrival) {
     if (r == NULL) goto fail;
     Py_DECREF(r);
     return;
-done:
-    if (awaiting >= 0) return;
 fail:
     drop();
 }
@@ -1672,15 +1675,10 @@ static int stamped_read(WaitHookObject *self, PyObject *sock, PyObject *args, Py
             set_attr(call, s_in_socket_wait, Py_True) == 0) {
             r = raw_wait != NULL ? PyObject_CallFunctionObjArgs(raw_wait, sock, event, NULL)
                                  : PyObject_CallMethodOneArg(sock, s_wait_method, event);
-            if (r == NULL) {
-                /* Timeout, cancel_wait, GreenletExit: the wait never saw its data. */
-                PyObject *type, *value, *tb;
-                PyErr_Fetch(&type, &value, &tb);
-                account_wait(call, sock, started, 1, 0);
-                PyErr_Restore(type, value, tb);
-            } else {
+            if (r == NULL)
+                account_failed_wait(call, sock, started, 1);
+            else
                 waited = 1;
-            }
         } else {
             if (call != NULL) {
                 drop(); /* could not start timing it: wait untimed */
@@ -1832,15 +1830,10 @@ static PyObject *WaitHook_call(WaitHookObject *self, PyObject *args, PyObject *k
     if (set_attr(call, s_in_socket_wait, Py_True) < 0) goto start_failed;
 
     PyObject *result = PyObject_Call(self->original, args, kwds);
-    if (result == NULL) {
-        /* Timeout, cancel_wait, GreenletExit: the wait never saw its data. */
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        account_wait(call, sock, started, is_read, 0);
-        PyErr_Restore(type, value, tb);
-    } else {
+    if (result == NULL)
+        account_failed_wait(call, sock, started, is_read);
+    else
         account_wait(call, sock, started, is_read, 1);
-    }
     Py_DECREF(call);
     return result;
 

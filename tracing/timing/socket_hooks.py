@@ -284,7 +284,9 @@ def _stamped_read(
         return result
 
 
-def _plain_read_args(into: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _plain_read_args(
+    into: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...] | None:
     """The stamped read's arguments (bufsize, or buffer and nbytes) when the read's are
     the plain ones it handles; None otherwise (flags, keywords, bad values: the original
     runs and says what they mean)."""
