@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from http.client import HTTPException
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -138,22 +139,42 @@ def split_traced(
     yield from _traced(all_traced_routes, Layout.SPLIT, tmp_path_factory)
 
 
-def measure(stack: Stack, hog_threads: int, count: int = 25) -> tuple[list[Span], dict[str, int]]:
+class Measured(NamedTuple):
+    spans: list[Span]  # the offers' answered client spans
+    truth: dict[str, int]  # span id -> the simulator's send time (ground_truth)
+    hogs: dict[int | str, int]  # how the hogs' quotes were answered (empty: no hogs)
+
+
+def measure(stack: Stack, hog_threads: int, count: int = 25) -> Measured:
     since_us = time.time_ns() // 1000
+    outcomes: dict[int | str, int] = {}
     if hog_threads:
-        with Hogs(stack.url, hog_threads):
+        with Hogs(stack.url, hog_threads) as hogs:
             offers(stack.url, count)
+        outcomes = dict(hogs.outcomes)
     else:
         offers(stack.url, count)
     spans = client_spans(stack, since_us)
-    return spans, ground_truth(stack)
+    return Measured(spans, ground_truth(stack), outcomes)
+
+
+def mean_delay(spans: list[Span]) -> float:
+    """The calls' mean scheduling delay (s).
+
+    The mean, not a quantile: in the shared pool Envoy's keep-alive connections may
+    leave a worker without a hog for a while, and the offers landing there wait
+    little. How many of 75 calls meet a hog varies from run to run (one in ten to
+    all of them); each that does waits tens to hundreds of ms, which the mean
+    carries whatever their number, where a p90 came out at 3.7 ms once in CI.
+    """
+    return statistics.fmean(s.attributes[attributes.SCHEDULING_DELAY] for s in spans)
 
 
 def test_network_time_matches_ground_truth_while_delay_grows_with_hogging(
     shared_traced: Stack,
 ) -> None:
-    quiet, truth_quiet = measure(shared_traced, hog_threads=0)
-    busy, truth_busy = measure(shared_traced, hog_threads=6)
+    quiet, truth_quiet, _ = measure(shared_traced, hog_threads=0)
+    busy, truth_busy, hogs = measure(shared_traced, hog_threads=6)
     truth = {**truth_quiet, **truth_busy}
     assert len(quiet) >= 30 and len(busy) >= 30, (len(quiet), len(busy))
 
@@ -177,15 +198,9 @@ def test_network_time_matches_ground_truth_while_delay_grows_with_hogging(
         network_ms = [s.attributes[attributes.NETWORK_DURATION] * 1000 for s in spans]
         assert D_MS - 1 <= statistics.median(network_ms) <= calls_ms, network_ms
 
-    # p90: the tail is where the hogs show (a worker may be without a hog for a while).
-    delay_quiet = statistics.quantiles(
-        [s.attributes[attributes.SCHEDULING_DELAY] for s in quiet], n=10
-    )[-1]
-    delay_busy = statistics.quantiles(
-        [s.attributes[attributes.SCHEDULING_DELAY] for s in busy], n=10
-    )[-1]
-    # The hogs add several times the delay of a quiet loop.
-    assert delay_busy > 0.005 and delay_busy > 3 * delay_quiet, (delay_quiet, delay_busy)
+    # The hogs add several times the delay of a quiet loop, measured just before.
+    delay_quiet, delay_busy = mean_delay(quiet), mean_delay(busy)
+    assert delay_busy > 3 * delay_quiet, (delay_quiet, delay_busy, hogs)
 
     # Ground truth for the delay: from the reply's send to the span's end the greenlet
     # only waited for the hub (and parsed a small body), so the recorded delay covers
@@ -219,13 +234,8 @@ def test_network_time_matches_ground_truth_while_delay_grows_with_hogging(
 def test_split_layout_keeps_offers_free_of_scheduling_delay(
     split_traced: Stack, shared_traced: Stack
 ) -> None:
-    split, _ = measure(split_traced, hog_threads=6)
-    shared, _ = measure(shared_traced, hog_threads=6)
-
-    def p90_delay(spans: list[Span]) -> float:
-        return statistics.quantiles(
-            [s.attributes[attributes.SCHEDULING_DELAY] for s in spans], n=10
-        )[-1]
+    split = measure(split_traced, hog_threads=6)
+    shared = measure(shared_traced, hog_threads=6)
 
     def hog_caused_s(spans: list[Span]) -> float:
         return sum(
@@ -235,23 +245,22 @@ def test_split_layout_keeps_offers_free_of_scheduling_delay(
             if item.startswith(HOG_ROUTE)
         )
 
-    # (The tail, not the median: in the shared pool Envoy's keep-alive connections
-    # may leave a worker without a hog for a while, and offers landing there wait
-    # little; the tail is where the hogs show, as in the seed.)
-    split_delay, shared_delay = p90_delay(split), p90_delay(shared)
+    split_delay, shared_delay = mean_delay(split.spans), mean_delay(shared.spans)
+    split_hogs, shared_hogs = hog_caused_s(split.spans), hog_caused_s(shared.spans)
     print(
-        f"\nscheduling delay p90: split {split_delay * 1000:.2f} ms, shared "
+        f"\nscheduling delay, mean: split {split_delay * 1000:.2f} ms, shared "
         f"{shared_delay * 1000:.2f} ms; caused by {HOG_ROUTE}: split "
-        f"{hog_caused_s(split):.3f} s, shared {hog_caused_s(shared):.3f} s"
+        f"{split_hogs:.3f} s, shared {shared_hogs:.3f} s; hogs answered: "
+        f"split {split.hogs}, shared {shared.hogs}"
     )
     # Well below the upstreams' own 60 ms, and several times below shared's.
     assert split_delay < D_MS / 1000 / 3, split_delay
-    assert shared_delay > 4 * split_delay, (split_delay, shared_delay)
+    assert shared_delay > 4 * split_delay, (split_delay, shared_delay, shared.hogs)
     # The same hogs delayed the shared pool's calls, and never the io pool's.
-    assert hog_caused_s(shared) > 0.05, hog_caused_s(shared)
-    assert hog_caused_s(split) == 0.0
+    assert shared_hogs > 0.05, (shared_hogs, shared.hogs)
+    assert split_hogs == 0.0
     # No CPU route shows up among the io pool's culprits.
-    for s in split:
+    for s in split.spans:
         assert not any(
             c.startswith(HOG_ROUTE) for c in s.attributes.get(attributes.SCHEDULING_CULPRITS, [])
         )
