@@ -1,5 +1,6 @@
 """One measured run (a stack, one load generator run, CPU before/after), and the
-interleaved shared/split comparison built from such runs.
+comparisons built from such runs: interleaved (one arm after another) or paired
+(every arm at once, each on its own stack, over the same window).
 
 Timeline of a run (all on CLOCK_MONOTONIC, shared by every process):
 
@@ -19,6 +20,7 @@ import resource
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -353,6 +355,33 @@ class LoadgenProcess:
         self.proc.stop()
 
 
+class PairAborted(BenchError):
+    """Another run of a paired comparison failed before the load started."""
+
+
+class StartTogether:
+    """One start time for several runs at once: each run's thread calls `wait` once its
+    load generator is ready, and all get the same start, a moment after the last is
+    ready. A run that fails first calls `abort`, so the others do not wait for it."""
+
+    def __init__(self, parties: int) -> None:
+        self.start_at = 0.0
+        self._barrier = threading.Barrier(parties, action=self._set)
+
+    def _set(self) -> None:
+        self.start_at = time.monotonic() + _START_MARGIN_S
+
+    def wait(self) -> float:
+        try:
+            self._barrier.wait(timeout=_READY_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            raise PairAborted("another run of the pair failed before the load started") from None
+        return self.start_at
+
+    def abort(self) -> None:
+        self._barrier.abort()
+
+
 def _sleep_until(deadline: float, progress: Progress | None, check: Callable[[], None]) -> None:
     while True:
         now = time.monotonic()
@@ -377,8 +406,10 @@ def measure(
     label: str,
     repeat: int = 0,
     progress: Progress | None = None,
+    start_together: StartTogether | None = None,
 ) -> RunResult:
-    """Drive `stack` with one open-loop run and measure it."""
+    """Drive `stack` with one open-loop run and measure it. With `start_together`, the
+    load starts when every run sharing it has its generator ready (a paired comparison)."""
     control = set_upstreams_fixed(stack, settings.upstream_ms)
     configured_floor = floor_from_settings(settings_from_control(control), seed=settings.seed)
     plan = Plan(
@@ -392,7 +423,7 @@ def measure(
     gen = LoadgenProcess(plan, run_dir)
     try:
         gen.wait_ready()
-        start_at = time.monotonic() + _START_MARGIN_S
+        start_at = start_together.wait() if start_together else time.monotonic() + _START_MARGIN_S
         gen.start(start_at)
 
         def check() -> None:
@@ -553,6 +584,55 @@ def planned_seconds(settings: LoadSettings, runs: int) -> float:
     return runs * (STACK_START_EST_S + settings.total_s + DRAIN_EST_S)
 
 
+def _arm_stack(
+    config: RouteConfig, settings: LoadSettings, arm: Arm, run_dir: Path, stack_dir: Path
+) -> contextlib.AbstractContextManager[Stack]:
+    """The arm's stack: its layout, tracing switch, sampling and environment."""
+    percent = arm.sample_percent if arm.sample_percent is not None else settings.sample_percent
+    return running_stack(
+        with_sample_percent(config, percent, run_dir),
+        arm.layout,
+        stack_dir,
+        tracing=arm.tracing,
+        with_jaeger=settings.jaeger and arm.traced,
+        env=arm.env,
+    )
+
+
+def _measure_arm(
+    stack: Stack,
+    settings: LoadSettings,
+    arm: Arm,
+    stack_dir: Path,
+    *,
+    label: str,
+    repeat: int,
+    progress: Progress | None,
+    start_together: StartTogether | None = None,
+) -> RunResult:
+    rates = kind_rates(settings.group_rates_rps)
+    host, port = stack.config.listener.address.host, stack.config.listener.address.port
+    result = measure(
+        stack,
+        targets_for(stack.config, host, port, tuple(rates), settings.seed),
+        rates,
+        replace(settings, tracing=arm.traced),
+        stack_dir,
+        label=label,
+        repeat=repeat,
+        progress=progress,
+        start_together=start_together,
+    )
+    # Jaeger is read while it runs; the span file once the stack stopped (with_spans).
+    return with_jaeger_spans(result, stack) if settings.jaeger and arm.traced else result
+
+
+def _with_file_spans(
+    result: RunResult, stack: Stack, settings: LoadSettings, arm: Arm
+) -> RunResult:
+    return result if settings.jaeger and arm.traced else with_spans(result, stack)
+
+
 def run_interleaved(
     config: RouteConfig,
     settings: LoadSettings,
@@ -567,7 +647,6 @@ def run_interleaved(
     arrivals, interleaved `repeats` times, each run on a fresh stack. Every run is
     returned (not just the best), in the order they ran."""
     config = prepared_config(config, workers, run_dir)
-    rates = kind_rates(settings.group_rates_rps)
     results = []
     for repeat, arm in run_order(arms, repeats):
         names = {"repeat": repeat + 1, "repeats": repeats}
@@ -575,29 +654,93 @@ def run_interleaved(
         stack_dir = run_dir / arm.run_name.format(**names)
         if progress is not None:
             progress.step(f"{label}: starting the stack", STACK_START_EST_S)
-        arm_settings = replace(settings, tracing=arm.traced)
-        percent = arm.sample_percent if arm.sample_percent is not None else settings.sample_percent
-        arm_config = with_sample_percent(config, percent, run_dir)
-        jaeger = settings.jaeger and arm.traced
-        with running_stack(
-            arm_config, arm.layout, stack_dir, tracing=arm.tracing, with_jaeger=jaeger, env=arm.env
-        ) as stack:
-            host, port = stack.config.listener.address.host, stack.config.listener.address.port
-            targets = targets_for(stack.config, host, port, tuple(rates), settings.seed)
-            result = measure(
-                stack,
-                targets,
-                rates,
-                arm_settings,
-                stack_dir,
-                label=label,
-                repeat=repeat,
-                progress=progress,
+        with _arm_stack(config, settings, arm, run_dir, stack_dir) as stack:
+            result = _measure_arm(
+                stack, settings, arm, stack_dir, label=label, repeat=repeat, progress=progress
             )
-            if jaeger:
-                result = with_jaeger_spans(result, stack)
-        results.append((arm, result if jaeger else with_spans(result, stack)))
+        results.append((arm, _with_file_spans(result, stack, settings, arm)))
     return results
+
+
+def run_paired(
+    config: RouteConfig,
+    settings: LoadSettings,
+    arms: Sequence[Arm],
+    *,
+    workers: int,
+    repeats: int,
+    run_dir: Path,
+    progress: Progress | None = None,
+) -> list[tuple[Arm, RunResult]]:
+    """Every arm at once, `repeats` times: each arm on its own fresh stack, all driven
+    with the same arrivals over the same window. What the machine does meanwhile (other
+    jobs, frequency, a noisy neighbour) lands on every arm alike, so each repeat's
+    ratio between arms is far steadier than between runs minutes apart. Only for loads
+    the machine carries for every arm at once: the arms share its cores. Returned
+    repeat by repeat, in the arms' order."""
+    config = prepared_config(config, workers, run_dir)
+    results: list[tuple[Arm, RunResult]] = []
+    for repeat in range(repeats):
+        results += _paired_repeat(config, settings, arms, run_dir, repeat, repeats, progress)
+    return results
+
+
+def _paired_repeat(
+    config: RouteConfig,
+    settings: LoadSettings,
+    arms: Sequence[Arm],
+    run_dir: Path,
+    repeat: int,
+    repeats: int,
+    progress: Progress | None,
+) -> list[tuple[Arm, RunResult]]:
+    names = {"repeat": repeat + 1, "repeats": repeats}
+    dirs = [run_dir / arm.run_name.format(**names) for arm in arms]
+    label = f"{' + '.join(arm.key for arm in arms)} at once, repeat {repeat + 1}/{repeats}"
+    if progress is not None:
+        progress.step(f"{label}: starting the stacks", STACK_START_EST_S * len(arms))
+    together = StartTogether(len(arms))
+    outcomes: list[RunResult | BaseException | None] = [None] * len(arms)
+    with contextlib.ExitStack() as started:
+        stacks = [
+            started.enter_context(_arm_stack(config, settings, arm, run_dir, stack_dir))
+            for arm, stack_dir in zip(arms, dirs, strict=True)
+        ]
+
+        def run(i: int) -> None:
+            try:
+                outcomes[i] = _measure_arm(
+                    stacks[i],
+                    settings,
+                    arms[i],
+                    dirs[i],
+                    label=label if i == 0 else arms[i].key,
+                    repeat=repeat,
+                    # One progress line, the first arm's: they share the window.
+                    progress=progress if i == 0 else None,
+                    start_together=together,
+                )
+            except BaseException as exc:  # raised again on the driver's thread, below
+                together.abort()
+                outcomes[i] = exc
+
+        threads = [
+            threading.Thread(target=run, args=(i,), name=f"paired-{arm.key}", daemon=True)
+            for i, arm in enumerate(arms)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    if failed:
+        # The run that failed first, not the others it stopped.
+        raise next((e for e in failed if not isinstance(e, PairAborted)), failed[0])
+    out = []
+    for arm, stack, outcome in zip(arms, stacks, outcomes, strict=True):
+        assert isinstance(outcome, RunResult)
+        out.append((arm, _with_file_spans(outcome, stack, settings, arm)))
+    return out
 
 
 def compare(

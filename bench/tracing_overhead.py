@@ -15,7 +15,13 @@ percentage from the route config the stack's pools and Envoy read):
   reference instead of its compiled hot path (``PRICING_TIMING_NATIVE=0``).
 
 Runs alternate the modes on the split layout, offers only (one io worker), at each
-rate point: 40 offers/s and 80 % of the io worker's untraced capacity by default. That
+rate point: 40 offers/s and 80 % of the io worker's untraced capacity by default.
+With ``paired``, each repeat of a point given in offers/s runs every mode at once
+instead, each on its own stack over the same window (``bench.run.run_paired``): the
+machine's drift lands on every mode alike, and a repeat's ratio to off is several
+times steadier (at 40 offers/s, 1.07-1.13 paired against 1.07-1.25 one after another,
+the same hour). A share of the capacity still runs one mode after another: every mode
+at 80 % of a core at once would overload the machine. That
 capacity comes from ``io-capacity`` run in the same command, once with tracing off
 and once at the default, which also gives the capacity ratio (traced / untraced).
 "default" minus "off" is the whole price of leaving tracing on: spans for the sampled
@@ -36,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.progress import Progress
-from bench.run import DRIVER, Arm, LoadSettings, RunResult, run_interleaved
+from bench.run import DRIVER, Arm, LoadSettings, RunResult, run_interleaved, run_paired
 from bench.stats import GroupStats, Rows, mean_interval95
 from bench.traffic import CPU_KINDS, OFFER_KINDS
 from routing.model import Layout, RouteConfig
@@ -128,8 +134,10 @@ def run_tracing_overhead(
     progress: Progress | None = None,
     offer_rates: Sequence[str] | None = DEFAULT_OFFER_RATES,
     capacity: CapacitySearch | None = None,
+    paired: bool = False,
 ) -> dict[str, Any]:
-    """*offer_rates* None: one point at *settings*' own rates (cpu quotes included)."""
+    """*offer_rates* None: one point at *settings*' own rates (cpu quotes included).
+    *paired*: the points given in offers/s run every mode at once (see the module)."""
     if "off" not in modes:
         raise ValueError("the modes must include off (every difference is taken from it)")
     doc: dict[str, Any] = {"schema": SCHEMA}
@@ -143,14 +151,22 @@ def run_tracing_overhead(
         doc["note_rates"] = (
             "the untraced capacity was 0 (no step passed): the N % rate points were skipped"
         )
-    for rate in rates:
+    for rate, share in rates:
         point_settings = settings
         name = "mixed"
         if rate is not None:
             point_settings = replace(settings, group_rates_rps={"offers": rate, "cpu": 0.0})
             name = f"offers-{rate:g}"
         point = _point(
-            config, point_settings, modes, workers, repeats, deadline_s, run_dir / name, progress
+            config,
+            point_settings,
+            modes,
+            workers,
+            repeats,
+            deadline_s,
+            run_dir / name,
+            progress,
+            paired=paired and not share,
         )
         point["offers_rps"] = rate
         points.append(point)
@@ -168,6 +184,7 @@ def run_tracing_overhead(
                     for m in modes
                 },
                 "calls_per_offer": CALLS_PER_OFFER,
+                "paired": paired,
             },
             "points": points,
             "tracing_active": all(p["tracing_active"] for p in points),
@@ -184,17 +201,18 @@ def run_tracing_overhead(
 
 def _resolved_rates(
     offer_rates: Sequence[str] | None, capacity_rps: float | None
-) -> list[float | None]:
+) -> list[tuple[float | None, bool]]:
+    """(offers/s, whether it is a share of the capacity) per point."""
     if offer_rates is None:
-        return [None]
-    out: list[float | None] = []
+        return [(None, False)]
+    out: list[tuple[float | None, bool]] = []
     for text in offer_rates:
         if text.endswith("%"):
             if capacity_rps is None:
                 continue  # no step passed (or no capacity run): said in the results
-            out.append(round(capacity_rps * float(text[:-1]) / 100.0, 1))
+            out.append((round(capacity_rps * float(text[:-1]) / 100.0, 1), True))
         else:
-            out.append(float(text))
+            out.append((float(text), False))
     return out
 
 
@@ -303,10 +321,12 @@ def _point(
     deadline_s: float,
     run_dir: Path,
     progress: Progress | None,
+    *,
+    paired: bool = False,
 ) -> dict[str, Any]:
-    """One rate point: every mode, interleaved."""
+    """One rate point: every mode, interleaved (or all at once, *paired*)."""
     runs: dict[str, list[RunResult]] = {m: [] for m in modes}
-    for arm, result in run_interleaved(
+    for arm, result in (run_paired if paired else run_interleaved)(
         config,
         settings,
         arms(modes),
@@ -329,8 +349,9 @@ def _point(
             "active": spans > 0 or traced > 0,
         }
     active = all(e["active"] for e in evidence.values())
-    # Each repeat runs every mode back to back: its pair (mode, off) is the comparison
-    # closest in time, and the spread of those ratios says how far to trust the pooled one.
+    # Each repeat runs every mode back to back (paired: at once): its pair (mode, off) is
+    # the comparison closest in time, and the spread of those ratios says how far to
+    # trust the pooled one.
     off_by_repeat = [_io_cpu_ms_per_offer([r], deadline_s) for r in runs["off"]]
     off_cpu = per_mode["off"]["io_cpu_ms_per_offer"]
     off_o = per_mode["off"]["offers"]
@@ -363,6 +384,9 @@ def _point(
         }
     point: dict[str, Any] = {
         "rates_rps": dict(settings.group_rates_rps),
+        "design": "paired" if paired else "interleaved",
+        # Each run's measured window (unix ns), by mode: a paired point's overlap.
+        "windows_unix_ns": {m: [list(r.window_wall_ns) for r in rs] for m, rs in runs.items()},
         "tracing_active": active,
         "evidence": evidence,
         "modes": per_mode,
@@ -498,6 +522,8 @@ def write_tracing_overhead(doc: dict[str, Any], out: Path) -> str:
             lines.append(f"tracing default, io CPU per offer at {shares}")
     for point in doc["points"]:
         where = "mixed load" if point["offers_rps"] is None else f"{point['offers_rps']:g} offers/s"
+        if point.get("design") == "paired":
+            where += " (modes at once)"
         for mode, m in point["modes"].items():
             o = m["offers"]
             over = point["overhead"].get(mode, {})

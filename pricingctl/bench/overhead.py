@@ -76,6 +76,13 @@ def tracing_overhead_parser(sub: Parts) -> None:
         help="skip io-capacity with tracing off and at the default (then no N%% rates)",
     )
     tr.add_argument(
+        "--paired",
+        action="store_true",
+        help="run every mode at once, each on its own stack over the same window, at the "
+        "rate points given in offers/s (a share of the capacity still runs one mode after "
+        "another): the machine's drift lands on every mode alike",
+    )
+    tr.add_argument(
         "--capacity-start-rps", type=positive, default=None, help="first step (default 100)"
     )
     tr.add_argument("--capacity-step-rps", type=positive, default=None, help="default 100")
@@ -145,9 +152,13 @@ def _planned_overhead(args: argparse.Namespace, settings: LoadSettings, d: Defau
     from bench.tracing_overhead import DEFAULT_MODES, arms
 
     rates = _overhead_rates(args)
-    points = 1 if rates is None else len(rates)
     runs = len(run_order(arms(args.modes or DEFAULT_MODES), d.repeats))
-    planned = points * planned_seconds(settings, runs)
+    shares = 0 if rates is None else sum(r.endswith("%") for r in rates)
+    absolute = 1 if rates is None else len(rates) - shares
+    # A paired point runs each repeat's modes at once: one run's time per repeat.
+    planned = (shares + (0 if args.paired else absolute)) * planned_seconds(settings, runs)
+    if args.paired:
+        planned += absolute * planned_seconds(settings, d.repeats)
     search = _overhead_capacity(args)
     if search is not None:
         steps = len(step_rates(search.start_rps, search.step_rps, search.max_rps))
@@ -177,6 +188,7 @@ def _measure_overhead(run: Run) -> str:
         progress=run.progress,
         offer_rates=_overhead_rates(run.args),
         capacity=_overhead_capacity(run.args),
+        paired=run.args.paired,
     )
     return write_tracing_overhead({**run.header, **doc}, run.args.out)
 

@@ -116,12 +116,13 @@ def test_tracing_overhead_quick(tmp_path: Path) -> None:
     """off / production default / 100 %: each mode measured at each rate point, traced
     modes shown active (traceparents at the upstreams, even at 1 % sampling), costs
     taken from off; the capacity of tracing off and default from one io-capacity each,
-    and the second rate point a share of the untraced one."""
+    and the second rate point a share of the untraced one. --paired: the point in
+    offers/s runs the three modes at once, the share of the capacity one after another."""
     out, run = tmp_path / "out", tmp_path / "run"
     done = pricingctl(
         "bench",
         "tracing-overhead",
-        *("--duration", "2", "--warmup", "1", "--repeats", "1", "--quick"),
+        *("--duration", "2", "--warmup", "1", "--repeats", "1", "--quick", "--paired"),
         *("--offer-rates", "40,50%", "--capacity-start-rps", "50", "--capacity-max-rps", "50"),
         *("--out", str(out), "--run-dir", str(run)),
         timeout_s=600,
@@ -138,6 +139,14 @@ def test_tracing_overhead_quick(tmp_path: Path) -> None:
     assert doc["settings"]["modes"]["100"]["sample_percent"] == 100.0
     assert doc["settings"]["modes"]["default"]["sample_percent"] < 100.0
     assert doc["tracing_active"] is True
+    assert [p["design"] for p in doc["points"]] == ["paired", "interleaved"]
+    for paired, point in zip((True, False), doc["points"], strict=True):
+        windows = [w[0] for w in point["windows_unix_ns"].values()]  # repeat 1, by mode
+        overlap_ns = min(end for _, end in windows) - max(start for start, _ in windows)
+        if paired:  # the same two seconds, give or take the start of the windows
+            assert overlap_ns > 1e9, windows
+        else:
+            assert overlap_ns < 0, windows
     point = doc["points"][0]
     assert set(point["modes"]) == {"off", "default", "100"}
     for mode in ("default", "100"):

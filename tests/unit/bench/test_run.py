@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,21 @@ def test_tracing_overhead_reports_each_repeats_cost_per_call_and_their_interval(
     low, high = got["us_per_upstream_call_interval95"]
     assert low < 0 < 6.67 < high  # the mean, +6.67 us, with an interval that holds 0
     assert _per_call_by_repeat([2.06], [2.0])["us_per_upstream_call_interval95"] is None
+
+
+def test_paired_runs_start_together_and_a_failed_one_releases_the_others() -> None:
+    from bench.run import PairAborted, StartTogether
+
+    together = StartTogether(3)
+    starts: list[float] = []
+    threads = [threading.Thread(target=lambda: starts.append(together.wait())) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert len(starts) == 3 and len(set(starts)) == 1  # one start time, for all
+
+    pair = StartTogether(2)
+    pair.abort()  # the other run failed before its generator was ready
+    with pytest.raises(PairAborted):
+        pair.wait()
