@@ -2,7 +2,7 @@
 library (ours, geventhttpclient, urllib3), at the same offer load, through the real
 stack (Envoy, the split pools, the simulator with every upstream fixed at 100 ms).
 
-Runs alternate the clients (`bench.run.run_interleaved`: a fresh stack per run, the
+Runs alternate the clients (`bench.run.run_arms`: a fresh stack per run, the
 same arrivals), each twice: with tracing off (what the decision reads: the client's
 own CPU) and traced (PRICING_TRACING=full, every request sampled: Envoy samples
 100 %), which is also the check that the network / scheduling
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.progress import Progress
-from bench.run import Arm, LoadSettings, RunResult, run_interleaved
+from bench.run import Arm, LoadSettings, RunResult, run_arms
 from bench.stats import GroupStats, Rows
 from bench.traffic import OFFER_KINDS
 from pricing.upstream.client_choice import CLIENTS, OURS
@@ -75,7 +75,7 @@ def run_http_client(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     runs: dict[str, list[RunResult]] = {a.key: [] for a in arms(clients)}
-    for arm, result in run_interleaved(
+    for arm, result in run_arms(
         config,
         settings,
         arms(clients),

@@ -633,7 +633,7 @@ def _with_file_spans(
     return result if settings.jaeger and arm.traced else with_spans(result, stack)
 
 
-def run_interleaved(
+def run_arms(
     config: RouteConfig,
     settings: LoadSettings,
     arms: Sequence[Arm],
@@ -642,12 +642,24 @@ def run_interleaved(
     repeats: int,
     run_dir: Path,
     progress: Progress | None = None,
+    paired: bool = False,
 ) -> list[tuple[Arm, RunResult]]:
     """Every arm from the same route config, the same N processes and the same
-    arrivals, interleaved `repeats` times, each run on a fresh stack. Every run is
-    returned (not just the best), in the order they ran."""
+    arrivals, `repeats` times, each run on a fresh stack. Every run is returned (not
+    just the best), in the order they ran.
+
+    Interleaved (the default): one arm after another, alternating which goes first.
+    *paired*: every arm at once, each on its own stack, all driven over the same window.
+    What the machine does meanwhile (other jobs, frequency, a noisy neighbour) lands on
+    every arm alike, so each repeat's ratio between arms is far steadier than between
+    runs minutes apart. Only for loads the machine carries for every arm at once: the
+    arms share its cores. Returned repeat by repeat, in the arms' order."""
     config = prepared_config(config, workers, run_dir)
-    results = []
+    results: list[tuple[Arm, RunResult]] = []
+    if paired:
+        for repeat in range(repeats):
+            results += _paired_repeat(config, settings, arms, run_dir, repeat, repeats, progress)
+        return results
     for repeat, arm in run_order(arms, repeats):
         names = {"repeat": repeat + 1, "repeats": repeats}
         label = arm.label.format(**names)
@@ -659,29 +671,6 @@ def run_interleaved(
                 stack, settings, arm, stack_dir, label=label, repeat=repeat, progress=progress
             )
         results.append((arm, _with_file_spans(result, stack, settings, arm)))
-    return results
-
-
-def run_paired(
-    config: RouteConfig,
-    settings: LoadSettings,
-    arms: Sequence[Arm],
-    *,
-    workers: int,
-    repeats: int,
-    run_dir: Path,
-    progress: Progress | None = None,
-) -> list[tuple[Arm, RunResult]]:
-    """Every arm at once, `repeats` times: each arm on its own fresh stack, all driven
-    with the same arrivals over the same window. What the machine does meanwhile (other
-    jobs, frequency, a noisy neighbour) lands on every arm alike, so each repeat's
-    ratio between arms is far steadier than between runs minutes apart. Only for loads
-    the machine carries for every arm at once: the arms share its cores. Returned
-    repeat by repeat, in the arms' order."""
-    config = prepared_config(config, workers, run_dir)
-    results: list[tuple[Arm, RunResult]] = []
-    for repeat in range(repeats):
-        results += _paired_repeat(config, settings, arms, run_dir, repeat, repeats, progress)
     return results
 
 
@@ -752,8 +741,8 @@ def compare(
     run_dir: Path,
     progress: Progress | None = None,
 ) -> list[RunResult]:
-    """The shared and the split layout, interleaved (see `run_interleaved`)."""
-    runs = run_interleaved(
+    """The shared and the split layout, interleaved (see `run_arms`)."""
+    runs = run_arms(
         config,
         settings,
         layout_arms(settings.tracing),

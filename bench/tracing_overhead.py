@@ -17,7 +17,7 @@ percentage from the route config the stack's pools and Envoy read):
 Runs alternate the modes on the split layout, offers only (one io worker), at each
 rate point: 40 offers/s and 80 % of the io worker's untraced capacity by default.
 With ``paired``, each repeat of a point given in offers/s runs every mode at once
-instead, each on its own stack over the same window (``bench.run.run_paired``): the
+instead, each on its own stack over the same window (``bench.run.run_arms``, paired): the
 machine's drift lands on every mode alike, and a repeat's ratio to off is several
 times steadier (at 40 offers/s, 1.07-1.13 paired against 1.07-1.25 one after another,
 the same hour). A share of the capacity still runs one mode after another: every mode
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.progress import Progress
-from bench.run import DRIVER, Arm, LoadSettings, RunResult, run_interleaved, run_paired
+from bench.run import DRIVER, Arm, LoadSettings, RunResult, run_arms
 from bench.stats import GroupStats, Rows, mean_interval95
 from bench.traffic import CPU_KINDS, OFFER_KINDS
 from routing.model import Layout, RouteConfig
@@ -326,7 +326,7 @@ def _point(
 ) -> dict[str, Any]:
     """One rate point: every mode, interleaved (or all at once, *paired*)."""
     runs: dict[str, list[RunResult]] = {m: [] for m in modes}
-    for arm, result in (run_paired if paired else run_interleaved)(
+    for arm, result in run_arms(
         config,
         settings,
         arms(modes),
@@ -334,6 +334,7 @@ def _point(
         repeats=repeats,
         run_dir=run_dir,
         progress=progress,
+        paired=paired,
     ):
         runs[arm.key].append(result)
     per_mode = {mode: _mode_json(rs, deadline_s) for mode, rs in runs.items()}

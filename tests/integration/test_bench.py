@@ -143,8 +143,8 @@ def test_tracing_overhead_quick(tmp_path: Path) -> None:
     for paired, point in zip((True, False), doc["points"], strict=True):
         windows = [w[0] for w in point["windows_unix_ns"].values()]  # repeat 1, by mode
         overlap_ns = min(end for _, end in windows) - max(start for start, _ in windows)
-        if paired:  # the same two seconds, give or take the start of the windows
-            assert overlap_ns > 1e9, windows
+        if paired:  # the same window, give or take when each thread took its snapshot
+            assert overlap_ns > 0.5 * min(end - start for start, end in windows), windows
         else:
             assert overlap_ns < 0, windows
     point = doc["points"][0]
