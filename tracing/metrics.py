@@ -33,7 +33,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import (
@@ -61,6 +61,15 @@ MULTIPROC_DIR_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 #: Seconds between two flushes of a worker's in-process counts into prometheus_client:
 #: how late a scrape may see another worker's counts, and what a SIGKILLed worker loses.
 FLUSH_INTERVAL_S: Final = 1.0
+
+
+class Ticker(Protocol):
+    """A periodic timer already running on the hub, whose every tick calls its observers
+    (``tracing.timing.loop_lag.LoopLagGauge`` is one)."""
+
+    interval_s: float
+    observers: list[Callable[[float], None]]
+
 
 #: Why a pool refused a request at once (``pricing_shed_total{reason}``): it reached its
 #: handler with less of its deadline left than its route needs (``min_budget_ms``).
@@ -405,6 +414,11 @@ class PoolMetrics:
         #: Called on the hub before every flush: bring in counts kept elsewhere
         #: (``sync``), e.g. by the span exporter's thread.
         self.before_flush: list[Callable[[], None]] = []
+        #: A hub timer that already ticks (the loop-lag gauge, with the timing core on):
+        #: the periodic flush then runs on its ticks rather than on a timer of its own,
+        #: which would wake an idle worker once more a second (~60-130 us of CPU each).
+        #: Set before :meth:`start_flushing`.
+        self.ticker: Ticker | None = None
 
         def histogram(
             name: str, text: str, labels: Sequence[str], buckets: Sequence[float]
@@ -760,25 +774,59 @@ class PoolMetrics:
         for family in self.families:
             family.flush()
 
-    def start_flushing(self, interval_s: float = FLUSH_INTERVAL_S) -> None:
-        """Flush every *interval_s* on a greenlet of this process's hub (idempotent).
-        Only needed in multiprocess mode: other workers answer scrapes too."""
+    def start_flushing(self, interval_s: float = FLUSH_INTERVAL_S) -> Any:
+        """Flush every *interval_s* on a greenlet of this process's hub (idempotent): on
+        the ``ticker``'s ticks when it has one. Only needed in multiprocess mode: other
+        workers answer scrapes too. Returns the greenlet (None when already started)."""
         if self._flushing_pid == os.getpid():
-            return
+            return None
         self._flushing_pid = os.getpid()
         import gevent
 
         from tracing.timing.labels import set_greenlet_label
 
+        wait = self._wait_on_ticker(interval_s)
+
         def run() -> None:
             while True:
-                gevent.sleep(interval_s)
+                if wait is None:
+                    gevent.sleep(interval_s)
+                else:
+                    wait()
                 try:
                     self.flush()
                 except Exception as exc:
                     swallow("metrics flush", exc)
 
-        set_greenlet_label("<metrics flush>", gevent.spawn(run))
+        flusher = gevent.spawn(run)
+        set_greenlet_label("<metrics flush>", flusher)
+        return flusher
+
+    def _wait_on_ticker(self, interval_s: float) -> Callable[[], None] | None:
+        """A wait that ends on the ticker's tick closest to every *interval_s* (it ends
+        by itself after two intervals: a ticker that stopped does not stop the flush);
+        None without a ticker that ticks at least that often."""
+        ticker = self.ticker
+        if ticker is None or not 0 < ticker.interval_s <= interval_s:
+            return None
+        import gevent.event
+
+        every = max(1, round(interval_s / ticker.interval_s))
+        due = gevent.event.Event()
+        ticks = [0]
+
+        def on_tick(_lag_s: float) -> None:
+            ticks[0] += 1
+            if ticks[0] >= every:
+                ticks[0] = 0
+                due.set()  # the flush greenlet runs in this same loop iteration
+
+        def wait() -> None:
+            due.wait(2 * interval_s)
+            due.clear()
+
+        ticker.observers.append(on_tick)
+        return wait
 
 
 #: Reads /proc/self; not registered anywhere (``sample_process`` copies its values).

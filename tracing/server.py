@@ -212,6 +212,8 @@ def setup_worker(
                 instrumentor.hub_block.register(hub_blocks)
             if instrumentor.loop_lag is not None:
                 instrumentor.loop_lag.observers.append(metrics.observe_loop_lag)
+                # One wake-up a second for both (metrics.init_app starts the flush later).
+                metrics.ticker = instrumentor.loop_lag
         _worker = WorkerTracing(
             pool,
             settings,

@@ -7,9 +7,11 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 
+import gevent
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -120,6 +122,63 @@ def test_counts_kept_elsewhere_come_in_before_each_flush_and_a_failing_hook_does
     assert value(got, "pricing_loop_lag_seconds_count") == 1
 
 
+class _Ticker:
+    """A ticker whose ticks the test gives."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.observers: list[Callable[[float], None]] = []
+
+    def tick(self) -> None:
+        for observe in self.observers:
+            observe(0.0)
+
+
+def _flushes(metrics: PoolMetrics, ticker: _Ticker | None) -> list[int]:
+    """Starts the periodic flush; the list grows by one at each flush."""
+    flushed: list[int] = []
+    metrics.flush = lambda: flushed.append(1)  # type: ignore[method-assign]
+    metrics.ticker = ticker
+    return flushed
+
+
+def test_the_periodic_flush_rides_on_the_tickers_ticks() -> None:
+    """With the loop-lag gauge ticking, the flush wakes the worker no more often: it
+    runs on every tick that completes its interval, in that tick's loop iteration."""
+    metrics = PoolMetrics(CollectorRegistry())
+    ticker = _Ticker(interval_s=5.0)
+    flushed = _flushes(metrics, ticker)
+    flusher = metrics.start_flushing(interval_s=10.0)
+    try:
+        gevent.sleep(0)
+        assert flushed == [] and len(ticker.observers) == 1
+        ticker.tick()
+        gevent.sleep(0)
+        assert flushed == []  # half the interval
+        ticker.tick()
+        gevent.sleep(0)
+        assert len(flushed) == 1  # no time passed: the tick did it
+        ticker.tick()
+        ticker.tick()
+        gevent.sleep(0)
+        assert len(flushed) == 2
+        assert metrics.start_flushing(interval_s=10.0) is None  # once per process
+    finally:
+        gevent.kill(flusher)
+
+
+def test_the_flush_keeps_its_own_time_when_the_ticker_is_slower_or_stops() -> None:
+    for ticker in (_Ticker(interval_s=1.0), _Ticker(interval_s=0.02)):
+        metrics = PoolMetrics(CollectorRegistry())
+        flushed = _flushes(metrics, ticker)
+        flusher = metrics.start_flushing(interval_s=0.05)
+        try:
+            gevent.sleep(0.25)  # no tick comes: a slow ticker is not used, a stopped one
+            assert flushed, ticker.interval_s  # is waited for two intervals at most
+        finally:
+            gevent.kill(flusher)
+
+
 def test_in_multiprocess_mode_only_flushed_counts_are_in_the_pool_totals(tmp_path: Path) -> None:
     """Two worker processes: one flushes (as every second and at worker exit), one is
     killed before it does; the pool's totals hold the first one's counts only."""
@@ -142,6 +201,7 @@ os._exit(0)
         assert done.returncode == 0, done.stderr
     read = """
 import json
+import gevent
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 registry = CollectorRegistry()
