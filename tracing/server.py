@@ -297,7 +297,7 @@ def sync_metrics(worker: WorkerTracing) -> None:
     # CPU per route (routes suggest): the switch tracer keeps it, per greenlet label.
     route_cpu = worker.instrumentor.route_cpu if worker.instrumentor is not None else None
     if route_cpu is not None:
-        for label, ns in list(route_cpu.by_label_ns.items()):
+        for label, ns in list(route_cpu.current().items()):
             metrics.sync(metrics.route_cpu, (label or UNKNOWN_LABEL,), ns / 1e9, seen)
 
 

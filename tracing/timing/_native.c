@@ -493,6 +493,8 @@ static PyTypeObject SwitchLogType = {
 
 /* == Tracer: the greenlet trace function ================================================ */
 
+#define RUN_SLOTS 32 /* a power of two */
+
 typedef struct {
     PyObject_HEAD
     SwitchLogObject *log;
@@ -512,7 +514,69 @@ typedef struct {
     PyObject *hub_label; /* labels.HUB_LABEL: the hub's long runs are charged as they are */
     int64_t block_ns;
     int enabled;
+    /* route_cpu.since, kept here between pulls (pull_route_cpu writes it back) */
+    int64_t since_ns;
+    PyObject *since_label;
+    /* the short runs' ns per label since the last pull: a label found by its pointer (a
+     * route's label is one string object); added into by_label_ns by pull_route_cpu. A
+     * dict update makes and frees an int object per switch, and touches the dict's
+     * table: tens of cache lines a second of a cold worker's. */
+    struct {
+        PyObject *label; /* NULL: empty */
+        int64_t ns;
+    } runs[RUN_SLOTS];
+    int64_t due_seen; /* the sampler's due_ns when last read: no read until then */
 } TracerObject;
+
+static void clear_runs(TracerObject *self) {
+    for (int i = 0; i < RUN_SLOTS; i++) {
+        Py_CLEAR(self->runs[i].label);
+        self->runs[i].ns = 0;
+    }
+}
+
+/* by_label_ns[label] += ns, held in runs until the next pull (the dict when full). */
+static int add_run(TracerObject *self, PyObject *label, int64_t ns) {
+    size_t h = ((uintptr_t)label >> 4) & (RUN_SLOTS - 1);
+    for (int probe = 0; probe < 4; probe++) {
+        size_t i = (h + probe) & (RUN_SLOTS - 1);
+        PyObject *held = self->runs[i].label;
+        if (held == label) {
+            self->runs[i].ns += ns;
+            return 0;
+        }
+        if (held == NULL) {
+            self->runs[i].label = Py_NewRef(label);
+            self->runs[i].ns = ns;
+            return 0;
+        }
+    }
+    return dict_add_ns(self->by_label, label, ns);
+}
+
+/* Tracer.pull_route_cpu: the runs held here into by_label_ns, the run in progress into
+ * since. 0, or -1 with an error set (what was not moved stays). */
+static int pull_runs(TracerObject *self) {
+    if (self->by_label == NULL || self->since == NULL) return 0;
+    for (int i = 0; i < RUN_SLOTS; i++) {
+        PyObject *label = self->runs[i].label;
+        if (label == NULL) continue;
+        if (dict_add_ns(self->by_label, label, self->runs[i].ns) < 0) return -1;
+        self->runs[i].label = NULL;
+        self->runs[i].ns = 0;
+        Py_DECREF(label);
+    }
+    PyObject *at = PyLong_FromLongLong(self->since_ns);
+    if (at == NULL) return -1;
+    PyList_SetItem(self->since, 0, at); /* steals */
+    PyList_SetItem(self->since, 1, Py_NewRef(self->since_label));
+    return 0;
+}
+
+static PyObject *Tracer_pull_route_cpu(TracerObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (pull_runs(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
 
 static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"log", "previous", "route_cpu", "sampler", "hub_label", NULL};
@@ -593,6 +657,11 @@ static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
     }
     Py_XSETREF(self->since, since);
     Py_XSETREF(self->by_label, by_label);
+    clear_runs(self);
+    self->since_ns = as_i64(PyList_GET_ITEM(since, 0));
+    if (self->since_ns == -1 && PyErr_Occurred()) return -1;
+    Py_XSETREF(self->since_label, Py_NewRef(PyList_GET_ITEM(since, 1)));
+    self->due_seen = INT64_MIN;
     Py_XSETREF(self->charge_long, charge_long);
     Py_XSETREF(self->blocks, blocks);
     Py_XSETREF(self->runqueue, runqueue);
@@ -619,6 +688,8 @@ static int Tracer_traverse(TracerObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->samples_append);
     Py_VISIT(self->since);
     Py_VISIT(self->by_label);
+    Py_VISIT(self->since_label);
+    for (int i = 0; i < RUN_SLOTS; i++) Py_VISIT(self->runs[i].label);
     Py_VISIT(self->charge_long);
     Py_VISIT(self->blocks);
     Py_VISIT(self->runqueue);
@@ -635,6 +706,8 @@ static int Tracer_clear(TracerObject *self) {
     Py_CLEAR(self->samples_append);
     Py_CLEAR(self->since);
     Py_CLEAR(self->by_label);
+    Py_CLEAR(self->since_label);
+    clear_runs(self);
     Py_CLEAR(self->charge_long);
     Py_CLEAR(self->blocks);
     Py_CLEAR(self->runqueue);
@@ -1011,6 +1084,19 @@ static int charge_long(TracerObject *self, PyObject *label, int64_t start, int64
     return dict_add_ns(self->by_label, label, ran > 0 ? ran : 0);
 }
 
+/* The run of since_label since since_ns ended at *now*: charged to its label (route_cpu's
+ * fast path, or charge_long), and since_ns moved to *now*. */
+static int charge_run(TracerObject *self, int64_t now) {
+    int64_t start = self->since_ns;
+    int64_t ran = now - start;
+    self->since_ns = now;
+    if (ran < self->long_ns) return add_run(self, self->since_label, ran);
+    PyObject *label = Py_NewRef(self->since_label);
+    int rc = charge_long(self, label, start, now);
+    Py_DECREF(label);
+    return rc;
+}
+
 static int trace_switch(TracerObject *self, PyObject *pair) {
     if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
         PyErr_SetString(PyExc_TypeError, "switch arguments must be (origin, target)");
@@ -1034,25 +1120,12 @@ static int trace_switch(TracerObject *self, PyObject *pair) {
     log_push(self->log, now, label);
 
     /* route_cpu: charge the run that just ended to its label */
-    PyObject *since = self->since;
-    int64_t since_ns = as_i64(PyList_GET_ITEM(since, 0));
-    if (since_ns == -1 && PyErr_Occurred()) goto fail;
-    PyObject *ran_label = Py_NewRef(PyList_GET_ITEM(since, 1));
-    int64_t ran = now - since_ns;
-    int rc;
-    if (ran < self->long_ns) {
-        rc = dict_add_ns(self->by_label, ran_label, ran);
-    } else {
-        rc = charge_long(self, ran_label, since_ns, now);
-    }
-    Py_DECREF(ran_label);
-    if (rc < 0) goto fail;
-    PyObject *now_obj = PyLong_FromLongLong(now);
-    if (now_obj == NULL) goto fail;
-    PyList_SetItem(since, 0, now_obj); /* steals */
-    PyList_SetItem(since, 1, Py_NewRef(label));
+    if (charge_run(self, now) < 0) goto fail;
+    Py_SETREF(self->since_label, Py_NewRef(label));
 
-    if (self->due != NULL) {
+    /* due_ns only moves later (a sample taken anywhere moves it): read it again only
+     * once the time last read has come */
+    if (self->due != NULL && now >= self->due_seen) {
         int64_t due = as_i64(PyList_GET_ITEM(self->due, 0));
         if (due == -1 && PyErr_Occurred()) goto fail;
         if (now >= due && self->sampler != NULL) {
@@ -1067,6 +1140,8 @@ static int trace_switch(TracerObject *self, PyObject *pair) {
             if (r == NULL) goto fail;
             Py_DECREF(r);
         }
+        self->due_seen = as_i64(PyList_GET_ITEM(self->due, 0));
+        if (self->due_seen == -1 && PyErr_Occurred()) goto fail;
     }
     if (measuring_now() && trace_measured(origin, target_tag, now) < 0) goto fail;
     Py_DECREF(label);
@@ -1111,34 +1186,21 @@ static PyObject *Tracer_relabel(TracerObject *self, PyObject *label) {
     if (!self->enabled || self->log == NULL) Py_RETURN_NONE;
     int64_t now = now_ns();
     log_push(self->log, now, label);
-    PyObject *since = self->since;
-    if (since == NULL || !PyList_Check(since) || PyList_GET_SIZE(since) < 2) Py_RETURN_NONE;
-    int64_t start = as_i64(PyList_GET_ITEM(since, 0));
-    if (start == -1 && PyErr_Occurred()) {
-        drop();
-        Py_RETURN_NONE;
-    }
-    PyObject *previous = Py_NewRef(PyList_GET_ITEM(since, 1));
-    int rc = 0;
-    if (now - start >= self->long_ns) {
-        rc = charge_long(self, previous, start, now);
-    } else if (now > start) {
-        rc = dict_add_ns(self->by_label, previous, now - start);
-    }
-    Py_DECREF(previous);
-    PyObject *now_obj = rc < 0 ? NULL : PyLong_FromLongLong(now);
-    if (now_obj == NULL) {
-        drop();
-        Py_RETURN_NONE;
-    }
-    PyList_SetItem(since, 0, now_obj); /* steals */
-    PyList_SetItem(since, 1, Py_NewRef(label));
+    if (self->since_label == NULL) Py_RETURN_NONE;
+    /* route_cpu.RouteCpu.switch: a run of no time adds nothing */
+    int rc = now > self->since_ns ? charge_run(self, now) : 0;
+    self->since_ns = now;
+    if (rc < 0) drop();
+    Py_SETREF(self->since_label, Py_NewRef(label));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef Tracer_methods[] = {
     {"relabel", (PyCFunction)Tracer_relabel, METH_O,
      "The running greenlet's label is now this one (labels.current_label_listener)."},
+    {"pull_route_cpu", (PyCFunction)Tracer_pull_route_cpu, METH_NOARGS,
+     "Bring the runs held here into route_cpu.by_label_ns, the run in progress into "
+     "route_cpu.since (RouteCpu.pull)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,6 +26,7 @@ lasts, for its stack.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from tracing.timing.labels import HUB_LABEL
@@ -50,9 +51,12 @@ class RouteCpu:
     ``by_label_ns`` inline (see ``switch_tracer``) and calls :meth:`charge_long` for long
     runs. ``None`` is the label of unlabelled greenlets. ``blocks``: runs of at least
     ``block_ns`` per label (never the hub's), counted as they end.
+
+    The compiled tracer keeps both in its own state and brings them in when ``pull`` is
+    called (it sets ``pull``): read them through :meth:`current`.
     """
 
-    __slots__ = ("block_ns", "blocks", "by_label_ns", "long_ns", "runqueue", "since")
+    __slots__ = ("block_ns", "blocks", "by_label_ns", "long_ns", "pull", "runqueue", "since")
 
     def __init__(
         self,
@@ -69,6 +73,14 @@ class RouteCpu:
         self.since: list[Any] = [time.monotonic_ns(), HUB_LABEL]
         self.runqueue = runqueue
         self.long_ns = long_ns
+        #: Brings what a tracer holds into ``since`` and ``by_label_ns`` (None: nothing).
+        self.pull: Callable[[], None] | None = None
+
+    def current(self) -> dict[str | None, int]:
+        """``by_label_ns``, up to date (what the tracer holds brought in first)."""
+        if self.pull is not None:
+            self.pull()
+        return self.by_label_ns
 
     def charge_long(self, label: str | None, start_ns: int, end_ns: int) -> None:
         """Charge a run of *label* that lasted at least ``long_ns``."""
@@ -99,4 +111,4 @@ class RouteCpu:
 
     def seconds(self) -> dict[str | None, float]:
         """Seconds per label so far (the run in progress not included)."""
-        return {label: ns / 1e9 for label, ns in list(self.by_label_ns.items())}
+        return {label: ns / 1e9 for label, ns in list(self.current().items())}

@@ -153,6 +153,8 @@ class SwitchTracer:
                 hub_label=labels.HUB_LABEL if type(self.route_cpu) is RouteCpu else None,
             )
             self._trace = self._native
+            # It keeps the route CPU in its own state: read it through RouteCpu.current.
+            self.route_cpu.pull = self._native.pull_route_cpu
         else:
             self._native = None
             self._trace = _make_trace(
@@ -179,6 +181,9 @@ class SwitchTracer:
         self._enabled[0] = False
         if self._native is not None:
             self._native.enabled = False
+            if self.route_cpu is not None and self.route_cpu.pull == self._native.pull_route_cpu:
+                self._native.pull_route_cpu()
+                self.route_cpu.pull = None
         listener = labels.current_label_listener
         if listener == self._on_relabel or (
             self._native is not None and listener == self._native.relabel

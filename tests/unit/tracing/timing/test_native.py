@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import random
 import socket
+import sys
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ from greenlet import getcurrent
 
 from tracing.timing import call_state, kernel_rx, labels, native, socket_hooks
 from tracing.timing.call_state import CallState
-from tracing.timing.labels import TAG_ATTR, GreenletTag, tag_of
+from tracing.timing.labels import HUB_LABEL, TAG_ATTR, GreenletTag, tag_of
 from tracing.timing.request_state import InboundWatch, RequestState
 from tracing.timing.route_cpu import RouteCpu
 from tracing.timing.runqueue import RunQueueClock
@@ -207,7 +208,7 @@ def _replay_switches(
         sampler.close()
     return {
         "log": log.entries(),
-        "route_cpu": dict(route_cpu.by_label_ns),
+        "route_cpu": dict(route_cpu.current()),
         "blocks": dict(route_cpu.blocks),
         "since": list(route_cpu.since),
         "calls": calls,
@@ -232,6 +233,48 @@ def test_the_switch_tracer_gives_the_reference_numbers(seed: int, tmp_path: Path
     if schedstat is not None:
         schedstat.write_text("0 0 0\n")
     assert _replay_switches(True, events, schedstat) == reference
+
+
+@needs_compiled
+def test_the_switch_tracer_gives_the_reference_numbers_over_many_labels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More labels than the compiled tracer holds runs for (the rest go to the dict), and
+    labels equal but not the same string object: the same CPU per label."""
+    many: list[str | None] = [f"GET /v1/r{i}" for i in range(90)]
+    many += ["".join(["GET /v1/r", str(i)]) for i in range(10)]  # equal, not identical
+    monkeypatch.setattr(sys.modules[__name__], "LABELS", [*many, None, "<hub>"])
+    events = _events(7, greenlets=6, steps=3000)
+    reference = _replay_switches(False, events)
+    assert len(reference["route_cpu"]) > 40
+    assert _replay_switches(True, events) == reference
+
+
+def test_route_cpu_is_read_up_to_date_while_the_tracer_runs() -> None:
+    """The compiled tracer holds short runs until pulled: ``current()`` pulls them."""
+    clock = Clock()
+    route_cpu = RouteCpu()
+    route_cpu.since[:] = [clock.now, HUB_LABEL]
+    tracer = SwitchTracer(compiled.SwitchLog(16) if compiled else SwitchLog(16), clock=clock)
+    hub, bike = FakeGreenlet(HUB_LABEL), FakeGreenlet(LABELS[0])
+    with _path(compiled is not None, clock):
+        tracer.install(route_cpu=route_cpu)
+        try:
+            trace = tracer._trace
+            assert trace is not None
+            clock.now += 300 * US
+            trace("switch", (hub, bike))
+            clock.now += 200 * US
+            trace("switch", (bike, hub))
+            assert route_cpu.current() == {HUB_LABEL: 300 * US, LABELS[0]: 200 * US}
+            assert route_cpu.since == [clock.now, HUB_LABEL]
+            clock.now += 100 * US
+            trace("switch", (hub, bike))
+            assert route_cpu.current()[HUB_LABEL] == 400 * US
+        finally:
+            tracer.uninstall()
+    assert route_cpu.pull is None
+    assert route_cpu.by_label_ns == {HUB_LABEL: 400 * US, LABELS[0]: 200 * US}
 
 
 def test_the_recorded_switch_sequences_contain_culprits_of_delays() -> None:
@@ -376,7 +419,7 @@ class _Rig:
             trace("switch", (self.hub, self.me))
 
     def numbers(self) -> dict[str, Any]:
-        return {"log": self.log.entries(), "route_cpu": dict(self.route_cpu.by_label_ns)}
+        return {"log": self.log.entries(), "route_cpu": dict(self.route_cpu.current())}
 
 
 @contextlib.contextmanager
