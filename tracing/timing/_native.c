@@ -181,51 +181,91 @@ static PyObject **slot_of(PyObject *obj, PyObject *name) {
 #define SLOT_AT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 static Py_ssize_t required_slot(PyTypeObject *type, const char *name);
 
-/* getattr(obj, name): a new reference, NULL with an error set. */
-static PyObject *attr(PyObject *obj, PyObject *name) {
+/* Each call site of the accessors below keeps the type and slot offset it last saw (a
+ * monomorphic inline cache: the call sites each see one class, the same on every call),
+ * checked against the type's version tag, which CPython never gives two types and
+ * zeroes when a class changes. A hit touches the site and the type; slot_of's table
+ * (hashed, 4 KB) is looked in only on a miss: on a cold worker, each of its entries a
+ * switch touches is a cache miss. */
+typedef struct {
+    PyTypeObject *type; /* borrowed: compared, never dereferenced before the version */
+    Py_ssize_t offset;
+    unsigned int version;
+} SlotSite;
+
+static PyObject **site_slot(PyObject *obj, PyObject *name, SlotSite *site) {
+    PyTypeObject *type = Py_TYPE(obj);
+    if (site->type == type && site->version != 0 && type->tp_version_tag == site->version)
+        return (PyObject **)((char *)obj + site->offset);
     PyObject **slot = slot_of(obj, name);
+    if (slot != NULL && PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) &&
+        type->tp_version_tag != 0) {
+        site->type = type;
+        site->offset = (char *)slot - (char *)obj;
+        site->version = type->tp_version_tag;
+    }
+    return slot;
+}
+
+/* getattr(obj, name): a new reference, NULL with an error set. */
+static PyObject *attr_at(PyObject *obj, PyObject *name, SlotSite *site) {
+    PyObject **slot = site_slot(obj, name, site);
     if (slot != NULL && *slot != NULL) return Py_NewRef(*slot);
     return PyObject_GetAttr(obj, name);
 }
 
 /* setattr(obj, name, value): 0, or -1 with an error set. */
-static int set_attr(PyObject *obj, PyObject *name, PyObject *value) {
-    PyObject **slot = slot_of(obj, name);
+static int set_attr_at(PyObject *obj, PyObject *name, PyObject *value, SlotSite *site) {
+    PyObject **slot = site_slot(obj, name, site);
     if (slot == NULL) return PyObject_SetAttr(obj, name, value);
     Py_XSETREF(*slot, Py_NewRef(value));
     return 0;
 }
 
-static int get_i64(PyObject *obj, PyObject *name, int64_t *out) {
-    PyObject *v = attr(obj, name);
+static int get_i64_at(PyObject *obj, PyObject *name, int64_t *out, SlotSite *site) {
+    PyObject *v = attr_at(obj, name, site);
     if (v == NULL) return -1;
     *out = as_i64(v);
     Py_DECREF(v);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static int set_i64(PyObject *obj, PyObject *name, int64_t value) {
+static int set_i64_at(PyObject *obj, PyObject *name, int64_t value, SlotSite *site) {
     PyObject *v = PyLong_FromLongLong(value);
     if (v == NULL) return -1;
-    int r = set_attr(obj, name, v);
+    int r = set_attr_at(obj, name, v, site);
     Py_DECREF(v);
     return r;
 }
 
-static int add_i64(PyObject *obj, PyObject *name, int64_t delta) {
+static int add_i64_at(PyObject *obj, PyObject *name, int64_t delta, SlotSite *site) {
     int64_t v;
-    if (get_i64(obj, name, &v) < 0) return -1;
-    return set_i64(obj, name, v + delta);
+    if (get_i64_at(obj, name, &v, site) < 0) return -1;
+    return set_i64_at(obj, name, v + delta, site);
 }
 
 /* 1 true, 0 false, -1 error */
-static int get_truth(PyObject *obj, PyObject *name) {
-    PyObject *v = attr(obj, name);
+static int get_truth_at(PyObject *obj, PyObject *name, SlotSite *site) {
+    PyObject *v = attr_at(obj, name, site);
     if (v == NULL) return -1;
     int r = PyObject_IsTrue(v);
     Py_DECREF(v);
     return r;
 }
+
+/* The accessors as the code calls them: a SlotSite per call site (GCC/Clang statement
+ * expressions). */
+#define SITE_CALL(fn, ...)                                                                \
+    ({                                                                                    \
+        static SlotSite site_;                                                            \
+        fn(__VA_ARGS__, &site_);                                                          \
+    })
+#define attr(obj, name) SITE_CALL(attr_at, obj, name)
+#define set_attr(obj, name, value) SITE_CALL(set_attr_at, obj, name, value)
+#define get_i64(obj, name, out) SITE_CALL(get_i64_at, obj, name, out)
+#define set_i64(obj, name, value) SITE_CALL(set_i64_at, obj, name, value)
+#define add_i64(obj, name, delta) SITE_CALL(add_i64_at, obj, name, delta)
+#define get_truth(obj, name) SITE_CALL(get_truth_at, obj, name)
 
 /* getattr(obj, name, None) as a new reference; NULL with an error set on failure. */
 static PyObject *get_optional(PyObject *obj, PyObject *name) {
