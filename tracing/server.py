@@ -316,6 +316,8 @@ def shutdown_worker() -> None:
     try:
         worker.provider.shutdown()
         if worker.instrumentor is not None:
+            if worker.metrics.ticker is worker.instrumentor.loop_lag:
+                worker.metrics.ticker = None  # it stops ticking: the flush keeps its own time
             worker.instrumentor.uninstrument()
         sync_metrics(worker)  # the last exports, into the counts the pool keeps
     except Exception:

@@ -658,6 +658,8 @@ static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "route_cpu.since must be a 2-list, by_label_ns a dict");
         goto fail;
     }
+    int64_t since_ns = as_i64(PyList_GET_ITEM(since, 0));
+    if (since_ns == -1 && PyErr_Occurred()) goto fail;
     PyObject *sample = NULL, *due = NULL;
     if (sampler != Py_None) {
         sample = PyObject_GetAttrString(sampler, "sample");
@@ -698,8 +700,7 @@ static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->since, since);
     Py_XSETREF(self->by_label, by_label);
     clear_runs(self);
-    self->since_ns = as_i64(PyList_GET_ITEM(since, 0));
-    if (self->since_ns == -1 && PyErr_Occurred()) return -1;
+    self->since_ns = since_ns;
     Py_XSETREF(self->since_label, Py_NewRef(PyList_GET_ITEM(since, 1)));
     self->due_seen = INT64_MIN;
     Py_XSETREF(self->charge_long, charge_long);

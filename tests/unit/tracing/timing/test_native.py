@@ -1259,3 +1259,11 @@ def test_the_reference_is_announced_in_one_line(
     caplog.clear()
     native.announce(logger)
     assert caplog.records == []
+
+
+@needs_compiled
+def test_a_tracer_given_a_bad_since_is_refused_with_a_clear_error() -> None:
+    route_cpu = RouteCpu()
+    route_cpu.since[0] = "not a time"
+    with pytest.raises(TypeError, match="integer"):
+        compiled.Tracer(compiled.SwitchLog(8), None, route_cpu, hub_label=HUB_LABEL)
