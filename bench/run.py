@@ -142,6 +142,8 @@ class RunResult:
     traced_upstream_calls: int | None = None
     # Per traced request in the window, tracing.readback.breakdown's parts (None: not traced).
     breakdowns: tuple[Breakdown, ...] | None = None
+    # The pool whose workers ran on a core of their own (run_arms' *pin*), else None.
+    pinned_pool: str | None = None
 
     @property
     def window_s(self) -> tuple[float, float]:
@@ -643,10 +645,16 @@ def run_arms(
     run_dir: Path,
     progress: Progress | None = None,
     paired: bool = False,
+    pin: str | None = None,
 ) -> list[tuple[Arm, RunResult]]:
     """Every arm from the same route config, the same N processes and the same
     arrivals, `repeats` times, each run on a fresh stack. Every run is returned (not
     just the best), in the order they ran.
+
+    *pin*: in runs one after another, that pool's workers run on a core of their own and
+    everything else (Envoy, the simulator, this driver and so the load generator) on the
+    other(s), as ``pin_pool`` does for io-capacity; each result says so
+    (``pinned_pool``). Paired runs are never pinned: their arms share the cores.
 
     Interleaved (the default): one arm after another, alternating which goes first.
     *paired*: every arm at once, each on its own stack, all driven over the same window.
@@ -660,6 +668,7 @@ def run_arms(
         for repeat in range(repeats):
             results += _paired_repeat(config, settings, arms, run_dir, repeat, repeats, progress)
         return results
+    driver_cores = os.sched_getaffinity(0)
     for repeat, arm in run_order(arms, repeats):
         names = {"repeat": repeat + 1, "repeats": repeats}
         label = arm.label.format(**names)
@@ -667,9 +676,16 @@ def run_arms(
         if progress is not None:
             progress.step(f"{label}: starting the stack", STACK_START_EST_S)
         with _arm_stack(config, settings, arm, run_dir, stack_dir) as stack:
-            result = _measure_arm(
-                stack, settings, arm, stack_dir, label=label, repeat=repeat, progress=progress
-            )
+            pinned = pin is not None and pin_pool(stack, pin)
+            try:
+                result = _measure_arm(
+                    stack, settings, arm, stack_dir, label=label, repeat=repeat, progress=progress
+                )
+            finally:
+                if pinned:
+                    os.sched_setaffinity(0, driver_cores)
+        if pinned:
+            result = replace(result, pinned_pool=pin)
         results.append((arm, _with_file_spans(result, stack, settings, arm)))
     return results
 

@@ -21,7 +21,10 @@ instead, each on its own stack over the same window (``bench.run.run_arms``, pai
 machine's drift lands on every mode alike, and a repeat's ratio to off is several
 times steadier (at 40 offers/s, 1.07-1.13 paired against 1.07-1.25 one after another,
 the same hour). A share of the capacity still runs one mode after another: every mode
-at 80 % of a core at once would overload the machine. That
+at 80 % of a core at once would overload the machine. One mode after another, the io
+worker runs on a core of its own and everything else (Envoy, the simulator, the load
+generator) on the other(s), as in ``io-capacity``, whose capacity the share is taken of;
+unpinned, it shared its core with them (``cores`` in each point says which). That
 capacity comes from ``io-capacity`` run in the same command, once with tracing off
 and once at the default, which also gives the capacity ratio (traced / untraced).
 "default" minus "off" is the whole price of leaving tracing on: spans for the sampled
@@ -335,8 +338,12 @@ def _point(
         run_dir=run_dir,
         progress=progress,
         paired=paired,
+        # One mode after another, the io worker has a core of its own, as in io-capacity
+        # (which measured the capacity a share of it is taken from).
+        pin=None if paired else "io",
     ):
         runs[arm.key].append(result)
+    pinned = all(r.pinned_pool == "io" for rs in runs.values() for r in rs)
     per_mode = {mode: _mode_json(rs, deadline_s) for mode, rs in runs.items()}
     evidence = {}
     for mode, rs in runs.items():
@@ -386,6 +393,9 @@ def _point(
     point: dict[str, Any] = {
         "rates_rps": dict(settings.group_rates_rps),
         "design": "paired" if paired else "interleaved",
+        "cores": "the io worker on one core, everything else on the other"
+        if pinned
+        else "shared by every process",
         # Each run's measured window (unix ns), by mode: a paired point's overlap.
         "windows_unix_ns": {m: [list(r.window_wall_ns) for r in rs] for m, rs in runs.items()},
         "tracing_active": active,
@@ -525,6 +535,8 @@ def write_tracing_overhead(doc: dict[str, Any], out: Path) -> str:
         where = "mixed load" if point["offers_rps"] is None else f"{point['offers_rps']:g} offers/s"
         if point.get("design") == "paired":
             where += " (modes at once)"
+        elif point.get("cores", "").startswith("the io worker on one core"):
+            where += " (io worker on its own core)"
         for mode, m in point["modes"].items():
             o = m["offers"]
             over = point["overhead"].get(mode, {})

@@ -8,6 +8,7 @@ benchmark's business, not the test's.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +141,11 @@ def test_tracing_overhead_quick(tmp_path: Path) -> None:
     assert doc["settings"]["modes"]["default"]["sample_percent"] < 100.0
     assert doc["tracing_active"] is True
     assert [p["design"] for p in doc["points"]] == ["paired", "interleaved"]
+    # One mode after another, the io worker has a core of its own (as in io-capacity).
+    cores = [p["cores"] for p in doc["points"]]
+    assert cores[0] == "shared by every process"
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert cores[1] == "the io worker on one core, everything else on the other"
     for paired, point in zip((True, False), doc["points"], strict=True):
         windows = [w[0] for w in point["windows_unix_ns"].values()]  # repeat 1, by mode
         overlap_ns = min(end for _, end in windows) - max(start for start, _ in windows)
