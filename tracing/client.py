@@ -150,16 +150,6 @@ class RequestTotals:
 request_totals: ContextVar[RequestTotals | None] = ContextVar("request_totals", default=None)
 
 
-class _Observed:
-    """What pricing.upstream.httpclient's client reads back: extra headers, and the status."""
-
-    __slots__ = ("headers", "status")
-
-    def __init__(self) -> None:
-        self.headers: dict[str, str] = {}
-        self.status: int | None = None
-
-
 class TracingCallObserver:
     """A `pricing.upstream.httpclient.CallObserver` (by shape: tracing never imports pricing)."""
 
@@ -173,21 +163,20 @@ class TracingCallObserver:
         self._metrics = metrics
 
     def call(self, upstream: str, method: str, host: str, port: int, path: str) -> _Call:
-        """A context manager around one upstream call: yields the `_Observed` the
-        client fills in, and measures, records and (when sampled) spans the call."""
-        return _Call(self, UpstreamCall(upstream, method, host, port, path, time.time_ns()))
+        """A context manager around one upstream call: yields what the client fills in
+        (its extra headers, then the status), and measures, records and (when sampled)
+        spans the call."""
+        return _Call(self, upstream, method, host, port, path)
 
     def _finish(
         self,
         record: UpstreamCall,
-        observed: _Observed,
         measurement: CallMeasurement | None,
         span: trace.Span | None,
         totals: RequestTotals | None,
     ) -> None:
         try:
             record.end_unix_ns = time.time_ns()
-            record.status = observed.status
             if record.error_type is None and record.status is not None and record.status >= 400:
                 record.error_type = str(record.status)
             if measurement is not None:
@@ -206,64 +195,66 @@ class TracingCallObserver:
             swallow("client span attributes", exc)
 
 
-class _Call:
-    """One upstream call in progress (`TracingCallObserver.call`). A class rather than
-    a generator-based context manager: it runs for every upstream call."""
+class _Call(UpstreamCall):
+    """One upstream call in progress (`TracingCallObserver.call`), and its record once
+    over. Also what the client fills in (``headers``, ``status``: the `Observed` of
+    `pricing.upstream.httpclient`). One object, not three, and a class rather than a
+    generator-based context manager: it runs for every upstream call."""
 
-    __slots__ = (
-        "_measurement",
-        "_observed",
-        "_observer",
-        "_record",
-        "_span",
-        "_span_scope",
-        "_totals",
-    )
+    __slots__ = ("_measurement", "_observer", "_span", "_span_scope", "_totals", "headers")
 
-    def __init__(self, observer: TracingCallObserver, record: UpstreamCall) -> None:
+    def __init__(
+        self,
+        observer: TracingCallObserver,
+        upstream: str,
+        method: str,
+        host: str,
+        port: int,
+        path: str,
+    ) -> None:
+        super().__init__(upstream, method, host, port, path, time.time_ns())
+        self.headers: dict[str, str] = {}
         self._observer = observer
-        self._record = record
-        self._observed = _Observed()
         self._measurement: CallMeasurement | None = None
         self._span: trace.Span | None = None
         self._span_scope: AbstractContextManager[trace.Span] | None = None
         self._totals: RequestTotals | None = None
 
-    def __enter__(self) -> _Observed:
-        observer, record, observed = self._observer, self._record, self._observed
+    def __enter__(self) -> _Call:
+        observer = self._observer
         self._totals = totals = request_totals.get()
         unsampled = totals.traceparent if totals is not None else None
         if unsampled is not None:
             # Not sampled (the common case in production): no span, but the trace id
             # goes on to the upstreams, and the call is measured for the histograms
             # and, should the request turn out slow, for a span exported afterwards.
-            observed.headers["traceparent"] = unsampled
+            self.headers["traceparent"] = unsampled
         elif totals is not None and totals.sampled is not None:
             # Sampled, its spans built when the request ends: only the id goes out now.
             sampled = totals.sampled
-            record.span_id = span_id = sampled.new_span_id()
-            sampled.inject(observed.headers, span_id)
+            self.span_id = span_id = sampled.new_span_id()
+            sampled.inject(self.headers, span_id)
         else:
             parent = trace.get_current_span().get_span_context()
             if parent.trace_flags.sampled or not parent.is_valid:
                 # Sampled, or outside any trace (the tracer's sampler decides).
                 scope = observer._tracer.start_as_current_span(
-                    f"{record.method} {record.path.split('?', 1)[0]}",
+                    f"{self.method} {self.path.split('?', 1)[0]}",
                     kind=SpanKind.CLIENT,
-                    attributes=client_span_attributes(record),
+                    attributes=client_span_attributes(self),
                 )
                 self._span = scope.__enter__()
                 self._span_scope = scope
-                propagate.inject(observed.headers)
+                propagate.inject(self.headers)
             else:
-                observed.headers["traceparent"] = (
+                self.headers["traceparent"] = (
                     f"00-{parent.trace_id:032x}-{parent.span_id:016x}-{int(parent.trace_flags):02x}"
                 )
         if observer._measure:
             self._measurement = observer._begin_call(
                 totals.offset_ns if totals is not None else None
             )
-        return observed
+        return self
 
     def __exit__(
         self,
@@ -272,14 +263,16 @@ class _Call:
         tb: TracebackType | None,
     ) -> None:
         if exc is not None:
-            self._record.error_type = error_type(exc)
-            if self._record.span_id:
-                self._record.exception = exc
-        self._observer._finish(
-            self._record, self._observed, self._measurement, self._span, self._totals
-        )
-        if self._span_scope is not None:
-            self._span_scope.__exit__(exc_type, exc, tb)
+            self.error_type = error_type(exc)
+            if self.span_id:
+                self.exception = exc
+        totals, self._totals = self._totals, None  # the record joins totals.records: no cycle
+        measurement, self._measurement = self._measurement, None
+        self._observer._finish(self, measurement, self._span, totals)
+        scope = self._span_scope
+        if scope is not None:
+            self._span_scope = self._span = None
+            scope.__exit__(exc_type, exc, tb)
 
 
 class CallMetrics(Protocol):
