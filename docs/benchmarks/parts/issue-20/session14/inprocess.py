@@ -1,0 +1,140 @@
+"""What tracing costs an offer warm, in one process: the io app behind Flask's test client,
+its upstream calls real (HTTP to a simulator on loopback), eight greenlets at once, all
+requests unsampled (Envoy's traceparent, flag 00). From the tree, with a simulator whose
+upstreams answer in 2 ms:
+
+    .venv/bin/python -m simulator --bind 127.0.0.1:8299 \\
+        --config docs/benchmarks/parts/issue-20/session14/simulator-2ms.toml &
+    export PRICING_UPSTREAM_URL=http://127.0.0.1:8299
+    .venv/bin/python docs/benchmarks/parts/issue-20/session14/inprocess.py offer off|full
+    .venv/bin/python docs/benchmarks/parts/issue-20/session14/inprocess.py hooks spans|full
+    .venv/bin/python docs/benchmarks/parts/issue-20/session14/inprocess.py call off|full
+
+- ``offer``: CPU per offer (process time), min / 2nd / median of 7 runs of 2000 offers;
+- ``hooks``: the server side's two Flask hooks (``_begin``, ``_end``) and the request's
+  measurement, called in a loop inside one request context;
+- ``call``: the call observer around an upstream call with no I/O (``NullObserver`` off).
+
+No Envoy, no gunicorn, no inbound socket: what is left is the tracing an offer pays for
+once its request is parsed, without the cold caches of a real worker.
+"""
+
+import gevent.monkey
+
+gevent.monkey.patch_all()
+
+import logging  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+sys.path.insert(0, ".")
+
+import gevent  # noqa: E402
+
+import tracing.server  # noqa: E402
+from pricing import create_app  # noqa: E402
+from routing.load import load_routes  # noqa: E402
+from tracing.settings import Mode, TracingSettings  # noqa: E402
+
+BIKE = "/v1/offers/bike?origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+UNSAMPLED = {"traceparent": TRACEPARENT}
+CONCURRENCY = 8
+
+
+def setup(mode: str) -> None:
+    if mode != "off":
+        settings = TracingSettings(
+            mode=Mode(mode), otlp_endpoint=None, span_file="/tmp/inprocess-spans.jsonl"
+        )
+        tracing.server.setup_worker("io", settings, tracing.server.Sampling(ratio=0.01))
+
+
+def offers(mode: str) -> None:
+    setup(mode)
+    app = create_app("io", config=load_routes())
+    logging.disable(logging.CRITICAL)
+
+    def worker(n: int) -> None:
+        client = app.test_client()
+        for _ in range(n):
+            assert client.get(BIKE, headers=UNSAMPLED).status_code == 200
+
+    def run(n: int) -> float:
+        started = time.process_time()
+        gevent.joinall(
+            [gevent.spawn(worker, n // CONCURRENCY) for _ in range(CONCURRENCY)],
+            raise_error=True,
+        )
+        return (time.process_time() - started) / n * 1e6
+
+    run(1000)
+    r = sorted(run(2000) for _ in range(7))
+    print(mode, f"{r[0]:.1f} {r[1]:.1f} {r[3]:.1f} us an offer (min, 2nd, median)")
+
+
+def best_us(fn: object, n: int = 20000) -> float:
+    def loop() -> float:
+        started = time.perf_counter()
+        for _ in range(n):
+            fn()  # type: ignore[operator]
+        return (time.perf_counter() - started) / n * 1e6
+
+    loop()
+    return min(loop() for _ in range(5))
+
+
+def hooks(mode: str) -> None:
+    from tests.unit.pricing.conftest import FakeGateway
+    from tracing.timing import server_timing
+
+    setup(mode)
+    app = create_app("io", config=load_routes(), gateway=FakeGateway())
+    logging.disable(logging.CRITICAL)
+    begin = next(f for f in app.before_request_funcs[None] if f.__name__ == "_begin")
+    end = next(f for f in app.teardown_request_funcs[None] if f.__name__ == "_end")
+    begin_request, _ = server_timing.bound_requests()
+    with app.test_request_context(BIKE, headers=UNSAMPLED) as ctx:
+        ctx.match_request()
+        environ = ctx.request.environ
+
+        def both() -> None:
+            if mode == "full":
+                environ[tracing.server._ENVIRON_MEASUREMENT] = begin_request()
+            begin()
+            end(None)
+
+        print(mode, f"begin + end of a request: {best_us(both):.2f} us")
+
+
+def calls(mode: str) -> None:
+    from flask import Flask
+
+    from pricing.upstream.httpclient import NullObserver
+    from tracing.client import RequestTotals, request_totals
+
+    setup(mode)
+    observer = tracing.server.init_app(Flask("x")) if mode != "off" else NullObserver()
+    logging.disable(logging.CRITICAL)
+    if mode != "off":
+        request_totals.set(RequestTotals(TRACEPARENT, 0))
+
+    def one() -> None:
+        with observer.call("vehicles", "GET", "127.0.0.1", 9000, "/v1/vehicles?x=1") as o:
+            o.status = 200
+        if mode != "off":
+            totals = request_totals.get()
+            assert totals is not None
+            totals.records.clear()
+
+    print(mode, f"an upstream call's observer: {best_us(one):.2f} us")
+
+
+def main() -> None:
+    what, mode = sys.argv[1], sys.argv[2]
+    run = {"offer": offers, "hooks": hooks, "call": calls}[what]
+    gevent.spawn(run, mode).join()
+
+
+if __name__ == "__main__":
+    main()
