@@ -9,11 +9,15 @@ upstreams answer in 2 ms:
     .venv/bin/python docs/benchmarks/parts/issue-20/session14/inprocess.py offer off|full
     .venv/bin/python docs/benchmarks/parts/issue-20/session14/inprocess.py hooks spans|full
     .venv/bin/python docs/benchmarks/parts/issue-20/session14/inprocess.py call off|full
+    .venv/bin/python docs/benchmarks/parts/issue-20/session14/inprocess.py spawn off|full
 
 - ``offer``: CPU per offer (process time), min / 2nd / median of 7 runs of 2000 offers;
 - ``hooks``: the server side's two Flask hooks (``_begin``, ``_end``) and the request's
   measurement, called in a loop inside one request context;
-- ``call``: the call observer around an upstream call with no I/O (``NullObserver`` off).
+- ``call``: the call observer around an upstream call with no I/O (``NullObserver`` off);
+- ``spawn``: an offer's fan-out in greenlets: three spawned in a copy of the context (as
+  ``pricing.upstream.gateway.spawn_in_context``) with nothing to do, and joined (``hooks``,
+  ``call`` and ``spawn`` need no simulator).
 
 No Envoy, no gunicorn, no inbound socket: what is left is the tracing an offer pays for
 once its request is parsed, without the cold caches of a real worker.
@@ -23,6 +27,7 @@ import gevent.monkey
 
 gevent.monkey.patch_all()
 
+import contextvars  # noqa: E402
 import logging  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -130,9 +135,22 @@ def calls(mode: str) -> None:
     print(mode, f"an upstream call's observer: {best_us(one):.2f} us")
 
 
+def spawns(mode: str) -> None:
+    setup(mode)
+
+    def nothing() -> int:
+        return 1
+
+    def fan_out() -> None:
+        greenlets = [gevent.spawn(contextvars.copy_context().run, nothing) for _ in range(3)]
+        gevent.joinall(greenlets)
+
+    print(mode, f"3 greenlets spawned and joined: {best_us(fan_out, 5000):.2f} us")
+
+
 def main() -> None:
     what, mode = sys.argv[1], sys.argv[2]
-    run = {"offer": offers, "hooks": hooks, "call": calls}[what]
+    run = {"offer": offers, "hooks": hooks, "call": calls, "spawn": spawns}[what]
     gevent.spawn(run, mode).join()
 
 
