@@ -7,9 +7,25 @@ from typing import Any, Final
 
 #: A request that matched no URL rule (404, or a method the rule does not take).
 NO_ROUTE: Final = "<no route>"
+#: Routes remembered (a pool has tens); past this, each request gets a string of its own.
+MAX_ROUTES: Final = 4096
+
+_routes: dict[tuple[str, str], str] = {}
 
 
 def route_of(request: Any) -> str:
-    """The route of a Flask request."""
+    """The route of a Flask request: one string object per route, for the process's life.
+
+    The timing core keys a route's CPU by its label's identity first (``_native``'s run
+    table), so the same route must not come as a new string with every request.
+    """
     rule = request.url_rule
-    return f"{request.method} {rule.rule}" if rule is not None else NO_ROUTE
+    if rule is None:
+        return NO_ROUTE
+    key = (request.method, rule.rule)
+    route = _routes.get(key)
+    if route is None:
+        route = f"{key[0]} {key[1]}"
+        if len(_routes) < MAX_ROUTES:
+            _routes[key] = route
+    return route
