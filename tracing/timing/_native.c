@@ -276,6 +276,41 @@ static PyObject *get_optional(PyObject *obj, PyObject *name) {
     return v;
 }
 
+/* A greenlet's tag (getattr(greenlet, TAG_ATTR, None)), read from its instance dict when
+ * its type has nothing of that name and the generic getattr: what the generic path would
+ * find, without the type lookup and descriptor checks (a few per switch). Each call site
+ * keeps the type it last checked, with its version tag (zeroed when a class changes). A
+ * new reference, or NULL with an error set. */
+typedef struct {
+    PyTypeObject *type; /* borrowed: compared, never dereferenced before the version */
+    unsigned int version;
+} DictSite;
+
+static PyObject *tag_at(PyObject *greenlet, DictSite *site) {
+    PyTypeObject *type = Py_TYPE(greenlet);
+    if (site->type != type || site->version == 0 || type->tp_version_tag != site->version) {
+        if (type->tp_getattro != PyObject_GenericGetAttr || type->tp_dictoffset == 0 ||
+            _PyType_Lookup(type, s_tag_attr) != NULL ||
+            !PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) || type->tp_version_tag == 0)
+            return get_optional(greenlet, s_tag_attr);
+        site->type = type;
+        site->version = type->tp_version_tag;
+    }
+    PyObject **dict = _PyObject_GetDictPtr(greenlet);
+    if (dict == NULL || *dict == NULL) Py_RETURN_NONE;
+    PyObject *tag = PyDict_GetItemWithError(*dict, s_tag_attr); /* borrowed */
+    if (tag == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    return Py_NewRef(tag);
+}
+#define tag_of_greenlet(greenlet)                                                        \
+    ({                                                                                    \
+        static DictSite site_;                                                            \
+        tag_at(greenlet, &site_);                                                         \
+    })
+
 /* measuring[0] != 0; errors count as "not measuring". */
 static int measuring_now(void) {
     if (g_measuring == NULL || !PyList_Check(g_measuring) || PyList_GET_SIZE(g_measuring) < 1)
@@ -794,8 +829,15 @@ static int request_switch_in(PyObject *request, int64_t now) {
     int rc = 0;
     if (PyList_Check(waits) && PyList_GET_SIZE(waits) < g_max_waits) {
         PyObject *out = attr(request, s_out_ns);
-        PyObject *pair = out == NULL ? NULL : Py_BuildValue("(OL)", out, (long long)now);
+        PyObject *in = out == NULL ? NULL : PyLong_FromLongLong(now);
+        PyObject *pair = in == NULL ? NULL : PyTuple_New(2);
+        if (pair != NULL) {
+            PyTuple_SET_ITEM(pair, 0, out); /* steals */
+            PyTuple_SET_ITEM(pair, 1, in);
+            out = in = NULL;
+        }
         Py_XDECREF(out);
+        Py_XDECREF(in);
         rc = (pair == NULL) ? -1 : PyList_Append(waits, pair);
         Py_XDECREF(pair);
     }
@@ -817,7 +859,7 @@ static int call_method_i64(PyObject *obj, PyObject *name, PyObject *first, int64
 
 /* The measured side of a switch (switch_tracer: `if active[0]: ...`). */
 static int trace_measured(PyObject *origin, PyObject *target_tag, int64_t now) {
-    PyObject *origin_tag = get_optional(origin, s_tag_attr);
+    PyObject *origin_tag = tag_of_greenlet(origin);
     if (origin_tag == NULL) return -1;
     if (origin_tag != Py_None) {
         PyObject *call = attr(origin_tag, s_call);
@@ -1067,7 +1109,7 @@ static PyObject *new_tag(PyObject *greenlet) {
         Py_DECREF(ref);
         goto reference;
     }
-    PyObject *spawner_tag = get_optional(spawner, s_tag_attr);
+    PyObject *spawner_tag = tag_of_greenlet(spawner);
     Py_DECREF(ref);
     if (spawner_tag == NULL) return NULL;
     if (spawner_tag == Py_None) {
@@ -1146,7 +1188,7 @@ static int trace_switch(TracerObject *self, PyObject *pair) {
     PyObject *origin = PyTuple_GET_ITEM(pair, 0);
     PyObject *target = PyTuple_GET_ITEM(pair, 1);
     int64_t now = now_ns();
-    PyObject *target_tag = get_optional(target, s_tag_attr);
+    PyObject *target_tag = tag_of_greenlet(target);
     if (target_tag == NULL) return -1;
     if (target_tag == Py_None) {
         Py_DECREF(target_tag);
@@ -1486,7 +1528,7 @@ fail:
 static PyObject *current_call(void) {
     PyObject *current = PyObject_CallNoArgs(g_getcurrent);
     if (current == NULL) goto fail;
-    PyObject *tag = get_optional(current, s_tag_attr);
+    PyObject *tag = tag_of_greenlet(current);
     Py_DECREF(current);
     if (tag == NULL) goto fail;
     if (tag == Py_None) {
@@ -1840,7 +1882,7 @@ static PyObject *read_call(WaitHookObject *self, PyObject *args, PyObject *kwds)
         return PyObject_Call(self->original, args, kwds);
     PyObject *sock = PyTuple_GET_ITEM(args, 0);
     PyObject *current = PyObject_CallNoArgs(g_getcurrent);
-    PyObject *tag = current == NULL ? NULL : get_optional(current, s_tag_attr);
+    PyObject *tag = current == NULL ? NULL : tag_of_greenlet(current);
     Py_XDECREF(current);
     if (tag == NULL) {
         drop();
@@ -2160,7 +2202,7 @@ static PyObject *new_measurement(PyObject *state, PyObject *tag) {
 static PyObject *current_tag(void) {
     PyObject *current = PyObject_CallNoArgs(g_getcurrent);
     if (current == NULL) return NULL;
-    PyObject *tag = get_optional(current, s_tag_attr);
+    PyObject *tag = tag_of_greenlet(current);
     if (tag != NULL && tag == Py_None) {
         Py_DECREF(tag);
         tag = PyObject_CallOneArg(g_tag_of, current);

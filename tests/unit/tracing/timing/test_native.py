@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import greenlet
 import pytest
 from greenlet import getcurrent
 
@@ -794,6 +795,53 @@ def test_the_tracer_reads_a_tag_alike_through_its_slots_or_its_dict() -> None:
     SlotTag.label = property(lambda self: "GET /patched")  # type: ignore[assignment,misc]
     tracer("switch", (hub, types.SimpleNamespace(**{TAG_ATTR: tag})))
     assert log.last()[1] == "GET /patched"
+
+
+@needs_compiled
+def test_the_tracer_finds_a_greenlets_tag_as_getattr_does() -> None:
+    """The compiled path reads a greenlet's tag from its instance dict when its type has
+    nothing of that name (checked once per type and call site); otherwise, or once the
+    class changed, through getattr: a property or ``__getattr__`` is obeyed."""
+
+    def tagged(label: str) -> GreenletTag:
+        return GreenletTag(label)
+
+    class Plain:
+        pass
+
+    class Computed:
+        def __getattr__(self, name: str) -> Any:
+            if name == TAG_ATTR:
+                return tagged("GET /computed")
+            raise AttributeError(name)
+
+    log = compiled.SwitchLog(16)
+    tracer = compiled.Tracer(log, None, RouteCpu())
+    hub = FakeGreenlet("<hub>")
+    real = greenlet.greenlet(lambda: None)
+    setattr(real, TAG_ATTR, tagged("GET /real"))
+    plain = Plain()
+    setattr(plain, TAG_ATTR, tagged("GET /plain"))
+    for target, label in [
+        (real, "GET /real"),
+        (plain, "GET /plain"),
+        (Computed(), "GET /computed"),
+    ] * 2:
+        tracer("switch", (hub, target))
+        assert log.last()[1] == label
+    # A class that gains a property of that name after it was seen: the property wins.
+    setattr(Plain, TAG_ATTR, property(lambda self: tagged("GET /property")))
+    for _ in range(3):
+        tracer("switch", (hub, plain))
+        assert log.last()[1] == "GET /property"
+    delattr(Plain, TAG_ATTR)
+    for _ in range(3):
+        tracer("switch", (hub, plain))
+        assert log.last()[1] == "GET /plain"
+    # No tag yet: the tracer makes one (labels.tag_of), as getattr(..., None) finds none.
+    fresh = Plain()
+    tracer("switch", (hub, fresh))
+    assert isinstance(getattr(fresh, TAG_ATTR), GreenletTag)
 
 
 @needs_compiled
