@@ -17,7 +17,17 @@ upstreams answer in 2 ms:
 - ``call``: the call observer around an upstream call with no I/O (``NullObserver`` off);
 - ``spawn``: an offer's fan-out in greenlets: three spawned in a copy of the context (as
   ``pricing.upstream.gateway.spawn_in_context``) with nothing to do, and joined (``hooks``,
-  ``call`` and ``spawn`` need no simulator).
+  ``call`` and ``spawn`` need no simulator);
+- ``instructions``: 400 offers after 200 of warm-up, counted by callgrind, which is
+  switched on for those only (instructions do not depend on what else the machine runs:
+  the counts of two runs differ by ~0.3 %). Valgrind runs the worker ~50 x slower while
+  the upstreams keep their 2 ms, so the culprit threshold and the long-run bound are
+  raised 1000 x: delays that only valgrind's slowness makes are not explained. Under
+  valgrind, the simulator as above::
+
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=cg.off \
+        .venv/bin/python docs/benchmarks/parts/issue-20/session14/inprocess.py instructions off
+    (the same with ``full``; ``callgrind_annotate cg.off`` gives the total and where)
 
 No Envoy, no gunicorn, no inbound socket: what is left is the tracing an offer pays for
 once its request is parsed, without the cold caches of a real worker.
@@ -29,8 +39,12 @@ gevent.monkey.patch_all()
 
 import contextvars  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 sys.path.insert(0, ".")
 
@@ -55,7 +69,8 @@ def setup(mode: str) -> None:
         tracing.server.setup_worker("io", settings, tracing.server.Sampling(ratio=0.01))
 
 
-def offers(mode: str) -> None:
+def offer_batches(mode: str) -> Callable[[int], None]:
+    """Serves *n* offers, CONCURRENCY at a time, on an io app set up for *mode*."""
     setup(mode)
     app = create_app("io", config=load_routes())
     logging.disable(logging.CRITICAL)
@@ -65,17 +80,51 @@ def offers(mode: str) -> None:
         for _ in range(n):
             assert client.get(BIKE, headers=UNSAMPLED).status_code == 200
 
-    def run(n: int) -> float:
-        started = time.process_time()
+    def batch(n: int) -> None:
         gevent.joinall(
             [gevent.spawn(worker, n // CONCURRENCY) for _ in range(CONCURRENCY)],
             raise_error=True,
         )
+
+    return batch
+
+
+def offers(mode: str) -> None:
+    batch = offer_batches(mode)
+
+    def run(n: int) -> float:
+        started = time.process_time()
+        batch(n)
         return (time.process_time() - started) / n * 1e6
 
     run(1000)
     r = sorted(run(2000) for _ in range(7))
     print(mode, f"{r[0]:.1f} {r[1]:.1f} {r[3]:.1f} us an offer (min, 2nd, median)")
+
+
+def instructions(mode: str, n: int = 400, slower: int = 1000) -> None:
+    from tracing.timing import call_state, route_cpu
+
+    reference_init = route_cpu.RouteCpu.__init__
+
+    def slower_runs(
+        self: route_cpu.RouteCpu,
+        runqueue: Any = None,
+        long_ns: int = route_cpu.LONG_RUN_NS,
+        block_ns: int = route_cpu.NO_BLOCKS_NS,
+    ) -> None:
+        reference_init(self, runqueue, long_ns * slower, max(block_ns, long_ns * slower))
+
+    route_cpu.RouteCpu.__init__ = slower_runs  # type: ignore[method-assign]
+    batch = offer_batches(mode)
+    call_state._culprit_threshold_ns *= slower
+    batch(200)
+    switch = ["callgrind_control", "-i", "on", str(os.getpid())]
+    subprocess.run(switch, capture_output=True, check=False)
+    batch(n)
+    switch[2] = "off"
+    subprocess.run(switch, capture_output=True, check=False)
+    print(mode, f"{n} offers counted")
 
 
 def best_us(fn: object, n: int = 20000) -> float:
@@ -150,7 +199,13 @@ def spawns(mode: str) -> None:
 
 def main() -> None:
     what, mode = sys.argv[1], sys.argv[2]
-    run = {"offer": offers, "hooks": hooks, "call": calls, "spawn": spawns}[what]
+    run = {
+        "offer": offers,
+        "hooks": hooks,
+        "call": calls,
+        "spawn": spawns,
+        "instructions": instructions,
+    }[what]
     gevent.spawn(run, mode).join()
 
 
