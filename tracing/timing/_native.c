@@ -279,8 +279,10 @@ static PyObject *get_optional(PyObject *obj, PyObject *name) {
 /* A greenlet's tag (getattr(greenlet, TAG_ATTR, None)), read from its instance dict when
  * its type has nothing of that name and the generic getattr: what the generic path would
  * find, without the type lookup and descriptor checks (a few per switch). Each call site
- * keeps the type it last checked, with its version tag (zeroed when a class changes). A
- * new reference, or NULL with an error set. */
+ * keeps the type it last checked, with its version tag (zeroed when a class changes). An
+ * instance of a Python class that keeps its attributes inline gets its dict made, once
+ * (gevent's greenlets and the hub have a plain one). A new reference, or NULL with an
+ * error set. */
 typedef struct {
     PyTypeObject *type; /* borrowed: compared, never dereferenced before the version */
     unsigned int version;
