@@ -7,9 +7,9 @@ from typing import Any, Final
 
 #: A request that matched no URL rule (404, or a method the rule does not take).
 NO_ROUTE: Final = "<no route>"
-#: Routes remembered (a pool has tens); past this, each request gets a string of its own.
-MAX_ROUTES: Final = 4096
 
+# (method, rule) -> route. Bounded by the app's URL map: a request matches a rule only
+# with one of the methods the rule takes (else its url_rule is None).
 _routes: dict[tuple[str, str], str] = {}
 
 
@@ -25,7 +25,5 @@ def route_of(request: Any) -> str:
     key = (request.method, rule.rule)
     route = _routes.get(key)
     if route is None:
-        route = f"{key[0]} {key[1]}"
-        if len(_routes) < MAX_ROUTES:
-            _routes[key] = route
+        route = _routes[key] = f"{key[0]} {key[1]}"
     return route

@@ -279,16 +279,11 @@ static PyObject *get_optional(PyObject *obj, PyObject *name) {
 /* A greenlet's tag (getattr(greenlet, TAG_ATTR, None)), read from its instance dict when
  * its type has nothing of that name and the generic getattr: what the generic path would
  * find, without the type lookup and descriptor checks (a few per switch). Each call site
- * keeps the type it last checked, with its version tag (zeroed when a class changes). An
- * instance of a Python class that keeps its attributes inline gets its dict made, once
- * (gevent's greenlets and the hub have a plain one). A new reference, or NULL with an
- * error set. */
-typedef struct {
-    PyTypeObject *type; /* borrowed: compared, never dereferenced before the version */
-    unsigned int version;
-} DictSite;
-
-static PyObject *tag_at(PyObject *greenlet, DictSite *site) {
+ * keeps the type it last checked, with its version tag (zeroed when a class changes): a
+ * SlotSite, its offset unused. An instance of a Python class that keeps its attributes
+ * inline gets its dict made, once (gevent's greenlets and the hub have a plain one). A
+ * new reference, or NULL with an error set. */
+static PyObject *tag_at(PyObject *greenlet, SlotSite *site) {
     PyTypeObject *type = Py_TYPE(greenlet);
     if (site->type != type || site->version == 0 || type->tp_version_tag != site->version) {
         if (type->tp_getattro != PyObject_GenericGetAttr || type->tp_dictoffset == 0 ||
@@ -307,11 +302,7 @@ static PyObject *tag_at(PyObject *greenlet, DictSite *site) {
     }
     return Py_NewRef(tag);
 }
-#define tag_of_greenlet(greenlet)                                                        \
-    ({                                                                                    \
-        static DictSite site_;                                                            \
-        tag_at(greenlet, &site_);                                                         \
-    })
+#define tag_of_greenlet(greenlet) SITE_CALL(tag_at, greenlet)
 
 /* measuring[0] != 0; errors count as "not measuring". */
 static int measuring_now(void) {
