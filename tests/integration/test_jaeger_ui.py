@@ -78,9 +78,9 @@ def _ui_stack(
 
 @pytest.fixture(scope="module")
 def shared_ui(
-    ui_built: Path, all_traced_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
+    ui_built: Path, hogged_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    yield from _ui_stack(all_traced_routes, Layout.SHARED, tmp_path_factory)
+    yield from _ui_stack(hogged_routes, Layout.SHARED, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

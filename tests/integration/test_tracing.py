@@ -133,9 +133,9 @@ def _traced(
 
 @pytest.fixture(scope="module")
 def shared_traced(
-    all_traced_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
+    hogged_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    yield from _traced(all_traced_routes, Layout.SHARED, tmp_path_factory)
+    yield from _traced(hogged_routes, Layout.SHARED, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -167,11 +167,10 @@ def measure(stack: Stack, hog_threads: int, count: int = 25) -> Measured:
 def mean_delay(spans: list[Span]) -> float:
     """The calls' mean scheduling delay (s).
 
-    The mean, not a quantile: in the shared pool Envoy's keep-alive connections may
-    leave a worker without a hog for a while, and the offers landing there wait
-    little. How many of 75 calls meet a hog varies from run to run (one in ten to
-    all of them); each that does waits tens to hundreds of ms, which the mean
-    carries whatever their number, where a p90 came out at 3.7 ms once in CI.
+    The mean, not a quantile: a call that meets a hog waits tens to hundreds of ms,
+    which the mean carries however many do, where a p90 came out at 3.7 ms once in CI
+    (keep-alive connections then tied the offers to a worker the hogs left alone; see
+    `hogged_routes`).
     """
     return statistics.fmean(s.attributes[attributes.SCHEDULING_DELAY] for s in spans)
 
@@ -394,12 +393,12 @@ def test_pricingctl_traces_says_so_when_jaeger_is_unreachable(tmp_path: Path) ->
 
 @pytest.fixture(scope="module")
 def jaeger_shared(
-    all_traced_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
+    hogged_routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    """A shared pool of two processes: four hogs keep both busy, so offers meet them
-    whichever worker Envoy's keep-alive connection leads to."""
+    """A shared pool of two processes, each connection closed after its reply: four
+    hogs keep both busy, so offers meet them."""
     run_dir = tmp_path_factory.mktemp("jaeger-shared")
-    config = prepared_config(all_traced_routes, 2, run_dir)
+    config = prepared_config(hogged_routes, 2, run_dir)
     with Stack.on_free_ports(config, Layout.SHARED, run_dir, with_jaeger=True) as stack:
         fixed_latency(stack, D_MS)
         yield stack
