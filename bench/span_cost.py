@@ -154,9 +154,12 @@ def _worker(span_file: Path) -> Iterator[_Rig]:
     if worker is None:
         raise SystemExit("span-cost: tracing set-up failed")
     tracer = worker.tracer
-    observer = client.TracingCallObserver(tracer, measure=True, metrics=worker.metrics)
-    observer._begin_call = _FixedMeasurement  # type: ignore[assignment]
-    observer._finish_call = _FixedMeasurement.finish  # type: ignore[assignment]
+    observer = client.TracingCallObserver(
+        tracer,
+        measure=True,
+        metrics=worker.metrics,
+        calls=(_FixedMeasurement, _FixedMeasurement.finish),
+    )
     # The thread sleeps on its wake-up lock until a span comes; the spans' signals go
     # nowhere while the benchmark runs, and the lock is given back for the shutdown.
     processor = worker.processor

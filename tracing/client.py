@@ -27,6 +27,7 @@ from opentelemetry.semconv.attributes.url_attributes import URL_FULL, URL_PATH
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracing import attributes
+from tracing.timing import native
 from tracing.timing.call_state import TOP_CULPRITS, top_culprits
 from tracing.timing.call_timing import CallMeasurement, CallTiming, bound_calls
 from tracing.timing.hook_errors import swallow
@@ -150,22 +151,40 @@ class RequestTotals:
 request_totals: ContextVar[RequestTotals | None] = ContextVar("request_totals", default=None)
 
 
+#: A call's measurement begun and finished: ``call_timing.bound_calls()``'s pair.
+MeasureCalls = tuple[Callable[[int | None], Any], Callable[[Any], CallTiming]]
+
+
 class TracingCallObserver:
     """A `pricing.upstream.httpclient.CallObserver` (by shape: tracing never imports pricing)."""
 
     def __init__(
-        self, tracer: trace.Tracer, *, measure: bool, metrics: CallMetrics | None = None
+        self,
+        tracer: trace.Tracer,
+        *,
+        measure: bool,
+        metrics: CallMetrics | None = None,
+        calls: MeasureCalls | None = None,
     ) -> None:
+        """*calls*: the (begin, finish) a call is measured with, when not the timing
+        core's (a benchmark's fixed measurement); the reference observer then runs."""
         self._tracer = tracer
         self._measure = measure
         # The compiled (or reference) begin and finish, bound once: they run for every call.
-        self._begin_call, self._finish_call = bound_calls()
+        measure_calls: MeasureCalls = calls or bound_calls()
+        self._begin_call, self._finish_call = measure_calls
         self._metrics = metrics
+        if calls is None and _compiled_call_ready and native.active() is not None:
+            # The compiled observer (``_native.c``): its ``call`` makes a _CompiledCall,
+            # whose __enter__ and __exit__ run an unsampled request's call without a
+            # Python frame, and hand every other case to _Call's.
+            core = native.module.CallObserver(self, request_totals, metrics, measure)
+            self.call = core.call  # type: ignore[method-assign]
 
-    def call(self, upstream: str, method: str, host: str, port: int, path: str) -> _Call:
+    def call(self, upstream: str, method: str, host: str, port: int, path: str, /) -> _Call:
         """A context manager around one upstream call: yields what the client fills in
         (its extra headers, then the status), and measures, records and (when sampled)
-        spans the call."""
+        spans the call. The reference; the compiled observer replaces it per instance."""
         return _Call(self, upstream, method, host, port, path)
 
     def _finish(
@@ -275,8 +294,46 @@ class _Call(UpstreamCall):
             scope.__exit__(exc_type, exc, tb)
 
 
+class _CompiledCall(_Call):
+    """A _Call made by the compiled observer: its __enter__ and __exit__ are
+    ``_native.c``'s (set below), which follow _Call's for a request Envoy did not sample
+    and call them for anything else."""
+
+    __slots__ = ("_core",)
+
+
+def _compile_call_methods() -> bool:
+    """Give _CompiledCall the compiled __enter__ and __exit__; False where the extension
+    was not built or does not take the class."""
+    module = native.module
+    if module is None:
+        return False
+    try:
+        enter, exit_ = module.configure_observer(
+            _CompiledCall, _Call.__enter__, _Call.__exit__, swallow
+        )
+    except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        swallow("compiled call observer", exc)
+        return False
+    _CompiledCall.__enter__ = enter  # type: ignore[method-assign]
+    _CompiledCall.__exit__ = exit_  # type: ignore[method-assign]
+    return True
+
+
+_compiled_call_ready = _compile_call_methods()
+
+
+class Observes(Protocol):
+    def observe(self, value: float) -> None: ...
+
+
 class CallMetrics(Protocol):
     """Where every measured call's timings go (``tracing.metrics.PoolMetrics``)."""
+
+    def call_histograms(self, upstream: str) -> tuple[Observes, Observes, Observes]:
+        """(network, delay, CPU wait) of calls to *upstream*: what ``observe_call``
+        feeds, and the compiled observer feeds directly."""
+        ...
 
     def observe_call(self, upstream: str, timing: CallTiming) -> None: ...
 

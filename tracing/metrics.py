@@ -678,13 +678,22 @@ class PoolMetrics:
         if failure is not None:
             self.upstream_failures(upstream, failure).inc()
 
+    def call_histograms(self, upstream: str) -> tuple[Histogram, Histogram, Histogram]:
+        """The (network, delay, CPU wait) histograms of calls to *upstream*: what
+        ``observe_call`` feeds (the compiled observer keeps them per upstream, and feeds
+        them itself)."""
+        children = self._call_children.get(upstream)
+        if children is None:
+            children = (self.network(upstream), self.delay(upstream), self.cpu_wait(upstream))
+            self._call_children[upstream] = children
+        return children
+
     def observe_call(self, upstream: str, timing: CallTiming) -> None:
         # Runs for every upstream call: the three children are looked up once per upstream
         # (a family keeps its children for the process's life).
         children = self._call_children.get(upstream)
         if children is None:
-            children = (self.network(upstream), self.delay(upstream), self.cpu_wait(upstream))
-            self._call_children[upstream] = children
+            children = self.call_histograms(upstream)
         network, delay, cpu_wait = children
         network.observe(timing.network_s)
         delay.observe(timing.scheduling_delay_s)

@@ -114,11 +114,12 @@ class Observed(Protocol):
 class CallObserver(Protocol):
     """Hook for tracing: wraps each call, may add headers (traceparent).
 
-    `tracing.client.TracingCallObserver` is one; pricing does not import it.
+    `tracing.client.TracingCallObserver` is one; pricing does not import it. The
+    arguments are positional (the compiled observer takes them so).
     """
 
     def call(
-        self, upstream: str, method: str, host: str, port: int, path: str
+        self, upstream: str, method: str, host: str, port: int, path: str, /
     ) -> AbstractContextManager[Observed]: ...
 
 
@@ -134,7 +135,7 @@ class NullObserver:
     """The default: no tracing, no extra headers."""
 
     def call(
-        self, upstream: str, method: str, host: str, port: int, path: str
+        self, upstream: str, method: str, host: str, port: int, path: str, /
     ) -> AbstractContextManager[Observed]:
         return _null_call()
 

@@ -18,11 +18,27 @@ from tracing.client import (
     request_totals,
     timing_attributes,
 )
+from tracing.timing import native
 from tracing.timing.call_state import CallState
+from tracing.timing.histogram import Histogram
 
 HOG = "POST /v1/offers/rideshare"
 MS = 1_000_000
 NEARBY = "/vehicles/v1/nearby?lat=37.77&lng=-122.42&radius_m=500"
+
+
+@pytest.fixture(autouse=True, params=["compiled", "reference"])
+def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test here runs against the compiled observer (``_native.c``) and the Python
+    reference (``_Call``)."""
+    if request.param == "compiled" and native.module is None:
+        pytest.skip(f"the compiled path is not built: {native.reason}")
+    previous = native.reason
+    native.use(request.param == "compiled")
+    try:
+        yield request.param
+    finally:
+        native.reason = previous
 
 
 @pytest.fixture
@@ -313,3 +329,168 @@ def test_an_unsampled_request_passes_its_traceparent_on_without_a_span(
         request_totals.reset(token)
     assert observed.headers["traceparent"] == incoming
     assert memory.get_finished_spans() == ()
+
+
+# --- the compiled observer against the reference --------------------------------------
+
+
+class FakeMetrics:
+    """A CallMetrics with the reference's histograms; *fail*: call_histograms raises."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.histograms: dict[str, tuple[Histogram, Histogram, Histogram]] = {}
+
+    def call_histograms(self, upstream: str) -> tuple[Histogram, Histogram, Histogram]:
+        if self.fail:
+            raise RuntimeError("no histograms")
+        if upstream not in self.histograms:
+            self.histograms[upstream] = (Histogram([0.001]), Histogram([0.001]), Histogram([1.0]))
+        return self.histograms[upstream]
+
+    def observe_call(self, upstream: str, timing: object) -> None:
+        network, delay, cpu_wait = self.call_histograms(upstream)
+        network.observe(timing.network_s)  # type: ignore[attr-defined]
+        delay.observe(timing.scheduling_delay_s)  # type: ignore[attr-defined]
+        cpu_wait.observe(timing.cpu_wait_s)  # type: ignore[attr-defined]
+
+    def counts(self) -> dict[str, list[list[int]]]:
+        return {u: [h.counts for h in hs] for u, hs in self.histograms.items()}
+
+
+UNSAMPLED = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+# (request, status, raised, measure): how each call of the recorded sequence goes. The
+# request: none (no RequestTotals), unsampled (Envoy's traceparent, flag 00), or a live
+# sampled span (the reference's path in both).
+SEQUENCE: list[tuple[str, int | None, type[Exception] | None, bool]] = [
+    ("unsampled", 200, None, True),
+    ("unsampled", 404, None, True),
+    ("unsampled", 503, None, False),
+    ("unsampled", None, None, True),
+    ("unsampled", 200, ConnectionResetError, True),
+    ("unsampled", None, TimeoutError, True),
+    ("none", 200, None, True),
+    ("none", 500, ValueError, False),
+    ("sampled", 200, None, True),
+    ("sampled", 502, None, True),
+    ("unsampled", 302, None, True),
+]
+
+
+def replay(
+    provider: TracerProvider, metrics: FakeMetrics
+) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """Each call of SEQUENCE made, on a fresh observer: (what the client saw, what was
+    recorded) per call."""
+    from opentelemetry import trace
+
+    seen: list[tuple[object, ...]] = []
+    records: list[tuple[object, ...]] = []
+    for i, (request, status, raised, measure) in enumerate(SEQUENCE):
+        obs = TracingCallObserver(provider.get_tracer("t"), measure=measure, metrics=metrics)
+        totals = RequestTotals(UNSAMPLED if request == "unsampled" else None)
+        token = request_totals.set(totals if request != "none" else None)
+        tracer = provider.get_tracer("t")
+        try:
+            with (
+                tracer.start_as_current_span("server")
+                if request == "sampled"
+                else trace.use_span(trace.INVALID_SPAN),
+                pytest.raises(raised) if raised else _nothing(),
+                obs.call(f"up{i % 3}", "GET", "h", 80 + i, f"/p/{i}?q=1") as call,
+            ):
+                call.status = status
+                if raised:
+                    raise raised("boom")
+        finally:
+            request_totals.reset(token)
+        headers = dict(call.headers)
+        seen.append((request, "traceparent" in headers, headers.get("traceparent") == UNSAMPLED))
+        for record in totals.records:
+            timing = record.timing
+            assert timing is not None
+            records.append(
+                (
+                    record.upstream, record.method, record.host, record.port, record.path,
+                    record.status, record.error_type, record.span_id,
+                    type(record.exception).__name__,
+                    record.end_unix_ns >= record.start_unix_ns > 0,
+                    timing.duration_s >= 0, timing.network_s, timing.scheduling_delay_s,
+                    timing.blocked_s, dict(timing.culprits), timing.socket_waits,
+                    timing.cpu_wait_s,
+                )
+            )  # fmt: skip
+    return seen, records
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_the_compiled_observer_records_what_the_reference_does(
+    provider: TracerProvider, memory: InMemorySpanExporter, implementation: str
+) -> None:
+    """The same recorded sequence of calls through both: what went upstream, the records
+    each request kept, the histograms and the spans are the same (times aside: a call
+    with no I/O has 0 s of network and delay in both)."""
+    results = {}
+    for name in ("reference", "compiled"):
+        if name == "compiled" and native.module is None:
+            pytest.skip(f"the compiled path is not built: {native.reason}")
+        native.use(name == "compiled")
+        memory.clear()
+        metrics = FakeMetrics()
+        seen, records = replay(provider, metrics)
+        spans = sorted(
+            (s.name, sorted((s.attributes or {}).keys()), s.status.status_code.name)
+            for s in memory.get_finished_spans()
+        )
+        results[name] = (seen, records, metrics.counts(), spans)
+    reference, compiled = results["reference"], results["compiled"]
+    assert compiled[0] == reference[0]
+    assert compiled[1] == reference[1]
+    assert compiled[2] == reference[2]
+    assert compiled[3] == reference[3]
+    # Each kind of call was there: the measured calls of a request (six unsampled, two
+    # sampled) recorded; client spans for the sampled ones and the two outside any
+    # request (the tracer's sampler decides), and the two server spans.
+    assert len(reference[1]) == 8 and len(reference[3]) == 6
+
+
+def test_the_compiled_observer_is_the_one_that_runs(
+    provider: TracerProvider, implementation: str
+) -> None:
+    from tracing.client import _Call, _CompiledCall
+
+    made = observer(provider, measure=True).call("vehicles", "GET", "h", 1, NEARBY)
+    if implementation == "compiled":
+        assert type(made) is _CompiledCall
+        assert type(_CompiledCall.__dict__["__enter__"]).__name__ == "method_descriptor"
+        assert type(_CompiledCall.__dict__["__exit__"]).__name__ == "method_descriptor"
+    else:
+        assert type(made) is _Call
+
+
+def test_a_failure_after_the_call_is_swallowed_and_logged(
+    provider: TracerProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The metrics failing (here: no histograms) does not break the call: the error is
+    logged, as the reference's try logs it, and the record stops where it failed."""
+    totals = RequestTotals(UNSAMPLED)
+    token = request_totals.set(totals)
+    try:
+        obs = TracingCallObserver(
+            provider.get_tracer("t"), measure=True, metrics=FakeMetrics(fail=True)
+        )
+        with obs.call("vehicles", "GET", "h", 1, NEARBY) as call:
+            call.status = 200
+    finally:
+        request_totals.reset(token)
+    (logged,) = [r for r in caplog.records if "client span attributes" in r.getMessage()]
+    assert logged.exc_info is not None and "no histograms" in str(logged.exc_info[1])
+    assert totals.records == []  # the reference's try ended before the append
+    assert call.timing is not None
