@@ -3127,8 +3127,10 @@ static PyObject *compiled_enter(PyObject *call, PyObject *Py_UNUSED(ignored)) {
         }
         PyObject *m = py_begin_call(NULL, &offset, 1);
         Py_DECREF(offset);
-        if (m == NULL) return NULL; /* begin_call failed twice over: no memory */
-        CO_SET(call, measurement, m);
+        if (m == NULL)
+            drop(); /* not even an empty measurement (no memory): the call goes unmeasured */
+        else
+            CO_SET(call, measurement, m);
     }
     return Py_NewRef(call);
 }
