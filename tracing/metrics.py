@@ -691,10 +691,9 @@ class PoolMetrics:
     def observe_call(self, upstream: str, timing: CallTiming) -> None:
         # Runs for every upstream call: the three children are looked up once per upstream
         # (a family keeps its children for the process's life).
-        children = self._call_children.get(upstream)
-        if children is None:
-            children = self.call_histograms(upstream)
-        network, delay, cpu_wait = children
+        network, delay, cpu_wait = self._call_children.get(upstream) or self.call_histograms(
+            upstream
+        )
         network.observe(timing.network_s)
         delay.observe(timing.scheduling_delay_s)
         cpu_wait.observe(timing.cpu_wait_s)

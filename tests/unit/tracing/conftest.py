@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,16 +33,26 @@ def _no_leaked_measurements() -> Iterator[None]:
     assert leaked == 0, "a test left a call measurement in progress"
 
 
-@pytest.fixture
-def python_reference() -> Iterator[None]:
-    """Hooks installed during the test are the Python reference, not the compiled path
-    (list it before ``instrumentor``)."""
+@contextmanager
+def timing_path(compiled: bool) -> Iterator[None]:
+    """What is installed or made inside runs the compiled path (skipped where it was not
+    built) or the Python reference; the path before is restored after."""
+    if compiled and native.module is None:
+        pytest.skip(native.reason or "the compiled path is not built")
     previous = native.reason
-    native.use(False)
+    native.use(compiled)
     try:
         yield
     finally:
         native.reason = previous
+
+
+@pytest.fixture
+def python_reference() -> Iterator[None]:
+    """Hooks installed during the test are the Python reference, not the compiled path
+    (list it before ``instrumentor``)."""
+    with timing_path(False):
+        yield
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from contextlib import nullcontext
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -11,6 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from tests.unit.tracing.conftest import timing_path
 from tracing import attributes
 from tracing.client import (
     RequestTotals,
@@ -18,7 +20,6 @@ from tracing.client import (
     request_totals,
     timing_attributes,
 )
-from tracing.timing import native
 from tracing.timing.call_state import CallState
 from tracing.timing.histogram import Histogram
 
@@ -31,14 +32,8 @@ NEARBY = "/vehicles/v1/nearby?lat=37.77&lng=-122.42&radius_m=500"
 def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
     """Every test here runs against the compiled observer (``_native.c``) and the Python
     reference (``_Call``)."""
-    if request.param == "compiled" and native.module is None:
-        pytest.skip(f"the compiled path is not built: {native.reason}")
-    previous = native.reason
-    native.use(request.param == "compiled")
-    try:
+    with timing_path(request.param == "compiled"):
         yield request.param
-    finally:
-        native.reason = previous
 
 
 @pytest.fixture
@@ -396,7 +391,7 @@ def replay(
                 tracer.start_as_current_span("server")
                 if request == "sampled"
                 else trace.use_span(trace.INVALID_SPAN),
-                pytest.raises(raised) if raised else _nothing(),
+                pytest.raises(raised) if raised else nullcontext(),
                 obs.call(f"up{i % 3}", "GET", "h", 80 + i, f"/p/{i}?q=1") as call,
             ):
                 call.status = status
@@ -423,14 +418,6 @@ def replay(
     return seen, records
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def test_the_compiled_observer_records_what_the_reference_does(
     provider: TracerProvider, memory: InMemorySpanExporter, implementation: str
 ) -> None:
@@ -439,12 +426,10 @@ def test_the_compiled_observer_records_what_the_reference_does(
     with no I/O has 0 s of network and delay in both)."""
     results = {}
     for name in ("reference", "compiled"):
-        if name == "compiled" and native.module is None:
-            pytest.skip(f"the compiled path is not built: {native.reason}")
-        native.use(name == "compiled")
         memory.clear()
         metrics = FakeMetrics()
-        seen, records = replay(provider, metrics)
+        with timing_path(name == "compiled"):
+            seen, records = replay(provider, metrics)
         spans = sorted(
             (s.name, sorted((s.attributes or {}).keys()), s.status.status_code.name)
             for s in memory.get_finished_spans()

@@ -12,8 +12,9 @@ import time
 import gevent
 import pytest
 
+from tests.unit.tracing.conftest import timing_path
 from toolkit.wait import wait_until
-from tracing.timing import hub_block, native
+from tracing.timing import hub_block
 from tracing.timing.hub_block import HubBlockDetector, HubBlocked
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import set_greenlet_label
@@ -243,33 +244,32 @@ def test_every_block_is_counted_by_the_switch_tracer_even_unseen_by_the_watcher(
 ) -> None:
     """The counts do not depend on the watcher's looks: with a watch period longer than
     the test, the watcher sees no block, and the tracer counts each one as it ends."""
-    if compiled and native.module is None:
-        pytest.skip(native.reason or "the compiled path is not built")
-    previous = native.reason
-    native.use(compiled)
-    inst = GeventTimingInstrumentor(
-        loop_lag_interval_s=1.0, hub_block_threshold_s=0.050, hub_block_watch_s=60.0
-    )
-    inst.instrument()
     events: list[HubBlocked] = []
-    try:
-        assert inst.hub_block is not None and inst.route_cpu is not None
-        inst.hub_block.register(events.append)
-
-        def hold_the_hub(label: str, seconds: float) -> None:
-            set_greenlet_label(label)
-            time.sleep(seconds)  # not monkey-patched: the whole hub stops
-            gevent.sleep(0)
-            time.sleep(seconds)
-            set_greenlet_label(None)
-
-        gevent.joinall(
-            [gevent.spawn(hold_the_hub, RIDESHARE, 0.080), gevent.spawn(hold_the_hub, BIKE, 0.005)]
+    with timing_path(compiled):
+        inst = GeventTimingInstrumentor(
+            loop_lag_interval_s=1.0, hub_block_threshold_s=0.050, hub_block_watch_s=60.0
         )
-        blocks = dict(inst.route_cpu.blocks)
-    finally:
-        inst.uninstrument()
-        native.reason = previous
+        inst.instrument()
+        try:
+            assert inst.hub_block is not None and inst.route_cpu is not None
+            inst.hub_block.register(events.append)
+
+            def hold_the_hub(label: str, seconds: float) -> None:
+                set_greenlet_label(label)
+                time.sleep(seconds)  # not monkey-patched: the whole hub stops
+                gevent.sleep(0)
+                time.sleep(seconds)
+                set_greenlet_label(None)
+
+            gevent.joinall(
+                [
+                    gevent.spawn(hold_the_hub, RIDESHARE, 0.080),
+                    gevent.spawn(hold_the_hub, BIKE, 0.005),
+                ]
+            )
+            blocks = dict(inst.route_cpu.blocks)
+        finally:
+            inst.uninstrument()
     # (The 5 ms runs are under the threshold; on a busy machine the OS may stretch one
     # past it, which is a block by wall time too: only the hog's count is asserted.)
     assert blocks[RIDESHARE] == 2
