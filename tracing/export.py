@@ -182,7 +182,7 @@ class JsonLinesFileExporter(SpanExporter):
     """Writes each batch as one line of OTLP JSON (an ExportTraceServiceRequest, the
     bytes the SDK's OTLP encoder gives: ``encode_otlp_line``).
 
-    The fallback when no collector runs: `pricingctl traces --file` reads it.
+    The fallback when no collector runs: `pricingctl traces --from-spans` reads it.
     Several worker processes append to the same file; each line is written
     with one `write` to a file opened in append mode, so lines do not interleave.
     """

@@ -8,7 +8,16 @@ import json
 from pathlib import Path
 
 from bench.run import STACK_START_EST_S, LoadSettings, planned_seconds
-from pricingctl.bench.flags import DEFAULT_WORKERS, Defaults, Parts, common_flags, positive, seconds
+from pricingctl import argtypes
+from pricingctl.bench.flags import (
+    DEFAULT_WORKERS,
+    Defaults,
+    Parts,
+    common_flags,
+    count,
+    positive,
+    seconds,
+)
 from pricingctl.bench.skeleton import Part, Run, part_handler
 from routing.load import load_routes
 
@@ -48,13 +57,16 @@ def cpu_capacity_parser(sub: Parts) -> None:
     cpu_cap = sub.add_parser(
         "cpu-capacity", help="rideshare quotes per second one cpu worker serves"
     )
-    cpu_cap.add_argument("--config", type=Path, default=None, help="route config")
+    argtypes.add_config_flag(cpu_cap, None)
     cpu_cap.add_argument("--duration", type=seconds(1.0), default=20.0, metavar="S")
     cpu_cap.add_argument(
-        "--clients", type=int, default=2, help="closed-loop clients (default 2: one queued)"
+        "--clients",
+        type=count(1, 64),
+        default=2,
+        help="closed-loop clients (default 2: one queued)",
     )
     cpu_cap.add_argument(
-        "--run-dir", type=Path, default=Path(".run/bench-cpu-capacity"), help="stack logs"
+        "--run-dir", type=argtypes.path, default=Path(".run/bench-cpu-capacity"), help="stack logs"
     )
     cpu_cap.set_defaults(handler=_cpu_capacity)
 
@@ -66,7 +78,7 @@ def _cpu_capacity(args: argparse.Namespace) -> int:
     result = run_cpu_capacity(
         load_routes(args.config),
         duration_s=args.duration,
-        clients=max(1, args.clients),
+        clients=args.clients,
         run_dir=args.run_dir,
     )
     print(json.dumps(result))

@@ -9,7 +9,8 @@ import sys
 from dataclasses import replace
 
 from bench.run import BenchError, LoadSettings, planned_seconds
-from pricingctl.bench.flags import FULL, QUICK, Defaults, common_flags, load_flags, number
+from pricingctl import argtypes
+from pricingctl.bench.flags import FULL, QUICK, Defaults, common_flags, load_flags
 from pricingctl.bench.skeleton import Part, Run, command_line, guarded, part_handler
 
 # `bench --tracing`: every request sampled, so that every offer has a breakdown.
@@ -113,7 +114,7 @@ def compare_flags(bench: argparse.ArgumentParser) -> None:
     )
     bench.add_argument(
         "--sample-percent",
-        type=lambda text: number(text, low=0.0, what="percent"),
+        type=argtypes.percent,
         default=TRACING_SAMPLE_PERCENT,
         metavar="P",
         help="with --tracing: Envoy samples P %% of requests "

@@ -106,7 +106,7 @@ def topology(
     rendered = tmp_path_factory.mktemp("compose")
     render = ["deploy", "--config", str(all_traced_routes.source), "render", "compose"]
     result = subprocess.run(
-        [sys.executable, "-m", "pricingctl", *render, "--output", str(rendered)],
+        [sys.executable, "-m", "pricingctl", *render, "--out", str(rendered)],
         capture_output=True,
         text=True,
         cwd=podman.REPO_ROOT,

@@ -175,3 +175,20 @@ def test_the_benchmark_reads_the_moves_and_hub_waits_from_the_evidence_table(
     assert bike[:end].split()[-1] == bike.split()[6] == "-"  # no hub-wait histogram served
     assert hub_wait_p99_ms(out, "offers.bike") is None
     assert hub_wait_p99_ms(out, "offers.nowhere") is None
+
+
+def test_json_is_one_document_with_the_moves_the_sizing_and_the_diff(
+    pool_url: str, wrong_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    argv = suggest("--from-metrics", pool_url, "--config", str(wrong_config), "--json")
+    assert main(argv) == 1  # the same exit codes as the text
+    doc = json.loads(capsys.readouterr().out)
+    routes = {r["endpoint"]: r for r in doc["routes"]}
+    assert routes["offers.rideshare"]["proposed_pool"] == "cpu"
+    assert routes["offers.rideshare"]["moves"] is True
+    assert routes["offers.rideshare"]["cpu_ms"] == pytest.approx(30.0, rel=0.2)
+    assert {p["pool"] for p in doc["pools"]} >= {"io", "cpu"}
+    assert doc["changed"] is True and '+pool = "cpu"' in doc["diff"]
+    assert doc["written"] is None and doc["measured"].startswith("/metrics of ")
