@@ -115,7 +115,7 @@ def _add_suggest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     suggest.add_argument(
         "--window",
-        type=argtypes.number("seconds", 0.0, 3600.0, above=True),
+        type=argtypes.number("seconds", 0.0, 86_400.0, above=True),
         default=15.0,
         help="seconds between two scrapes (default 15)",
     )

@@ -91,5 +91,7 @@ def test_placement_is_scored_against_the_truth(tmp_path: Path) -> None:
 def test_synth_refuses_a_service_too_small_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["routes", "synth", "--routes", "2", "--out", str(tmp_path)]) == 1
+    with pytest.raises(SystemExit) as exc:  # refused at the door: a bad flag value
+        main(["routes", "synth", "--routes", "2", "--out", str(tmp_path)])
+    assert exc.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
