@@ -297,7 +297,7 @@ def test_metrics_count_every_request_whatever_the_sampling(
 def test_metrics_say_what_each_route_costs_the_hub(span_file: Path, config: RouteConfig) -> None:
     """The families `routes suggest` reads: CPU per route from the switch tracer, the
     hub wait of every request, read back as `suggest` reads them (two scrapes)."""
-    from tracing import metrics
+    from tracing import metric_families
     from tracing.readback import usage
 
     worker = full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
@@ -310,8 +310,8 @@ def test_metrics_say_what_each_route_costs_the_hub(span_file: Path, config: Rout
     assert set(after) == {""}  # the pool's totals: no pid label
     counts = usage.delta(before, after)
     route = (("route", "GET /v1/offers/bike"),)
-    assert counts[(metrics.ROUTE_CPU, route)] > 0
-    assert counts[(f"{metrics.ROUTE_HUB_WAIT}_count", route)] == 4
+    assert counts[(metric_families.ROUTE_CPU, route)] > 0
+    assert counts[(f"{metric_families.ROUTE_HUB_WAIT}_count", route)] == 4
     (bike,) = [u for u in usage.usage_from_metrics(counts, 1.0) if u.route.endswith("bike")]
     assert bike.requests == 4 and 0 < bike.cpu_s < bike.wall_s
 
