@@ -209,7 +209,7 @@ def test_the_spans_hub_wait_is_the_timing_cores() -> None:
     metrics' hub wait use (one definition; not the calls' delays summed)."""
     from types import MappingProxyType
 
-    from tracing.server import request_attributes
+    from tracing.request_spans import request_attributes
     from tracing.timing.call_state import CallTiming
     from tracing.timing.server_timing import RequestTiming
 
