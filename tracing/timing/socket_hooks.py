@@ -341,7 +341,8 @@ def _make_read(original: Callable[..., Any], kind: str = "read") -> Callable[...
                 else:
                     # The greenlet ran without pause since the send: a reply already
                     # queued arrived while it was busy, so there is no delay to find
-                    # (and nothing was recorded since the send). Saves a 1.5 us peek.
+                    # (and nothing was recorded since the send). Saves a peek
+                    # (``pricingctl bench timing-cost``: peek of a receive timestamp).
                     call.awaiting_first_read = False
         return original(self, *args, **kwargs)
 

@@ -29,8 +29,9 @@ from typing import Any
 from tracing.timing import native
 from tracing.timing.labels import UNKNOWN_LABEL
 
-#: Default capacity (entries). At ~20k switches/s under load this covers ~0.4 s; a delay
-#: reaching further back is partly attributed to ``UNRECORDED_LABEL``.
+#: Default capacity (entries): how far back it reaches is this over the switch rate (a
+#: loaded io worker's: ``pricingctl bench timing-accuracy``); a delay reaching further
+#: back is partly attributed to ``UNRECORDED_LABEL``.
 DEFAULT_SIZE = 8192
 
 #: Entries between two checkpoints of the cumulative counters: an interval's end and its
