@@ -1293,6 +1293,52 @@ def test_what_the_hooks_bind_once_is_the_path_that_runs(use_compiled: bool) -> N
             assert finish_call.__module__ == call_timing.__name__
 
 
+def test_one_place_decides_which_path_runs() -> None:
+    """Every hot-path module hands ``native.accelerate`` its names; none asks which path
+    runs (``native.reason``, ``native.module``) or imports the extension itself."""
+    import re
+
+    import tracing
+
+    asks = re.compile(r"native\.(reason|module|compiled_runs)\b|import _native\b")
+    root = Path(tracing.__file__).parent
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        if path != root / "timing" / "native.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if asks.search(line)
+    ]
+    assert found == []
+
+
+@needs_compiled
+def test_switching_the_path_swaps_every_registered_name_back_and_forth() -> None:
+    from tracing.timing import call_timing, histogram, server_timing, switchlog
+
+    before = (call_timing.begin_call, server_timing.finish_request, histogram.new_histogram)
+    previous = native.use(True)
+    try:
+        assert call_timing.begin_call is compiled.begin_call
+        assert server_timing.finish_request is compiled.finish_request
+        assert histogram.new_histogram is compiled.Histogram
+        assert type(switchlog.new_log(8)) is compiled.SwitchLog
+        native.use(False)
+        assert call_timing.begin_call.__module__ == call_timing.__name__
+        assert server_timing.finish_request.__module__ == server_timing.__name__
+        assert type(histogram.new_histogram([1.0])) is histogram.Histogram
+        assert type(switchlog.new_log(8)) is SwitchLog
+        native.use(True)
+        assert call_timing.begin_call is compiled.begin_call
+    finally:
+        native.use(previous)
+    assert before == (
+        call_timing.begin_call,
+        server_timing.finish_request,
+        histogram.new_histogram,
+    )
+
+
 def test_the_reference_is_announced_in_one_line(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
