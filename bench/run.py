@@ -211,9 +211,11 @@ def running_stack(
     tracing: bool | str,
     with_jaeger: bool = False,
     env: Mapping[str, str] | None = None,
+    app: str | None = None,
 ) -> Iterator[Stack]:
     """A started stack on free ports; stopped (by process group) however the block ends.
-    `env` is added to the pools' environment."""
+    `env` is added to the pools' environment; `app` is the WSGI app they serve
+    (`Stack.app`; None: the service's own)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     stack = Stack.on_free_ports(
         config,
@@ -221,6 +223,7 @@ def running_stack(
         run_dir,
         extra_env={**env_for(tracing, jaeger=with_jaeger), **(env or {})},
         with_jaeger=with_jaeger,
+        app=app,
     )
     try:
         stack.start()
@@ -550,8 +553,11 @@ class Arm:
     run_name: str
     # Envoy's sampling percentage (None: the load settings', else the route config's).
     sample_percent: float | None = None
-    # More of the pools' environment (e.g. the HTTP client library).
+    # More of the pools' environment.
     env: Mapping[str, str] = field(default_factory=dict)
+    # The WSGI app the pools serve (`Stack.app`: e.g. another HTTP client library's,
+    # `bench.pool_app`); None: the service's own.
+    app: str | None = None
 
     @property
     def traced(self) -> bool:
@@ -598,6 +604,7 @@ def _arm_stack(
         tracing=arm.tracing,
         with_jaeger=settings.jaeger and arm.traced,
         env=arm.env,
+        app=arm.app,
     )
 
 

@@ -1,20 +1,22 @@
-"""Which HTTP client library makes the upstream calls: ours (`pricing.upstream.httpclient`, the
-default), `geventhttpclient` or `urllib3`, named by $PRICING_HTTP_CLIENT.
+"""The other HTTP client libraries `pricingctl bench http-client` compares with the
+service's own (`pricing.upstream.httpclient.HostClient`): geventhttpclient and urllib3,
+as ``pricing.upstream.gateway.ClientFactory`` adapters. A pool of the benchmark's stack
+uses one through its app entry (`bench.pool_app`), which hands it to the service's
+factory; the service itself knows only its own client.
 
-The other two are here so that `pricingctl bench http-client` can compare them in the
-real stack (see BENCHMARKS.md); they are dev-only packages, so asking for one that is
-not installed fails at start-up with one line naming the package. Each adapter calls
-the same `CallObserver` around the call as ours, so the client spans, the propagated
-trace and the gevent timing are the same whatever the library: the timing hooks sit on
-gevent's socket class, which every one of them reads through.
+They are dev-only packages, so asking for one that is not installed fails at start-up
+with one line naming the package. Each adapter calls the same `CallObserver` around the
+call as ours, so the client spans, the propagated trace and the gevent timing are the
+same whatever the library: the timing hooks sit on gevent's socket class, which every
+one of them reads through.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
+from pricing.upstream.gateway import ClientFactory, UpstreamClient
 from pricing.upstream.httpclient import (
     MAX_BODY_BYTES,
     CallObserver,
@@ -26,19 +28,10 @@ from pricing.upstream.httpclient import (
     os_failure_reason,
     tls_context,
 )
-from routing.env import DEFAULT_HTTP_CLIENT
 
-OURS: Final = DEFAULT_HTTP_CLIENT
+OURS: Final = "ours"
 GEVENTHTTPCLIENT: Final = "geventhttpclient"
 URLLIB3: Final = "urllib3"
-
-
-class UpstreamClient(Protocol):
-    """What the gateway needs from a client of one upstream."""
-
-    def get(self, path: str, connect_timeout_s: float = 1.0) -> HttpResponse: ...
-
-    def close(self) -> None: ...
 
 
 class MissingClientError(RuntimeError):
@@ -57,12 +50,24 @@ def _urllib3(
     return Urllib3Client(name, origin, max_idle, observer, ca_file)
 
 
-_FACTORIES: Final[dict[str, Callable[..., UpstreamClient]]] = {
+_FACTORIES: Final[dict[str, ClientFactory]] = {
     OURS: HostClient,
     GEVENTHTTPCLIENT: _geventhttpclient,
     URLLIB3: _urllib3,
 }
 CLIENTS: Final = tuple(_FACTORIES)
+
+
+def client_factory(kind: str) -> ClientFactory:
+    """The factory of library `kind` (one of CLIENTS), its package checked."""
+    if kind not in _FACTORIES:
+        raise ValueError(f"HTTP client {kind!r} unknown; expected one of {', '.join(CLIENTS)}")
+    if kind != OURS and importlib.util.find_spec(kind) is None:
+        raise MissingClientError(
+            f"HTTP client {kind!r} needs the package {kind}, which is not installed "
+            "(it is in the dev lock: make setup-dev)"
+        )
+    return _FACTORIES[kind]
 
 
 def make_client(
@@ -74,15 +79,7 @@ def make_client(
     ca_file: str | None = None,
 ) -> UpstreamClient:
     """A client of `origin` from library `kind` (one of CLIENTS)."""
-    if kind not in _FACTORIES:
-        raise ValueError(f"HTTP client {kind!r} unknown; expected one of {', '.join(CLIENTS)}")
-    if kind != OURS and importlib.util.find_spec(kind) is None:
-        raise MissingClientError(
-            f"HTTP client {kind!r} needs the package {kind}, which is not installed "
-            "(it is in the dev lock: make setup-dev)"
-        )
-    factory = _FACTORIES[kind]
-    return factory(name, origin, max_idle, observer, ca_file)
+    return client_factory(kind)(name, origin, max_idle, observer, ca_file)
 
 
 class GeventHttpClient:

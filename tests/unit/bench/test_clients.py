@@ -1,6 +1,7 @@
-"""Every client library the gateway can use, against one real loopback server (on an OS
-thread, so urllib3's blocking sockets need no monkey patching): same answers, the
-observer's headers sent, its status set, https verified against a CA bundle."""
+"""Every client library `bench http-client` compares (`bench.clients`), against one
+real loopback server (on an OS thread, so urllib3's blocking sockets need no monkey
+patching): same answers, the observer's headers sent, its status set, https verified
+against a CA bundle; and a pool's app built with one (`bench.pool_app`) uses it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import gevent
 import pytest
 
-from pricing.upstream import client_choice
-from pricing.upstream.client_choice import CLIENTS, MissingClientError, make_client
+from bench import clients
+from bench.clients import CLIENTS, MissingClientError, make_client
 from pricing.upstream.httpclient import ObservedCall, Origin
 
 pytest.importorskip("geventhttpclient")
@@ -104,7 +105,7 @@ def test_each_client_speaks_https_with_a_ca_bundle(kind: str, tls_cert: tuple[st
 
 
 def test_a_missing_client_package_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_choice.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(clients.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(MissingClientError, match="needs the package geventhttpclient"):
         make_client("geventhttpclient", "v", Origin("http", "127.0.0.1", 1), 1)
 
@@ -112,3 +113,21 @@ def test_a_missing_client_package_is_one_clear_error(monkeypatch: pytest.MonkeyP
 def test_an_unknown_client_is_refused() -> None:
     with pytest.raises(ValueError, match="expected one of ours, geventhttpclient, urllib3"):
         make_client("requests", "v", Origin("http", "127.0.0.1", 1), 1)
+
+
+def test_the_bench_app_entry_hands_the_client_to_the_factory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`bench.pool_app` builds the pool's app through `create_app`: its gateway's clients
+    are the library's; the service's own factory, called alone, keeps its own client."""
+    from bench import pool_app
+    from pricing import create_app
+    from pricing.upstream.httpclient import HostClient
+
+    monkeypatch.setenv("PRICING_UPSTREAM_URL", "http://127.0.0.1:9")
+    app = pool_app.app(client="urllib3")
+    gateway = app.extensions["pricing.gateway"]
+    assert {type(c) for c in gateway.clients.values()} == {clients.Urllib3Client}
+    own = create_app("io").extensions["pricing.gateway"]
+    assert {type(c) for c in own.clients.values()} == {HostClient}
+    assert pool_app.entry(client="urllib3") == "bench.pool_app:app(client='urllib3')"
