@@ -302,9 +302,14 @@ def _self_cpu_s() -> float:
 # --- the load generator process ----------------------------------------------------------
 
 
+#: The load generator's process: a child of the part that runs it, never a command.
+LOADGEN_CHILD = "import sys; from bench.loadgen import main; sys.exit(main())"
+
+
 class LoadgenProcess:
-    """`python -m bench.loadgen` as a `Proc` (its own session, killed by group, dying
-    with the driver), told when to start over its stdin; mutable (it owns a live process)."""
+    """The load generator (`bench.loadgen.main`) as a `Proc` (its own process and session,
+    killed by group, dying with the driver), told when to start over its stdin; mutable
+    (it owns a live process)."""
 
     def __init__(self, plan: Plan, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -312,7 +317,7 @@ class LoadgenProcess:
         self.out_path = run_dir / "loadgen.out.json"
         self.plan_path.write_text(json.dumps(plan.to_json()), encoding="utf-8")
         self.out_path.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "bench.loadgen", str(self.plan_path), str(self.out_path)]
+        argv = [sys.executable, "-c", LOADGEN_CHILD, str(self.plan_path), str(self.out_path)]
         log_path = run_dir / "logs" / "loadgen.log"
         self.proc = Proc("loadgen", argv, log_path, cwd=PROJECT_ROOT, piped=True).start()
         assert self.proc.popen is not None

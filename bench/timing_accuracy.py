@@ -13,8 +13,8 @@ network time with the true one (request landed -> reply sent), the reply's sched
 delay with the true one (greenlet resume - upstream send), and who got the blame.
 
 The measurement monkey-patches, so it runs in its own process:
-``python -m bench.timing_accuracy measure`` (the part starts it), which starts
-``python -m bench.timing_accuracy upstream``.
+``main(["measure", ...])`` in a child process the part starts (``CHILD``), which starts
+``main(["upstream", ...])`` in one more.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from tracing.readback.report import percentile
 SCHEMA = "pricingservice.bench.timing-accuracy/1"
 HOG_LABEL = "POST /v1/offers/rideshare"
 CLIENT_LABEL = "GET /v1/offers/bike"
+#: The measurement's and the upstream's processes: children of the part, never commands.
+CHILD = "from bench.timing_accuracy import main; main()"
 
 
 def run_timing_accuracy(
@@ -54,8 +56,8 @@ def run_timing_accuracy(
     """Run the measurement in its own process and return its figures."""
     argv = [
         sys.executable,
-        "-m",
-        "bench.timing_accuracy",
+        "-c",
+        CHILD,
         "measure",
         *("--calls", str(calls), "--hogs", str(hogs), "--phase-calls", str(phase_calls)),
         *("--reply-ms", str(reply_ms), "--concurrency", str(concurrency)),
@@ -249,7 +251,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     log_fd, log_path = tempfile.mkstemp(suffix=".log")
     os.close(log_fd)
     upstream = subprocess.Popen(
-        [sys.executable, "-m", "bench.timing_accuracy", "upstream", "--log", log_path],
+        [sys.executable, "-c", CHILD, "upstream", "--log", log_path],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -483,7 +485,7 @@ def summarize(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.timing_accuracy")
+    parser = argparse.ArgumentParser(prog="bench.timing_accuracy")
     sub = parser.add_subparsers(dest="mode", required=True)
     measure = sub.add_parser("measure", help="measure; print the figures as JSON")
     measure.add_argument("--calls", type=int, default=300)
@@ -500,7 +502,3 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_measure(args)))
     else:
         run_upstream(args.log)
-
-
-if __name__ == "__main__":
-    main()

@@ -3,10 +3,14 @@
     pricingctl bench [--quick] [--duration S] [--repeats N] [--workers N] [--rates cpu=R,offers=R]
     pricingctl bench envoy-hop [--quick] ...
     pricingctl bench io-capacity [--quick] ...
+    pricingctl bench cpu-capacity [--quick] ...
     pricingctl bench tracing-overhead [--quick] ...
     pricingctl bench http-client [--quick] [--clients ours,geventhttpclient,urllib3] ...
     pricingctl bench timing-accuracy [--quick] [--calls N] [--hogs N] ...
     pricingctl bench timing-cost [--quick] [--rounds N] [--repeat N]
+    pricingctl bench span-cost [--quick] [--requests N] [--repeat N] [--profile]
+    pricingctl bench log-cost [--quick] [--n N]
+    pricingctl bench metrics-cost [--quick] [--n N]
     pricingctl bench soak [--minutes M] [--kill-every-s S] ...
     pricingctl bench overload [--quick] [--multiples X,X] [--pools io,cpu] ...
     pricingctl bench suggest [--quick] [--rates offers=R,cpu=R,batch=R] ...
@@ -15,7 +19,7 @@
 Every part runs through one skeleton (`skeleton.measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail. The
 flags the parts share are in `flags`; each family of parts has its module: `compare`
-(no part), `capacity`, `overhead`, `stress`, `timing`, `routes`.
+(no part), `capacity`, `overhead`, `stress`, `timing`, `cost`, `routes`.
 
 Exit codes: 0 measured (targets met or not: they are reported, not enforced),
 1 the benchmark could not run (a bad route config included), 2 bad flags, 130
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 from pricingctl.bench.capacity import cpu_capacity_parser, envoy_hop_parser, io_capacity_parser
 from pricingctl.bench.compare import compare_flags
+from pricingctl.bench.cost import log_cost_parser, metrics_cost_parser, span_cost_parser
 from pricingctl.bench.flags import Parts
 from pricingctl.bench.overhead import http_client_parser, tracing_overhead_parser
 from pricingctl.bench.routes import routes_scale_parser, suggest_parser
@@ -54,4 +59,7 @@ def add_parser(subparsers: Parts) -> None:
     soak_parser(sub)
     suggest_parser(sub)
     timing_cost_parser(sub)
+    span_cost_parser(sub)
+    log_cost_parser(sub)
+    metrics_cost_parser(sub)
     routes_scale_parser(sub)

@@ -274,6 +274,8 @@ def test_timing_parts_quick(tmp_path: Path) -> None:
         "culprits_of_1ms_with_100_switches",
         "set_greenlet_label",
     }
+    assert doc["culprits_us_by_switches"]["python"]["8000"] > 0
+    assert "naming culprits, python" in cost.stdout
 
 
 @pytest.mark.parametrize(
