@@ -203,18 +203,40 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     from gevent import monkey
 
     monkey.patch_all()
-    import gevent
     import urllib3
+
+    from tracing.timing.instrumentor import GeventTimingInstrumentor
+
+    # Per call id, the raw pieces the spies saw and the call's own timing.
+    raw: dict[int, dict[str, Any]] = {}
+    current = _spy_on_calls()
+    upstream, port, log_path = _start_upstream()
+    instrumentor = GeventTimingInstrumentor()
+    instrumentor.instrument()
+    pool = urllib3.HTTPConnectionPool("127.0.0.1", port, maxsize=args.concurrency, block=True)
+    try:
+        _drive(args, pool, current, raw)
+    finally:
+        instrumentor.uninstrument()
+        upstream.kill()
+    sent_window = {}
+    with open(log_path) as lines:
+        for line in lines:
+            call_id, landed, before, after = map(int, line.split())
+            sent_window[call_id] = (landed, before, after)
+    os.unlink(log_path)
+    return summarize(args, raw, sent_window)
+
+
+def _spy_on_calls() -> dict[Any, dict[str, Any]]:
+    """Spy on the raw pieces of each call (inside the measured greenlet, so the current
+    call's record is the last one opened by that greenlet); returns greenlet -> the
+    record of the call it is making, which the client fills in."""
+    import gevent
 
     from tracing.timing import native
     from tracing.timing.call_state import CallState
-    from tracing.timing.call_timing import measure_call
-    from tracing.timing.instrumentor import GeventTimingInstrumentor
-    from tracing.timing.labels import set_greenlet_label
 
-    # Spy on the raw pieces of each call (inside the measured greenlet, so the current
-    # call's record is the last one opened by that greenlet).
-    raw: dict[int, dict[str, Any]] = {}
     current: dict[Any, dict[str, Any]] = {}
     on_socket_wait = CallState.on_socket_wait
     on_send = CallState.on_send
@@ -247,7 +269,11 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
                 record["sent"] = call.sent_ns + call.realtime_offset_ns
 
         compiled.set_observer(observer)
+    return current
 
+
+def _start_upstream() -> tuple[subprocess.Popen[str], int, str]:
+    """The ground-truth upstream's process, its port, and the log it writes."""
     log_fd, log_path = tempfile.mkstemp(suffix=".log")
     os.close(log_fd)
     upstream = subprocess.Popen(
@@ -256,21 +282,34 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         text=True,
     )
     port = int(upstream.stdout.readline())  # type: ignore[union-attr]
-    instrumentor = GeventTimingInstrumentor()
-    instrumentor.instrument()
-    pool = urllib3.HTTPConnectionPool("127.0.0.1", port, maxsize=args.concurrency, block=True)
+    return upstream, port, log_path
+
+
+# Load phases, the next one every --phase-calls calls, so the delay of a call spreads
+# from nearly nothing to seconds: (CPU slice range in ms, pause after a slice in ms;
+# 0 = sleep(0), the worst case because of gevent's CALLBACK_CHECK_COUNT).
+PHASES = ((0.0, 0.0, 50.0), (0.5, 3.0, 5.0), (1.0, 5.0, 0.0), (1.0, 20.0, 0.0))
+
+
+def _drive(
+    args: argparse.Namespace,
+    pool: Any,
+    current: dict[Any, dict[str, Any]],
+    raw: dict[int, dict[str, Any]],
+) -> None:
+    """The client greenlets' calls, next to the CPU hogs, until *raw* holds --calls."""
+    import gevent
+
+    from tracing.timing.call_timing import measure_call
+    from tracing.timing.labels import set_greenlet_label
+
     rng = random.Random(args.seed)
     stop = False
-
-    # Load phases, the next one every --phase-calls calls, so the delay of a call spreads
-    # from nearly nothing to seconds: (CPU slice range in ms, pause after a slice in ms;
-    # 0 = sleep(0), the worst case because of gevent's CALLBACK_CHECK_COUNT).
-    phases = [(0.0, 0.0, 50.0), (0.5, 3.0, 5.0), (1.0, 5.0, 0.0), (1.0, 20.0, 0.0)]
 
     def hog() -> None:
         set_greenlet_label(HOG_LABEL)
         while not stop:
-            low_ms, high_ms, pause_ms = phases[len(raw) // args.phase_calls % len(phases)]
+            low_ms, high_ms, pause_ms = PHASES[len(raw) // args.phase_calls % len(PHASES)]
             burn_until = time.perf_counter() + rng.uniform(low_ms, high_ms) / 1e3
             while time.perf_counter() < burn_until:
                 pass
@@ -296,15 +335,6 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     gevent.joinall(clients)
     stop = True
     gevent.joinall(hogs)
-    instrumentor.uninstrument()
-    upstream.kill()
-    sent_window = {}
-    with open(log_path) as lines:
-        for line in lines:
-            call_id, landed, before, after = map(int, line.split())
-            sent_window[call_id] = (landed, before, after)
-    os.unlink(log_path)
-    return summarize(args, raw, sent_window)
 
 
 @dataclass(frozen=True)
