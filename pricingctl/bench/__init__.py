@@ -11,6 +11,7 @@
     pricingctl bench span-cost [--quick] [--requests N] [--repeat N] [--profile]
     pricingctl bench log-cost [--quick] [--n N]
     pricingctl bench metrics-cost [--quick] [--n N]
+    pricingctl bench instructions [--quick] [--offers N] [--warmup N] [--repeats N]
     pricingctl bench soak [--minutes M] [--kill-every-s S] ...
     pricingctl bench overload [--quick] [--multiples X,X] [--pools io,cpu] ...
     pricingctl bench suggest [--quick] [--rates offers=R,cpu=R,batch=R] ...
@@ -30,7 +31,12 @@ from __future__ import annotations
 
 from pricingctl.bench.capacity import cpu_capacity_parser, envoy_hop_parser, io_capacity_parser
 from pricingctl.bench.compare import compare_flags
-from pricingctl.bench.cost import log_cost_parser, metrics_cost_parser, span_cost_parser
+from pricingctl.bench.cost import (
+    instructions_parser,
+    log_cost_parser,
+    metrics_cost_parser,
+    span_cost_parser,
+)
 from pricingctl.bench.flags import Parts
 from pricingctl.bench.overhead import http_client_parser, tracing_overhead_parser
 from pricingctl.bench.routes import routes_scale_parser, suggest_parser
@@ -62,4 +68,5 @@ def add_parser(subparsers: Parts) -> None:
     span_cost_parser(sub)
     log_cost_parser(sub)
     metrics_cost_parser(sub)
+    instructions_parser(sub)
     routes_scale_parser(sub)

@@ -1,5 +1,6 @@
-"""`pricingctl bench span-cost`, `log-cost`, `metrics-cost`: what a request's spans, its
-access line and its metrics cost a worker, measured in this process (no stack)."""
+"""`pricingctl bench span-cost`, `log-cost`, `metrics-cost`, `instructions`: what a
+request's spans, its access line and its metrics cost a worker, and what tracing adds to
+an offer in instructions, measured in this process or its children (no stack)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,19 @@ def metrics_cost_parser(sub: Parts) -> None:
     p.set_defaults(handler=_metrics_cost)
 
 
+def instructions_parser(sub: Parts) -> None:
+    p = sub.add_parser(
+        "instructions", help="instructions tracing adds to an offer (callgrind, in process)"
+    )
+    timing_flags(p)
+    p.add_argument("--offers", type=count(8, 10**5), default=None, help="counted (400)")
+    p.add_argument("--warmup", type=count(8, 10**5), default=None, help="offers first (200)")
+    p.add_argument("--repeats", type=count(1, 20), default=None, help="per mode (3)")
+    p.set_defaults(handler=_instructions)
+
+
+INSTRUCTIONS_FULL = {"offers": 400, "warmup": 200, "repeats": 3}
+INSTRUCTIONS_QUICK = {"offers": 16, "warmup": 8, "repeats": 1}
 SPAN_FULL, SPAN_QUICK = {"requests": 400, "repeat": 7}, {"requests": 20, "repeat": 2}
 LOG_FULL, LOG_QUICK = {"n": 20_000}, {"n": 500}
 METRICS_FULL, METRICS_QUICK = {"n": 200_000}, {"n": 2_000}
@@ -82,5 +96,20 @@ def _metrics_cost(args: argparse.Namespace) -> int:
         progress.step("metrics-cost: both modes (a process each)", planned_s)
         doc = run_metrics_cost(n)
         return write_metrics_cost({"command": command_line(), "machine": machine, **doc}, args.out)
+
+    return measure_and_report(planned_s, measure)
+
+
+def _instructions(args: argparse.Namespace) -> int:
+    from bench.instructions import run_instructions, write_instructions
+
+    n = resolved(args, INSTRUCTIONS_FULL, INSTRUCTIONS_QUICK)
+    # Valgrind: ~1 min to start each child, then ~0.1 s an offer.
+    planned_s = 2 * n["repeats"] * (60 + 0.1 * (n["offers"] + n["warmup"]))
+
+    def measure(progress: Progress, machine: dict[str, object]) -> str:
+        progress.step("instructions: off and traced under callgrind", planned_s)
+        doc = run_instructions(offers=n["offers"], warmup=n["warmup"], repeats=n["repeats"])
+        return write_instructions({"command": command_line(), "machine": machine, **doc}, args.out)
 
     return measure_and_report(planned_s, measure)
