@@ -15,8 +15,8 @@ start). Module per idea:
 - `spans`: the hook that reads tracing attributes from an OTLP JSON-lines span file;
 - `run`: the route config for `--workers N`; one stack + one load run; the interleaved
   shared/split comparison;
-- `envoy_hop`, `io_capacity`, `cpu_capacity`, `tracing_overhead`, `http_client`,
-  `suggest`, `soak`, `overload`, `routes_scale`: the separately measurable parts;
+- `envoy_hop`, `io_capacity`, `tracing_overhead`, `http_client`, `suggest`, `soak`,
+  `overload`, `routes_scale`: the separately measurable parts;
 - `timing_accuracy`, `timing_cost`, `span_cost`, `log_cost`, `metrics_cost`: the gevent
   timing core against ground truth, and what the instrumentation costs a worker (no
   stack);

@@ -3,7 +3,6 @@
     pricingctl bench [--quick] [--duration S] [--repeats N] [--workers N] [--rates cpu=R,offers=R]
     pricingctl bench envoy-hop [--quick] ...
     pricingctl bench io-capacity [--quick] ...
-    pricingctl bench cpu-capacity [--quick] ...
     pricingctl bench tracing-overhead [--quick] ...
     pricingctl bench http-client [--quick] [--clients ours,geventhttpclient,urllib3] ...
     pricingctl bench timing-accuracy [--quick] [--calls N] [--hogs N] ...
@@ -29,7 +28,7 @@ interrupted (143 on SIGTERM).
 
 from __future__ import annotations
 
-from pricingctl.bench.capacity import cpu_capacity_parser, envoy_hop_parser, io_capacity_parser
+from pricingctl.bench.capacity import envoy_hop_parser, io_capacity_parser
 from pricingctl.bench.compare import compare_flags
 from pricingctl.bench.cost import (
     instructions_parser,
@@ -57,7 +56,6 @@ def add_parser(subparsers: Parts) -> None:
     sub = bench.add_subparsers(dest="bench_command", metavar="PART")
     envoy_hop_parser(sub)
     io_capacity_parser(sub)
-    cpu_capacity_parser(sub)
     tracing_overhead_parser(sub)
     overload_parser(sub)
     http_client_parser(sub)

@@ -13,7 +13,7 @@ from pricingctl.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[3]
 PARTS = {
-    *("envoy-hop", "io-capacity", "cpu-capacity", "tracing-overhead", "overload"),
+    *("envoy-hop", "io-capacity", "tracing-overhead", "overload"),
     *("http-client", "timing-accuracy", "timing-cost", "span-cost", "log-cost"),
     *("metrics-cost", "soak", "suggest", "routes-scale", "instructions"),
 }
