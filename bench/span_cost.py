@@ -1,7 +1,8 @@
-"""What a sampled request's spans cost in CPU: one server span and three client spans,
-as the io pool makes them for an offer, through the worker's real tracing set-up.
+"""`pricingctl bench span-cost`: what a sampled request's spans cost in CPU: one server
+span and three client spans, as the io pool makes them for an offer, through the
+worker's real tracing set-up.
 
-    python -m bench.span_cost [--requests 400] [--repeat 7] [--profile]
+    pricingctl bench span-cost [--requests 400] [--repeat 7] [--profile]
 
 The set-up is ``tracing.server.setup_worker`` (the provider, its ``QueryRedactor`` and
 ``ThreadedSpanProcessor``, the span-file exporter writing to a temporary file). A request
@@ -24,12 +25,12 @@ so other processes' load drops out):
   (the processor's batch size), per span and per request (4 spans);
 - the sum, per request and per span.
 
-``--profile`` prints cProfile's top functions for each of the two parts.
+``--profile`` prints cProfile's top functions for each of the two parts instead.
+Written to ``span_cost.json`` in ``--out``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import cProfile
 import os
@@ -307,6 +308,19 @@ def render(best: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def write_span_cost(doc: dict[str, Any], out: Path) -> str:
+    """span_cost.json; returns the summary to print."""
+    from bench.report import write_json
+
+    write_json(out / "span_cost.json", doc)
+    settings = doc["settings"]
+    return (
+        f"CPU time per sampled request (1 server + 3 client spans), best of "
+        f"{settings['repeat']} runs of {settings['requests']} requests\n"
+        f"{render(doc['best_us'])}\nwrote {out / 'span_cost.json'}"
+    )
+
+
 def profile(requests: int) -> None:
     """cProfile's top functions: the hub's part (sampled requests), then the export."""
     with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as rig:
@@ -323,25 +337,3 @@ def profile(requests: int) -> None:
     for name, prof in (("hub (sampled requests)", hub), ("exporter thread", export)):
         print(f"--- {name}, {requests} requests")
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--profile", action="store_true", help="print cProfile's top functions")
-    args = parser.parse_args()
-    if args.requests <= 0 or args.repeat <= 0:
-        parser.error("--requests and --repeat must be positive")
-    if args.profile:
-        profile(args.requests)
-        return
-    print(
-        f"CPU time per sampled request (1 server + 3 client spans), best of {args.repeat} "
-        f"runs of {args.requests} requests"
-    )
-    print(render(measure(args.requests, args.repeat)))
-
-
-if __name__ == "__main__":
-    main()
