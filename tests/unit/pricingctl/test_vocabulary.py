@@ -217,7 +217,6 @@ NO_REPORT = {
     ("routes", "apply"): "an operation: a progress line per step",
     ("routes", "synth"): "writes a synthetic service: one line naming its files",
     ("deploy", "render"): "writes a folder: one line naming it",
-    ("bench", "cpu-capacity"): "its one output is a JSON document on stdout",
 }
 #: `bench` and its parts write their results as JSON to --out; they print a summary.
 BENCH = ("bench",)
