@@ -21,6 +21,8 @@ import tempfile
 import time
 import timeit
 
+from toolkit.contract import MULTIPROC_DIR_ENV
+
 
 def _measure(n: int) -> dict[str, float]:
     from tracing.metrics import PoolMetrics
@@ -84,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as directory:
         for mode in ("mmap", "memory"):
             env = dict(os.environ)
-            env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            env.pop(MULTIPROC_DIR_ENV, None)
             if mode == "mmap":
-                env["PROMETHEUS_MULTIPROC_DIR"] = directory
+                env[MULTIPROC_DIR_ENV] = directory
             argv_child = ["-m", "bench.metrics_cost", "--child", mode, "--n", str(args.n)]
             subprocess.run([sys.executable, *argv_child], env=env, check=True)
     return 0

@@ -34,7 +34,6 @@ from bench.spans import env_for
 from bench.synth import Synth, synthesize
 from bench.traffic import OFFER_KINDS, PreparedRequest, Target, build_request, targets_for
 from routing.check import check_endpoints
-from routing.env import EXTRA_ENDPOINTS_ENV
 from routing.envoy import envoy_config, render_envoy, render_xds
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
@@ -45,6 +44,7 @@ from stack.launch import Stack
 from stack.ops import apply_routes
 from stack.procfs import process_cpu_s, tree
 from stack.procs import StartError
+from toolkit.contract import EXTRA_ENDPOINTS_ENV
 from toolkit.fetch import fetch
 from tracing.readback.usage import usage_from_scrapes
 

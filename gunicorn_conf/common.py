@@ -9,17 +9,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from routing.edge import ENVOY_START_HEADER
-from routing.env import (
-    ACCESS_LOG_ENV,
-    DEFAULT_HTTP_CLIENT,
-    HTTP_CLIENT_ENV,
-    METRICS_DIR_ENV,
-    POOL_ENV,
-)
 from routing.gunicorn import gunicorn_settings
 from routing.load import load_routes
 from routing.model import SHARED_POOL, layout_of
+from toolkit.contract import (
+    ACCESS_LOG_ENV,
+    DEFAULT_HTTP_CLIENT,
+    ENVOY_START_HEADER,
+    HTTP_CLIENT_ENV,
+    METRICS_DIR_ENV,
+    MULTIPROC_DIR_ENV,
+    POOL_ENV,
+)
 
 log = logging.getLogger("gunicorn.error")
 
@@ -49,9 +50,8 @@ def settings_for(pool: str) -> dict[str, Any]:
 
 # --- metrics: prometheus_client's multiprocess mode, one directory per pool -----------
 
-#: prometheus_client's own variable (tracing.metrics.MULTIPROC_DIR_ENV; not imported here:
-#: the master must not import prometheus_client before the variable is set).
-MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# MULTIPROC_DIR_ENV is prometheus_client's own variable: the master must not import
+# prometheus_client (nor tracing.metrics) before it is set.
 
 
 def metrics_dir(pool: str) -> Path:

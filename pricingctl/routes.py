@@ -228,7 +228,7 @@ def _apply(args: argparse.Namespace) -> int:
 
 def _synth(args: argparse.Namespace) -> int:
     from bench.synth import synthesize
-    from routing.env import EXTRA_ENDPOINTS_ENV
+    from toolkit.contract import EXTRA_ENDPOINTS_ENV
 
     try:
         made = synthesize(args.routes, args.seed, args.out, _load(args))

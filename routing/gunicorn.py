@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from routing.env import POOL_ENV
 from routing.model import RouteConfig, layout_of
+from toolkit.contract import POOL_ENV
 
 # A gevent worker that does not notify the master for this long is killed.
 # Our longest CPU request (a full batch) is well under a second.

@@ -29,7 +29,6 @@ from routing.container import (
     JAEGER_OTLP_HTTP_PORT,
     JAEGER_UI_PORT,
     POOL_PORT,
-    PORT_ENV,
     SERVICE_NAMES,
     SIMULATOR_PORT,
     VERSION,
@@ -40,6 +39,7 @@ from routing.envoy import STATS_PATHS
 from routing.gunicorn import GRACEFUL_TIMEOUT_S
 from routing.model import Pool, RouteConfig
 from routing.sizing import TARGET_UTILISATION, EnvoyLimits, envoy_limits
+from toolkit.contract import LOOP_LAG_SERIES, PORT_ENV
 
 #: The Kubernetes version the manifests are validated against (kubernetes-validate).
 KUBERNETES_VERSION = "1.33.0"
@@ -80,7 +80,6 @@ CPU_TARGET_UTILISATION = 60
 # io pool: scale out when the event loop lags (p99 over the pods, through a metrics
 # adapter: see the README), before any offer misses its deadline. The adapter makes
 # LOOP_LAG_METRIC from the pools' LOOP_LAG_SERIES histogram (prometheus-adapter.yaml).
-LOOP_LAG_SERIES = "pricing_loop_lag_seconds"
 LOOP_LAG_METRIC = "pricing_loop_lag_p99_seconds"
 LOOP_LAG_TARGET = "20m"  # 0.02 s
 LOOP_LAG_WINDOW = "1m"

@@ -53,6 +53,7 @@ from simulator.responses import (
     routing_eta,
     vehicles_nearby,
 )
+from toolkit import contract
 
 #: The simulator's own health check (the stack waits for it).
 HEALTH_PATH: Final = "/healthz"
@@ -62,7 +63,7 @@ RECORDS_MAX: Final = 50_000
 CACHE_MAX: Final = 10_000  # cached responses per upstream; the cache is dropped when full
 MAX_RECORDS_LIMIT: Final = RECORDS_MAX
 
-PROBLEM_JSON: Final = b"application/problem+json"
+PROBLEM_JSON: Final = contract.PROBLEM_JSON.encode()
 APP_JSON: Final = b"application/json"
 PROBLEM_BASE: Final = "urn:pricingservice:simulator:problem:"
 

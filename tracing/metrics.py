@@ -46,7 +46,7 @@ from prometheus_client import (
 )
 from prometheus_client import Histogram as PromHistogram
 
-from routing.env import POOL_ENV
+from toolkit.contract import POOL_ENV
 from tracing import prometheus_adapter
 from tracing.timing.call_state import CallTiming
 from tracing.timing.histogram import Histogram, new_histogram

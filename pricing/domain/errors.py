@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from routing.edge import SHED_HEADER
+from toolkit.contract import SHED_HEADER
 
 
 @dataclass(frozen=True)

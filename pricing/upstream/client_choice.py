@@ -26,7 +26,7 @@ from pricing.upstream.httpclient import (
     os_failure_reason,
     tls_context,
 )
-from routing.env import DEFAULT_HTTP_CLIENT
+from toolkit.contract import DEFAULT_HTTP_CLIENT
 
 OURS: Final = DEFAULT_HTTP_CLIENT
 GEVENTHTTPCLIENT: Final = "geventhttpclient"

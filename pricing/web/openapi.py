@@ -21,9 +21,10 @@ from pydantic.json_schema import models_json_schema
 from pricing.domain import errors
 from pricing.domain.regions import REGIONS
 from pricing.web import schemas
-from pricing.web.problems import POOL_HEADER, PROBLEM_JSON, PROBLEM_TYPE_PREFIX, REQUEST_ID_HEADER
+from pricing.web.problems import PROBLEM_TYPE_PREFIX
 from pricing.web.views import extra_endpoints
 from routing.model import Route, RouteConfig
+from toolkit.contract import LOG_REQUEST_ID, POOL_HEADER, PROBLEM_JSON, REQUEST_ID_HEADER
 
 API_VERSION = "1.2.0"
 ABOUT_BLANK = "about:blank"
@@ -102,7 +103,7 @@ def _header(description: str, *, required: bool = True) -> dict[str, Any]:
     return {"description": description, "required": required, "schema": {"type": "string"}}
 
 
-_REQUEST_ID = _header("Envoy's request id; problems carry it as `request_id`")
+_REQUEST_ID = _header(f"Envoy's request id; problems carry it as `{LOG_REQUEST_ID}`")
 
 
 def _ok(description: str, model: type[BaseModel]) -> dict[str, Any]:
@@ -292,7 +293,7 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
         for method in route.methods:
             op = _operation(route)
             op["operationId"] = f"{route.endpoint}.{method.lower()}"
-            op["x-pricing-pool"] = route.pool
+            op[POOL_HEADER] = route.pool  # an extension under the header's name
             paths.setdefault(route.path, {})[method.lower()] = op
     # Health and readiness are not listed: every pool answers them on its own
     # address for Envoy's health checks, but Envoy does not route them (a
@@ -320,12 +321,12 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
             "version": API_VERSION,
             "description": "Prices bike, scooter and rideshare offers in the service areas "
             "GET /v1/regions lists.\n\n"
-            "Errors are RFC 9457 problem details (application/problem+json), from the app "
-            "and from Envoy alike, each with the request's `request_id` (also the "
-            "x-request-id response header). Problem types:\n"
+            f"Errors are RFC 9457 problem details ({PROBLEM_JSON}), from the app "
+            f"and from Envoy alike, each with the request's `{LOG_REQUEST_ID}` (also the "
+            f"{REQUEST_ID_HEADER} response header). Problem types:\n"
             f"{types}\n\n"
             "A method a path does not declare is answered 405 with an Allow header. Every "
-            "response the app makes names the pool that served it in the x-pricing-pool "
+            f"response the app makes names the pool that served it in the {POOL_HEADER} "
             f"header. Each pool also answers GET {meta.healthz} and {meta.readyz} (schema "
             "Health) on its own loopback address, for Envoy's health checks; they are not "
             "routed through Envoy.",

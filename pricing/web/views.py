@@ -20,6 +20,7 @@ from pricing.web.offers import Mode, build_offer, offer_calls
 from pricing.web.schemas import BatchQuote, BatchRequest, RideshareRequest
 from pricing.web.validation import parse_json_body, parse_offer_query, resolve_region
 from routing.model import Route
+from toolkit.contract import POOL_ENV
 
 View = Callable[..., Response]
 ViewFactory = Callable[[Route], View]
@@ -141,7 +142,7 @@ def regions(route: Route) -> View:
 
 def healthz() -> Response:
     """Alive: the process answers. Nothing else is checked."""
-    return json_response({"status": "ok", "pool": current_app.config["PRICING_POOL"]})
+    return json_response({"status": "ok", "pool": current_app.config[POOL_ENV]})
 
 
 # What ready means, and the app.extensions key each step leaves behind.
@@ -185,7 +186,7 @@ def endpoints() -> dict[str, ViewFactory]:
 def extra_endpoints() -> dict[str, ViewFactory]:
     import os
 
-    from routing.env import EXTRA_ENDPOINTS_ENV
+    from toolkit.contract import EXTRA_ENDPOINTS_ENV
 
     path = os.environ.get(EXTRA_ENDPOINTS_ENV)
     return dict(_spec_endpoints(path)) if path else {}
@@ -195,8 +196,8 @@ def extra_endpoints() -> dict[str, ViewFactory]:
 def _spec_endpoints(path: str) -> dict[str, ViewFactory]:
     import importlib
 
-    from routing.env import EXTRA_ENDPOINTS_ENV
     from routing.errors import RouteConfigError
+    from toolkit.contract import EXTRA_ENDPOINTS_ENV
 
     try:
         with open(path, encoding="utf-8") as f:

@@ -12,10 +12,10 @@ from bench.routes_scale import placement_score
 from bench.synth import synthesize
 from pricing import create_app
 from pricingctl.main import main
-from routing.env import EXTRA_ENDPOINTS_ENV
 from routing.load import load_routes
 from routing.model import RouteConfig
 from tests.unit.pricing.conftest import FakeGateway
+from toolkit.contract import EXTRA_ENDPOINTS_ENV
 
 
 def test_the_same_seed_writes_the_same_service(tmp_path: Path) -> None:
