@@ -100,9 +100,9 @@ def post_fork(server: Any, worker: Any) -> None:
     sampling = tracing.Sampling(
         ratio=policy.sample_percent / 100,
         slow_s={
-            f"{method} {route.path}": policy.slow_ms(route) / 1000
+            label: policy.slow_ms(route) / 1000
             for route in config.routes
-            for method in route.methods
+            for label in route.labels()
         },
     )
     traced = tracing.setup_worker(

@@ -15,7 +15,15 @@ from typing import Any
 
 import yaml
 
-from routing.model import IDEMPOTENT_METHODS, Address, Layout, Pool, Route, RouteConfig
+from routing.model import (
+    IDEMPOTENT_METHODS,
+    Address,
+    Layout,
+    Pool,
+    Route,
+    RouteConfig,
+    route_label,
+)
 from routing.sizing import EnvoyLimits, envoy_limits
 from toolkit import contract
 from toolkit.contract import ENVOY_START_HEADER, PROBLEM_JSON, REQUEST_ID_HEADER, SHED_HEADER
@@ -509,7 +517,7 @@ def _route(config: RouteConfig, route: Route, layout: Layout) -> dict[str, Any]:
             "headers": [{"name": ":method", "string_match": _method_regex(route.answered_methods)}],
         },
         "route": action,
-        "decorator": {"operation": f"{' '.join(route.methods)} {route.path}"},
+        "decorator": {"operation": route_label(" ".join(route.methods), route.path)},
     }
 
 

@@ -68,6 +68,8 @@ class NoVehicleNearby(PricingError):
 
 
 class NoRoute(PricingError):
+    """No drivable path joins the two points, or one lies outside the region's roads."""
+
     status = 422
     slug = "no-route"
     title = "No route between origin and destination"

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pricing.domain.errors import NoRoute
 from pricing.domain.geo import EARTH_RADIUS_M, BoundingBox, LatLng, haversine_m
 from pricing.domain.regions import Region
 
@@ -43,10 +44,6 @@ _PARK_RADIUS_LINES = (2, 4)
 
 Edge = tuple[int, float, float]
 """(to_node, length_m, travel_s)."""
-
-
-class NoRouteError(Exception):
-    """No drivable path joins the two points (a domain error, not a bug)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +160,7 @@ class RoadGraph:
         return best if best >= 0 else self.snap[r0 * cols + c0]
 
     def shortest_path(self, src: int, dst: int) -> PathResult:
-        """The fastest path by travel time (Dijkstra); NoRouteError if dst is unreachable."""
+        """The fastest path by travel time (Dijkstra); NoRoute if dst is unreachable."""
         n = self.node_count
         if not (0 <= src < n and 0 <= dst < n):
             raise IndexError(f"nodes must be in 0..{n - 1}, got {src} and {dst}")
@@ -191,7 +188,7 @@ class RoadGraph:
                     dist_m[v] = du + length_m[i]
                     hops[v] = hu
                     push(heap, (nt, v))
-        raise NoRouteError(f"no route from node {src} to node {dst}")
+        raise NoRoute(f"no route from node {src} to node {dst}")
 
 
 def build_road_graph(region: Region, *, one_way: bool = True) -> RoadGraph:

@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import Response, current_app, request
 
-from pricing.domain.errors import FieldError, InvalidRequest, NoRoute, NotReady, PricingError
+from pricing.domain.errors import FieldError, InvalidRequest, NotReady, PricingError
 from pricing.domain.regions import REGIONS
 from pricing.upstream.gateway import Gateway
 from pricing.web.admission import current_deadline
@@ -50,7 +50,7 @@ def micromobility_offer(mode: Mode) -> ViewFactory:
 
 
 def _quote(body: BatchQuote) -> dict[str, Any]:
-    from pricing.domain.fares import NoRouteError, RideshareQuoteInput, quote_rideshare
+    from pricing.domain.fares import RideshareQuoteInput, quote_rideshare
     from pricing.domain.geo import LatLng
 
     origin = LatLng(body.origin.lat, body.origin.lng)
@@ -58,10 +58,7 @@ def _quote(body: BatchQuote) -> dict[str, Any]:
     region = resolve_region(origin, destination, body.region)
     requested_at = body.requested_at or datetime.now(UTC).replace(second=0, microsecond=0)
     requested_at = requested_at.astimezone(UTC)
-    try:
-        quote = quote_rideshare(RideshareQuoteInput(origin, destination, region, requested_at))
-    except NoRouteError as exc:
-        raise NoRoute(str(exc)) from None
+    quote = quote_rideshare(RideshareQuoteInput(origin, destination, region, requested_at))
     return {
         "mode": "rideshare",
         "region": quote.region,
