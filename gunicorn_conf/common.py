@@ -1,4 +1,5 @@
-"""Settings and hooks shared by every pool's gunicorn config."""
+"""Settings and hooks shared by every pool's gunicorn config: `pool_settings` gives a
+pool module its values (derived from routes.toml), the hooks are imported by each."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from routing.gunicorn import gunicorn_settings
@@ -46,6 +48,12 @@ def settings_for(pool: str) -> dict[str, Any]:
     if access_log == "off":
         settings["accesslog"] = None
     return settings
+
+
+def pool_settings(pool: str) -> SimpleNamespace:
+    """`settings_for(pool)` by attribute, for a pool's config module to name each one
+    (a name it misspells stops the pool at start-up, an AttributeError)."""
+    return SimpleNamespace(**settings_for(pool))
 
 
 # --- metrics: prometheus_client's multiprocess mode, one directory per pool -----------
