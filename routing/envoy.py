@@ -323,17 +323,6 @@ def envoy_config(
 
 
 def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, Any]:
-    routes: list[dict[str, Any]] = []
-    for path, path_routes in _routes_by_path(config).items():
-        routes.extend(_route(config, route, layout) for route in path_routes)
-        routes.append(_method_not_allowed(path, _allowed(path_routes)))
-    routes.append(
-        {
-            "name": "not_found",
-            "match": {"prefix": "/"},
-            "direct_response": {"status": 404, "body": {"inline_string": "no such endpoint"}},
-        }
-    )
     hcm: dict[str, Any] = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network."
         "http_connection_manager.v3.HttpConnectionManager",
@@ -362,60 +351,97 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
         "http_protocol_options": {"allow_custom_methods": True},
         # Every response carries its request id; Envoy's problems carry it too.
         "always_set_request_id_in_response": True,
-        "access_log": [
-            {
-                "name": "envoy.access_loggers.stdout",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3."
-                    "StdoutAccessLog",
-                    "log_format": {"json_format": ACCESS_LOG_JSON, "omit_empty_values": True},
-                },
-            }
-        ],
+        "access_log": [_access_log()],
         # Envoy's own answers (404, 405, 413, 431, 503 overflow, 504 timeout) are
         # problem+json like the app's, so a client parses one error shape.
         "local_reply_config": {
             "mappers": _local_reply_mappers(config),
             "body_format": _problem_format(),
         },
-        "route_config": {
-            "name": "pricing",
-            "virtual_hosts": [
-                {
-                    "name": "pricing",
-                    "domains": ["*"],
-                    "routes": routes,
-                    # ENVOY_ATTEMPT_HEADER: a retried or hedged attempt's timeout header
-                    # is what was left when it was sent, not counted from the start.
-                    "include_request_attempt_count": True,
-                    # When Envoy got the request: the pool's server span gets the time
-                    # from here until the bytes reached it (Envoy's queue + proxying).
-                    "request_headers_to_add": [
-                        {
-                            "header": {"key": ENVOY_START_HEADER, "value": "%START_TIME(%s.%6f)%"},
-                            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-                        }
-                    ],
-                }
-            ],
+        "route_config": _route_config(_all_routes(config, layout)),
+        "http_filters": _http_filters(config),
+        "tracing": _tracing(config),
+    }
+    if not config.tracing.trust_incoming:
+        hcm["tracing"]["client_sampling"] = {"value": 0.0}
+        hcm.update(_untrusted_trace_context())
+    return {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
+
+
+def _all_routes(config: RouteConfig, layout: Layout) -> list[dict[str, Any]]:
+    """Each path's routes, then its 405 for any other method; last, 404 for the rest."""
+    routes: list[dict[str, Any]] = []
+    for path, path_routes in _routes_by_path(config).items():
+        routes.extend(_route(config, route, layout) for route in path_routes)
+        routes.append(_method_not_allowed(path, _allowed(path_routes)))
+    routes.append(
+        {
+            "name": "not_found",
+            "match": {"prefix": "/"},
+            "direct_response": {"status": 404, "body": {"inline_string": "no such endpoint"}},
+        }
+    )
+    return routes
+
+
+def _access_log() -> dict[str, Any]:
+    """One JSON line per request on stdout (ACCESS_LOG_JSON)."""
+    return {
+        "name": "envoy.access_loggers.stdout",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3."
+            "StdoutAccessLog",
+            "log_format": {"json_format": ACCESS_LOG_JSON, "omit_empty_values": True},
         },
-        "http_filters": [
+    }
+
+
+def _route_config(routes: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "name": "pricing",
+        "virtual_hosts": [
             {
-                "name": "envoy.filters.http.buffer",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
-                    "max_request_bytes": config.listener.max_request_bytes,
-                },
-            },
-            {
-                "name": "envoy.filters.http.router",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-                },
-            },
+                "name": "pricing",
+                "domains": ["*"],
+                "routes": routes,
+                # ENVOY_ATTEMPT_HEADER: a retried or hedged attempt's timeout header
+                # is what was left when it was sent, not counted from the start.
+                "include_request_attempt_count": True,
+                # When Envoy got the request: the pool's server span gets the time
+                # from here until the bytes reached it (Envoy's queue + proxying).
+                "request_headers_to_add": [
+                    {
+                        "header": {"key": ENVOY_START_HEADER, "value": "%START_TIME(%s.%6f)%"},
+                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                    }
+                ],
+            }
         ],
     }
-    hcm["tracing"] = {
+
+
+def _http_filters(config: RouteConfig) -> list[dict[str, Any]]:
+    """The body is buffered whole (up to [listener].max_request_bytes), then routed."""
+    return [
+        {
+            "name": "envoy.filters.http.buffer",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
+                "max_request_bytes": config.listener.max_request_bytes,
+            },
+        },
+        {
+            "name": "envoy.filters.http.router",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+            },
+        },
+    ]
+
+
+def _tracing(config: RouteConfig) -> dict[str, Any]:
+    """Envoy's spans, over OTLP gRPC to the collector cluster."""
+    return {
         "provider": {
             "name": "envoy.tracers.opentelemetry",
             "typed_config": {
@@ -439,10 +465,6 @@ def _http_connection_manager(config: RouteConfig, layout: Layout) -> dict[str, A
             *({"tag": tag, "value": value} for tag, value in ENVOY_STABLE_SPAN_TAGS.items()),
         ],
     }
-    if not config.tracing.trust_incoming:
-        hcm["tracing"]["client_sampling"] = {"value": 0.0}
-        hcm.update(_untrusted_trace_context())
-    return {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
 
 
 def _untrusted_trace_context() -> dict[str, Any]:

@@ -314,10 +314,23 @@ def envoy_limits_in_cluster(pool: Pool, replicas: int) -> EnvoyLimits:
 def _pool_objects(
     config: RouteConfig, pool: Pool, replicas: int, upstream_url: str | None
 ) -> list[dict[str, Any]]:
+    """A pool's Deployment, its headless Service, its HPA and its PDB."""
     name = NAMES.pool(pool.name)
     part = name
+    container = _pool_container(config, pool, name, upstream_url)
+    return [
+        _pool_deployment(config, name, part, container),
+        _headless_service(name, part),
+        _pool_hpa(pool, name, part, replicas),
+        _pdb(name, part, PDB_MAX_UNAVAILABLE),
+    ]
+
+
+def _pool_container(
+    config: RouteConfig, pool: Pool, name: str, upstream_url: str | None
+) -> dict[str, Any]:
     env = pool_env(pool, NAMES, config, upstream_url)
-    container = {
+    return {
         "name": "pool",
         "image": IMAGE,
         "imagePullPolicy": "IfNotPresent",
@@ -333,7 +346,12 @@ def _pool_objects(
         "startupProbe": _http_probe(config.meta.healthz, POOL_PORT, 2, 30),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_S}}},
     }
-    deployment = {
+
+
+def _pool_deployment(
+    config: RouteConfig, name: str, part: str, container: dict[str, Any]
+) -> dict[str, Any]:
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _meta(name, part, (SKIP_DIGEST, SKIP_PULL_ALWAYS, SKIP_CPU_LIMIT)),
@@ -357,7 +375,10 @@ def _pool_objects(
             },
         },
     }
-    service = {
+
+
+def _headless_service(name: str, part: str) -> dict[str, Any]:
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(name, part),
@@ -367,6 +388,10 @@ def _pool_objects(
             "ports": [{"name": "http", "port": POOL_PORT, "targetPort": "http"}],
         },
     }
+
+
+def _pool_hpa(pool: Pool, name: str, part: str, replicas: int) -> dict[str, Any]:
+    """Scales on CPU; an io pool first on its loop lag."""
     metrics: list[dict[str, Any]] = [
         {
             "type": "Resource",
@@ -395,7 +420,7 @@ def _pool_objects(
             f"{APP}/metric-source": f"{LOOP_LAG_METRIC}: prometheus-adapter rule in "
             f"{PROMETHEUS_ADAPTER_FILE}, p99 of {LOOP_LAG_SERIES} over {LOOP_LAG_WINDOW}"
         }
-    hpa = {
+    return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
         "metadata": hpa_meta,
@@ -406,7 +431,6 @@ def _pool_objects(
             "metrics": metrics,
         },
     }
-    return [deployment, service, hpa, _pdb(name, part, PDB_MAX_UNAVAILABLE)]
 
 
 def _pdb(name: str, part: str, max_unavailable: int | str) -> dict[str, Any]:
