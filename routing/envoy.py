@@ -660,16 +660,35 @@ def _local_reply_mappers(config: RouteConfig) -> list[dict[str, Any]]:
     request, too many headers, QUERY without a content type): those get a
     fresh one, in the REQUEST_ID_HEADER response header and in the body.
     """
+    return [
+        *_undeclared_query_mappers(config),
+        *_status_mappers(config),
+        {
+            "filter": _no_request_id(),
+            "headers_to_add": [_fresh_request_id()],
+            "body_format_override": _problem_format(request_id=_FRESH_ID_BODY),
+        },
+    ]
 
-    def fresh_id() -> dict[str, Any]:  # a new dict each time: no YAML aliases
-        return {"header": {"key": REQUEST_ID_HEADER, "value": "%UNIQUE_ID%"}}
 
-    fresh_id_body = _resp(REQUEST_ID_HEADER)
+def _fresh_request_id() -> dict[str, Any]:  # a new dict each time: no YAML aliases
+    return {"header": {"key": REQUEST_ID_HEADER, "value": "%UNIQUE_ID%"}}
+
+
+#: The fresh request id (`_fresh_request_id`) as a problem body gives it.
+_FRESH_ID_BODY = _resp(REQUEST_ID_HEADER)
+
+
+def _no_request_id() -> dict[str, Any]:
+    return _request_header(REQUEST_ID_HEADER, present_match=True, invert_match=True)
+
+
+def _undeclared_query_mappers(config: RouteConfig) -> list[dict[str, Any]]:
+    """QUERY on a path that does not declare it: 405 + Allow, as for any other
+    method. Envoy 1.40 refuses a QUERY without a content type (RFC 10008)
+    before routing, with a 400 `query_missing_content_type` that no runtime
+    guard turns off, so the 405 is made here, from that reply."""
     mappers: list[dict[str, Any]] = []
-    # QUERY on a path that does not declare it: 405 + Allow, as for any other
-    # method. Envoy 1.40 refuses a QUERY without a content type (RFC 10008)
-    # before routing, with a 400 `query_missing_content_type` that no runtime
-    # guard turns off, so the 405 is made here, from that reply.
     for path, path_routes in _routes_by_path(config).items():
         allowed = _allowed(path_routes)
         if "QUERY" in allowed:
@@ -693,33 +712,35 @@ def _local_reply_mappers(config: RouteConfig) -> list[dict[str, Any]]:
                 "status_code": 405,
                 "headers_to_add": [
                     {"header": {"key": "allow", "value": ", ".join(allowed)}},
-                    fresh_id(),
+                    _fresh_request_id(),
                 ],
                 "body_format_override": _problem_format(
                     title="Method Not Allowed",
                     detail=_allow_detail(path, allowed),
-                    request_id=fresh_id_body,
+                    request_id=_FRESH_ID_BODY,
                 ),
             }
         )
+    return mappers
 
-    def no_id() -> dict[str, Any]:
-        return _request_header(REQUEST_ID_HEADER, present_match=True, invert_match=True)
+
+def _status_mappers(config: RouteConfig) -> list[dict[str, Any]]:
+    """Each status Envoy answers itself: its name as the title, a fixed detail; once for a
+    request without an id yet, once for one with."""
 
     def extra(status: int) -> list[dict[str, Any]]:
         retry_after = {"header": {"key": "retry-after", "value": str(RETRY_AFTER_S)}}
         return [retry_after] if status == 503 else []
 
-    # Each status Envoy answers itself: its name as the title, a fixed detail; once for a
-    # request without an id yet, once for one with.
+    mappers: list[dict[str, Any]] = []
     for status, detail in _local_reply_texts(config).items():
         title = HTTPStatus(status).phrase
         mappers.append(
             {
-                "filter": {"and_filter": {"filters": [_status_is(status), no_id()]}},
-                "headers_to_add": [*extra(status), fresh_id()],
+                "filter": {"and_filter": {"filters": [_status_is(status), _no_request_id()]}},
+                "headers_to_add": [*extra(status), _fresh_request_id()],
                 "body_format_override": _problem_format(
-                    title=title, detail=detail, request_id=fresh_id_body
+                    title=title, detail=detail, request_id=_FRESH_ID_BODY
                 ),
             }
         )
@@ -730,13 +751,6 @@ def _local_reply_mappers(config: RouteConfig) -> list[dict[str, Any]]:
         if extra(status):
             mapper["headers_to_add"] = extra(status)
         mappers.append(mapper)
-    mappers.append(
-        {
-            "filter": no_id(),
-            "headers_to_add": [fresh_id()],
-            "body_format_override": _problem_format(request_id=fresh_id_body),
-        }
-    )
     return mappers
 
 

@@ -583,37 +583,7 @@ def _envoy_objects(config: RouteConfig, replicas: dict[str, int]) -> list[dict[s
         },
     }
     prometheus_path, ready_path = STATS_PATHS
-    container = {
-        "name": "envoy",
-        "image": ENVOY_IMAGE,
-        "imagePullPolicy": "IfNotPresent",
-        "args": [
-            "-c",
-            ENVOY_CONFIG_PATH,
-            "--log-level",
-            "warn",
-            # Containers are replaced, never hot-restarted (no shared memory to keep).
-            "--disable-hot-restart",
-            "--drain-time-s",
-            str(drain_s),
-            "--drain-strategy",
-            "immediate",
-        ],
-        "ports": [
-            {"name": "http", "containerPort": port},
-            {"name": "stats", "containerPort": ENVOY_STATS_PORT},
-        ],
-        # Ready: the admin's /ready through the stats listener (503 once draining).
-        # Alive: the listener accepts connections (it still does while draining).
-        "readinessProbe": _http_probe(ready_path, "stats", 2, 2),
-        "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "timeoutSeconds": 2},
-        "lifecycle": {"preStop": {"exec": {"command": _envoy_pre_stop(config, drain_s)}}},
-        "resources": {
-            "requests": {"cpu": "500m", "memory": "128Mi"},
-            "limits": {"memory": "256Mi"},
-        },
-        "volumeMounts": [{"name": "config", "mountPath": str(Path(ENVOY_CONFIG_PATH).parent)}],
-    }
+    container = _envoy_container(config, drain_s, ready_path)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -653,6 +623,41 @@ def _envoy_objects(config: RouteConfig, replicas: dict[str, int]) -> list[dict[s
         },
     }
     return [configmap, deployment, service, _pdb(ENVOY, ENVOY, 1)]
+
+
+def _envoy_container(config: RouteConfig, drain_s: int, ready_path: str) -> dict[str, Any]:
+    port = config.listener.address.port
+    return {
+        "name": "envoy",
+        "image": ENVOY_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "args": [
+            "-c",
+            ENVOY_CONFIG_PATH,
+            "--log-level",
+            "warn",
+            # Containers are replaced, never hot-restarted (no shared memory to keep).
+            "--disable-hot-restart",
+            "--drain-time-s",
+            str(drain_s),
+            "--drain-strategy",
+            "immediate",
+        ],
+        "ports": [
+            {"name": "http", "containerPort": port},
+            {"name": "stats", "containerPort": ENVOY_STATS_PORT},
+        ],
+        # Ready: the admin's /ready through the stats listener (503 once draining).
+        # Alive: the listener accepts connections (it still does while draining).
+        "readinessProbe": _http_probe(ready_path, "stats", 2, 2),
+        "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "timeoutSeconds": 2},
+        "lifecycle": {"preStop": {"exec": {"command": _envoy_pre_stop(config, drain_s)}}},
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "128Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "volumeMounts": [{"name": "config", "mountPath": str(Path(ENVOY_CONFIG_PATH).parent)}],
+    }
 
 
 def _simple_deployment(
