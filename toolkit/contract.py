@@ -15,6 +15,8 @@ from typing import Final
 #: RFC 9457 problem details: every error body, the app's, Envoy's, the pools' and
 #: the simulator's.
 PROBLEM_JSON: Final = "application/problem+json"
+#: Every other JSON body: the app's answers and requests, the simulator's, the tools'.
+JSON: Final = "application/json"
 
 # --- Header names ---------------------------------------------------------------------
 # HTTP header names are case-insensitive; these are written in lower case, and a

@@ -24,7 +24,7 @@ from pricing.web import schemas
 from pricing.web.problems import PROBLEM_TYPE_PREFIX
 from pricing.web.views import extra_endpoints
 from routing.model import Route, RouteConfig
-from toolkit.contract import LOG_REQUEST_ID, POOL_HEADER, PROBLEM_JSON, REQUEST_ID_HEADER
+from toolkit.contract import JSON, LOG_REQUEST_ID, POOL_HEADER, PROBLEM_JSON, REQUEST_ID_HEADER
 
 API_VERSION = "1.2.0"
 ABOUT_BLANK = "about:blank"
@@ -41,7 +41,7 @@ PROBLEM_TYPES: dict[str, str] = {
     "GET /v1/regions lists the areas",
     errors.NoRoute.slug: "no road route between origin and destination",
     errors.MalformedBody.slug: "the body is empty or not JSON",
-    errors.UnsupportedMediaType.slug: "the body is not sent as application/json",
+    errors.UnsupportedMediaType.slug: f"the body is not sent as {JSON}",
     errors.NoVehicleNearby.slug: "no bike or scooter is available near the origin",
     errors.Misdirected.slug: "the request reached a pool that does not serve its path "
     "(it bypassed Envoy)",
@@ -72,7 +72,7 @@ _STATUSES: dict[int, tuple[str, tuple[str, ...]]] = {
     ),
     404: ("No vehicle nearby", (errors.NoVehicleNearby.slug,)),
     413: ("Request body too large (Envoy's limit, also enforced by the app)", (ABOUT_BLANK,)),
-    415: ("Unsupported media type: send application/json", (errors.UnsupportedMediaType.slug,)),
+    415: (f"Unsupported media type: send {JSON}", (errors.UnsupportedMediaType.slug,)),
     421: (
         "Misdirected: the endpoint lives in another pool (the request bypassed Envoy)",
         (errors.Misdirected.slug,),
@@ -113,7 +113,7 @@ def _ok(description: str, model: type[BaseModel]) -> dict[str, Any]:
             POOL_HEADER: _header("the pool that served the request"),
             REQUEST_ID_HEADER: _REQUEST_ID,
         },
-        "content": {"application/json": {"schema": _ref(model)}},
+        "content": {JSON: {"schema": _ref(model)}},
     }
 
 
@@ -224,7 +224,7 @@ def _operation(route: Route) -> dict[str, Any]:
             "description": "Deterministic for the same input." + _TRIP_RULE,
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": _ref(schemas.RideshareRequest)}},
+                "content": {JSON: {"schema": _ref(schemas.RideshareRequest)}},
             },
             "responses": {
                 "200": _ok("The quote", schemas.RideshareQuote),
@@ -247,7 +247,7 @@ def _operation(route: Route) -> dict[str, Any]:
             "as a whole is refused only when it does not match its schema.",
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": _ref(schemas.BatchRequest)}},
+                "content": {JSON: {"schema": _ref(schemas.BatchRequest)}},
             },
             "responses": {
                 "200": _ok("The quotes", schemas.BatchResponse),
@@ -307,7 +307,7 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
                 "200": {
                     "description": "OpenAPI 3.1",
                     "headers": {REQUEST_ID_HEADER: _REQUEST_ID},
-                    "content": {"application/json": {"schema": {"type": "object"}}},
+                    "content": {JSON: {"schema": {"type": "object"}}},
                 },
                 **_problems(s400=(ABOUT_BLANK,), s503=(ABOUT_BLANK,), s504=(ABOUT_BLANK,)),
             },

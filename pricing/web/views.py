@@ -20,16 +20,14 @@ from pricing.web.offers import Mode, build_offer, offer_calls
 from pricing.web.schemas import BatchQuote, BatchRequest, RideshareRequest
 from pricing.web.validation import parse_json_body, parse_offer_query, resolve_region
 from routing.model import Route
-from toolkit.contract import POOL_ENV
+from toolkit.contract import JSON, POOL_ENV
 
 View = Callable[..., Response]
 ViewFactory = Callable[[Route], View]
 
 
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json"
-    )
+    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype=JSON)
 
 
 def _gateway() -> Gateway:
@@ -160,7 +158,7 @@ def readyz() -> Response:
 
 
 def openapi() -> Response:
-    return Response(current_app.extensions["pricing.web.openapi"], mimetype="application/json")
+    return Response(current_app.extensions["pricing.web.openapi"], mimetype=JSON)
 
 
 # Endpoint name -> view factory. routes.toml places each in exactly one pool.
