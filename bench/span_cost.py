@@ -5,10 +5,10 @@ as the io pool makes them for an offer, through the worker's real tracing set-up
 
 The set-up is ``tracing.server.setup_worker`` (the provider, its ``QueryRedactor`` and
 ``ThreadedSpanProcessor``, the span-file exporter writing to a temporary file). A request
-goes through what the pool's hooks run (``tracing.server.init_app``): the server span
+goes through what the pool's hooks run (``tracing.flask_tracing``): the server span
 (``tracing.server_span``, or its context alone when built at the end), three upstream
 calls through ``TracingCallObserver`` with their timing attributes and reply event, the
-request's attributes and events (``tracing.server._account``), the server span's end.
+request's attributes and events (``tracing.request_spans.account``), the server span's end.
 The timing core is not measured here: its measurements are replaced by fixed, realistic
 ones, so a call's attributes are the ones a real call gets (culprits included).
 
@@ -129,9 +129,9 @@ class _FixedMeasurement:
 
 @dataclass(frozen=True)
 class _Rig:
-    worker: Any  # tracing.server.WorkerTracing
+    worker: Any  # tracing.worker.WorkerTracing
     observer: Any  # tracing.client.TracingCallObserver
-    tracer: Any  # taken once, as tracing.server.init_app does (get_tracer makes a new one)
+    tracer: Any  # taken once, as tracing.flask_tracing does (get_tracer makes a new one)
 
 
 @contextlib.contextmanager
@@ -186,13 +186,13 @@ class _NoWake:
 
 
 def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:
-    """What ``tracing.server.init_app``'s hooks and the io pool's view do for an offer.
+    """What ``tracing.flask_tracing``'s hooks and the io pool's view do for an offer.
     *build*: a sampled request's spans built at its end (``tracing.span_records``: what a
     request Envoy sampled gets), else live SDK spans (a request without Envoy's decision)."""
     from opentelemetry import context, trace
     from opentelemetry.trace import NonRecordingSpan
 
-    from tracing import server
+    from tracing import request_spans
     from tracing.client import RequestTotals, SampledTrace, request_totals
     from tracing.server_span import (
         end_server_span,
@@ -210,7 +210,7 @@ def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:
         sampled = SampledTrace(*parsed, rig.worker.spans.new_span_id)
         request_totals.set(RequestTotals(None, 0, sampled))
         token = context.attach(
-            trace.set_span_in_context(NonRecordingSpan(server.server_context(sampled)))
+            trace.set_span_in_context(NonRecordingSpan(request_spans.server_context(sampled)))
         )
     else:
         request_totals.set(RequestTotals())
@@ -222,10 +222,10 @@ def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:
     assert totals is not None
     timing = _request_timing(totals.records[-1].timing)
     start = timing.arrival_unix_ns - 400_000
-    done = server.FinishedRequest(
+    done = request_spans.FinishedRequest(
         ROUTE, timing, totals, 200, {START_HEADER: f"{start // 10**9}.{start % 10**9:09d}"}
     )
-    server._account(rig.worker, done, request, None)
+    request_spans.account(rig.worker, done, request, None)
     request_totals.set(None)
     if started is not None:
         end_server_span(started[0], started[1], 200, None)

@@ -231,8 +231,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
     CallState.on_socket_wait = spy_wait  # type: ignore[method-assign]
     CallState.on_send = spy_send  # type: ignore[method-assign]
-    compiled = native.active()
-    if compiled is not None:
+    if native.compiled_runs():
         # The compiled hooks account waits and sends without those methods: they tell
         # an observer instead, with the same pieces.
         def observer(kind: str, call: CallState, a: int, b: int, ready: int | None) -> None:
@@ -244,7 +243,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 record["sent"] = call.sent_ns + call.realtime_offset_ns
 
-        compiled.set_observer(observer)
+        native.module.set_observer(observer)
 
     log_fd, log_path = tempfile.mkstemp(suffix=".log")
     os.close(log_fd)

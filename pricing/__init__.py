@@ -63,6 +63,7 @@ def create_app(
     from pricing.web import openapi, problems, urls
     from tracing import logs, metrics
     from tracing import server as tracing
+    from tracing.flask_tracing import FlaskTracing
 
     pool = pool or os.environ.get(POOL_ENV) or "shared"
     config = config or load_routes()
@@ -76,7 +77,8 @@ def create_app(
     # Spans for this app, when the worker set tracing up (gunicorn post_fork); the
     # pool's metrics whatever the tracing mode.
     meta = config.meta
-    observer = tracing.init_app(app, untraced_paths=(meta.healthz, meta.readyz, meta.metrics))
+    untraced = (meta.healthz, meta.readyz, meta.metrics)
+    observer = FlaskTracing(tracing.current(), untraced).instrument(app)
     pool_metrics = metrics.init_app(app, metrics_path=meta.metrics)
     logs.init_app(app)  # after tracing's: the request's span is current
     app.extensions["pricing.gateway"] = gateway or HttpGateway(
