@@ -28,6 +28,7 @@ from pricing.upstream.httpclient import (
     os_failure_reason,
     tls_context,
 )
+from toolkit.contract import JSON
 
 OURS: Final = "ours"
 GEVENTHTTPCLIENT: Final = "geventhttpclient"
@@ -114,7 +115,7 @@ class GeventHttpClient:
         with self.observer.call(
             self.name, "GET", self.origin.host, self.origin.port, path
         ) as observed:
-            headers = {"Accept": "application/json", **observed.headers}
+            headers = {"Accept": JSON, **observed.headers}
             try:
                 response = self._client.get(path, headers=headers)
                 try:
@@ -164,7 +165,7 @@ class Urllib3Client:
         with self.observer.call(
             self.name, "GET", self.origin.host, self.origin.port, path
         ) as observed:
-            headers = {"Accept": "application/json", **observed.headers}
+            headers = {"Accept": JSON, **observed.headers}
             try:
                 response = self._pool.urlopen(
                     "GET",

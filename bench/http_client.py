@@ -26,6 +26,7 @@ from bench.run import Arm, LoadSettings, RunResult, run_arms
 from bench.stats import GroupStats, Rows
 from bench.traffic import OFFER_KINDS
 from routing.model import Layout, RouteConfig
+from toolkit.contract import TRACING_ENV
 
 SCHEMA = "pricingservice.bench.http-client/1"
 CALLS_PER_OFFER = 3
@@ -96,7 +97,7 @@ def run_http_client(
         "settings": {
             **settings.to_json(workers=workers, repeats=repeats),
             "upstream_latency": f"every upstream fixed {settings.upstream_ms:g} ms",
-            "modes": "tracing off; traced: PRICING_TRACING=full, every request sampled",
+            "modes": f"tracing off; traced: {TRACING_ENV}=full, every request sampled",
             "calls_per_offer": CALLS_PER_OFFER,
         },
         "clients": per_client,

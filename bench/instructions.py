@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from toolkit.contract import UPSTREAM_URL_ENV, upstream_env
+
 SCHEMA = "pricingservice.bench.instructions/1"
 MODES = ("off", "full")
 BIKE = "/v1/offers/bike?origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
@@ -46,7 +48,7 @@ UPSTREAM_MS = 2
 #: How much slower valgrind makes the worker: the timing core's bounds are raised as much.
 SLOWER = 1000
 #: Under valgrind: no optional upstream is dropped for its wait, no route times out.
-NO_WAIT_CAP = {"PRICING_UPSTREAM_PROMOTIONS_MAX_WAIT_MS": "0"}
+NO_WAIT_CAP = {upstream_env("promotions", "MAX_WAIT_MS"): "0"}
 ROUTE_TIMEOUT_MS = 60_000
 #: Each counted run: a child interpreter, never a command.
 CHILD = "import sys; from bench.instructions import child; child(*sys.argv[1:])"
@@ -67,7 +69,7 @@ def run_instructions(*, offers: int, warmup: int, repeats: int) -> dict[str, Any
                 out = Path(tmp) / f"callgrind.{mode}.{repeat}"
                 argv = [valgrind, "--tool=callgrind", "--instr-atstart=no"]
                 argv += [f"--callgrind-out-file={out}", sys.executable, "-c", CHILD]
-                env = {**os.environ, "PRICING_UPSTREAM_URL": upstream_url, **NO_WAIT_CAP}
+                env = {**os.environ, UPSTREAM_URL_ENV: upstream_url, **NO_WAIT_CAP}
                 done = subprocess.run(
                     [*argv, mode, str(offers), str(warmup)],
                     env=env,

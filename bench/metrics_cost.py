@@ -25,6 +25,8 @@ import timeit
 from pathlib import Path
 from typing import Any
 
+from toolkit.contract import MULTIPROC_DIR_ENV
+
 
 def _measure(n: int) -> dict[str, float]:
     from tracing.metrics import PoolMetrics
@@ -92,9 +94,9 @@ def run_metrics_cost(n: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as directory:
         for mode in MODES:
             env = dict(os.environ)
-            env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            env.pop(MULTIPROC_DIR_ENV, None)
             if mode == "mmap":
-                env["PROMETHEUS_MULTIPROC_DIR"] = directory
+                env[MULTIPROC_DIR_ENV] = directory
             code = f"from bench.metrics_cost import child; child({mode!r}, {n})"
             done = subprocess.run(
                 [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False

@@ -24,6 +24,7 @@ def app(spec: str | None = None, client: str | None = None) -> Flask:
     (default the service's own client)."""
     from bench import clients, synth
     from routing.errors import RouteConfigError
+    from toolkit.contract import POOL_ENV
 
     extra = None
     if spec is not None:
@@ -35,7 +36,7 @@ def app(spec: str | None = None, client: str | None = None) -> Flask:
     made = create_app(extra_endpoints=extra, upstream_client=factory)
     if client is not None:  # the http-client part's test reads which client each pool ran
         logging.getLogger("gunicorn.error").info(
-            "bench.pool_app: pool %s (upstream client %s)", made.config["PRICING_POOL"], client
+            "bench.pool_app: pool %s (upstream client %s)", made.config[POOL_ENV], client
         )
     return made
 

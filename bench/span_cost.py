@@ -43,7 +43,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from routing.edge import ENVOY_START_HEADER as START_HEADER
+from toolkit.contract import ENVOY_START_HEADER as START_HEADER
 
 ROUTE = "GET /v1/offers/bike"
 SPANS_PER_REQUEST = 4

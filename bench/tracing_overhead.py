@@ -49,6 +49,8 @@ from bench.run import DRIVER, Arm, LoadSettings, RunResult, run_arms
 from bench.stats import GroupStats, Rows, mean_interval95
 from bench.traffic import CPU_KINDS, OFFER_KINDS
 from routing.model import Layout, RouteConfig
+from toolkit.contract import TRACING_ENV
+from tracing.timing.native import ENV as NATIVE_ENV
 
 SCHEMA = "pricingservice.bench.tracing-overhead/3"
 # Mode -> (PRICING_TRACING, Envoy's sample percent; None = the route config's).
@@ -60,7 +62,7 @@ MODE_SETTINGS: dict[str, tuple[str, float | None]] = {
     "reference": ("full", None),
 }
 # More of the pools' environment, per mode.
-MODE_ENV: dict[str, dict[str, str]] = {"reference": {"PRICING_TIMING_NATIVE": "0"}}
+MODE_ENV: dict[str, dict[str, str]] = {"reference": {NATIVE_ENV: "0"}}
 DEFAULT_MODES = ("off", "default", "100")
 # Upstream calls per offer (vehicles, routing, promotions).
 CALLS_PER_OFFER = 3
@@ -180,7 +182,7 @@ def run_tracing_overhead(
                 "offer_rates": list(offer_rates) if offer_rates is not None else None,
                 "modes": {
                     m: {
-                        "PRICING_TRACING": MODE_SETTINGS[m][0],
+                        TRACING_ENV: MODE_SETTINGS[m][0],
                         "sample_percent": MODE_SETTINGS[m][1] or config.tracing.sample_percent,
                         **MODE_ENV.get(m, {}),
                     }

@@ -16,10 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Flask, Response
 
-from pricing.web.problems import POOL_HEADER
-from routing.env import POOL_ENV, UPSTREAM_CA_FILE_ENV, UPSTREAM_URL_ENV
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig, layout_of
+from toolkit.contract import (
+    POOL_ENV,
+    POOL_HEADER,
+    UPSTREAM_CA_FILE_ENV,
+    UPSTREAM_URL_ENV,
+)
 
 if TYPE_CHECKING:
     from pricing.upstream.gateway import ClientFactory
@@ -76,7 +80,7 @@ def create_app(
     config.pool(pool, layout)  # fails early, naming the pool, if it is unknown
 
     app = PricingApp(__name__, static_folder=None)  # the pools serve no files
-    app.config["PRICING_POOL"] = pool
+    app.config[POOL_ENV] = pool
     app.config["MAX_CONTENT_LENGTH"] = config.listener.max_request_bytes
     app.extensions["pricing.routes"] = config
     # Spans for this app, when the worker set tracing up (gunicorn post_fork); the

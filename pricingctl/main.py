@@ -39,12 +39,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _version() -> str:
     """The installed distribution's version (pyproject.toml's, via `pip install -e .`)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from toolkit.version import package_version
 
-    try:
-        return version("pricingservice")
-    except PackageNotFoundError:
-        return "unknown (not installed: make setup)"
+    return package_version(missing="unknown (not installed: make setup)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing.env import METRICS_DIR_ENV, POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
 from routing.envoy import cluster_name, render_envoy, render_xds
 from routing.model import Layout, RouteConfig
 from routing.write import write_routes
@@ -20,9 +19,10 @@ from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
 from stack.procs import Proc, StartError, free_ports, port_in_use
 from stack.state import Running, clear_state, process_start, replica_name, write_state
+from toolkit.contract import METRICS_DIR_ENV, POOL_ENV, ROUTES_ENV, SPAN_FILE_ENV, UPSTREAM_URL_ENV
 from toolkit.fetch import http_ok
 from toolkit.wait import wait_until
-from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, SPAN_FILE_ENV, TRACES_PATH
+from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, TRACES_PATH
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR = PROJECT_ROOT / ".run"

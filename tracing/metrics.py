@@ -44,7 +44,7 @@ from prometheus_client import (
 )
 from prometheus_client import Histogram as PromHistogram
 
-from routing.env import POOL_ENV
+from toolkit.contract import MULTIPROC_DIR_ENV, POOL_ENV
 from tracing import metric_flush, prometheus_adapter
 from tracing.metric_families import (
     CULPRIT_TOP_K,
@@ -71,8 +71,6 @@ from tracing.timing.server_timing import RequestTiming
 
 #: The endpoint name; its path is [meta].metrics in routes.toml.
 ENDPOINT: Final = "meta.metrics"
-#: prometheus_client's own variable: the directory its multiprocess mode writes to.
-MULTIPROC_DIR_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 
 __all__ = [
     "CONTENT_TYPE",

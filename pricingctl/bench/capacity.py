@@ -8,6 +8,7 @@ import argparse
 from bench.run import STACK_START_EST_S, LoadSettings, planned_seconds
 from pricingctl.bench.flags import DEFAULT_WORKERS, Defaults, Parts, common_flags, positive
 from pricingctl.bench.skeleton import Part, Run, part_handler
+from toolkit.contract import TRACING_ENV
 
 HOP_FULL, HOP_QUICK = Defaults(30.0, 5.0, 1), Defaults(10.0, 3.0, 1)
 CAPACITY_FULL, CAPACITY_QUICK = Defaults(15.0, 3.0, 1), Defaults(6.0, 2.0, 1)
@@ -35,7 +36,7 @@ def io_capacity_parser(sub: Parts) -> None:
     cap.add_argument(
         "--tracing",
         action="store_true",
-        help="pools with tracing at its production default (PRICING_TRACING=full, the "
+        help=f"pools with tracing at its production default ({TRACING_ENV}=full, the "
         "route config's [tracing].sample_percent); default: tracing off",
     )
     cap.set_defaults(handler=part_handler(IO_CAPACITY))

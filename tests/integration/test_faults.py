@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from pricing.upstream.gateway import UPSTREAMS
-from routing.edge import SHED_HEADER
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from stack.procfs import children, connections_to
@@ -38,6 +37,7 @@ from tests.integration.test_overload import (
 from tests.integration.test_overload import (
     ride as _ride,
 )
+from toolkit.contract import SHED_HEADER
 from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration

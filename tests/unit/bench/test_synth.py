@@ -15,11 +15,11 @@ from bench.run import BenchError
 from bench.synth import synthesize
 from pricing import create_app
 from pricingctl.main import main
-from routing.env import POOL_ENV, ROUTES_ENV
 from routing.errors import RouteConfigError
 from routing.load import load_routes
 from routing.model import RouteConfig
 from tests.unit.pricing.conftest import FakeGateway
+from toolkit.contract import POOL_ENV, ROUTES_ENV
 
 
 def test_the_same_seed_writes_the_same_service(tmp_path: Path) -> None:

@@ -16,10 +16,11 @@ from routing.load import load_routes
 from routing.model import RouteConfig
 from tests.prometheus import samples, total, value
 from tests.unit.pricing.conftest import FakeGateway
+from toolkit.contract import TRACING_ENV
 from tracing.client import TracingCallObserver
 from tracing.flask_tracing import FlaskTracing
 from tracing.readback.spans import Span, from_file
-from tracing.settings import TRACING_ENV, Mode, TracingSettings
+from tracing.settings import Mode, TracingSettings
 
 BIKE = "/v1/offers/bike?origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
 TRACEPARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
