@@ -77,3 +77,72 @@ def test_check_says_stale_and_how_to_regenerate(
     assert clidoc.REGENERATE in capsys.readouterr().err
     assert clidoc.main(["--out", str(out)]) == 0
     assert clidoc.main(["--check", "--out", str(out)]) == 0
+
+
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _shown_command_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, text) of the code a page shows: fenced blocks and `spans`."""
+    shown: list[tuple[int, str]] = []
+    in_block = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if _FENCE.match(line):
+            in_block = not in_block
+            continue
+        if in_block:
+            shown.append((number, line.split(" #", 1)[0]))
+        else:
+            shown += [(number, span) for span in _CODE_SPAN.findall(line)]
+    return shown
+
+
+def wrong_commands(text: str) -> list[str]:
+    """Each `pricingctl ...` the text shows whose command or long flag does not exist.
+
+    The command is the longest run of sub-command names after `pricingctl`; every
+    `--flag` after it, up to the next `;`, `|`, `&&` or `(`, must be one of its options.
+    """
+    tree = {c.prog: c for c in clidoc.walk(build_parser())}
+    problems = []
+    for number, line in _shown_command_lines(text):
+        for match in re.finditer(r"(?<![\w-])pricingctl((?: [^;|&(]*)?)", line):
+            prog, words = "pricingctl", match.group(1).split()
+            while words and f"{prog} {words[0]}" in tree:
+                prog = f"{prog} {words.pop(0)}"
+            options = {s for a in tree[prog].parser._actions for s in a.option_strings}
+            for word in words:
+                flag = word.strip("[]").split("=", 1)[0]
+                if flag.startswith("--") and flag not in options:
+                    problems.append(f"{number}: `{prog}` has no {flag}")
+    return problems
+
+
+def _pages() -> list[Path]:
+    docs = clidoc.PROJECT_ROOT / "docs"
+    return [clidoc.PROJECT_ROOT / "README.md", *sorted(docs.glob("*.md"))]
+
+
+def test_every_pricingctl_command_the_docs_show_exists() -> None:
+    """A renamed flag or command fails here until the pages that show it follow."""
+    problems = [
+        f"{page.relative_to(clidoc.PROJECT_ROOT)}:{problem}"
+        for page in _pages()
+        for problem in wrong_commands(page.read_text(encoding="utf-8"))
+    ]
+    assert not problems, "commands the docs show that pricingctl does not have:\n" + "\n".join(
+        problems
+    )
+
+
+def test_a_misspelt_flag_in_the_docs_is_caught() -> None:
+    text = (
+        "Run `pricingctl traces --json` and `pricingctl routes check --config F`.\n"
+        "```sh\n.venv/bin/pricingctl traces --jaeger http://x  # --not-this\n```\n"
+        "`pricingctl up --layuot shared`, `pricingctl routes render --no-such`\n"
+    )
+    assert wrong_commands(text) == [
+        "5: `pricingctl up` has no --layuot",
+        "5: `pricingctl routes render` has no --no-such",
+    ]
