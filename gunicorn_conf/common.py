@@ -10,13 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from routing.edge import ENVOY_START_HEADER
-from routing.env import (
-    ACCESS_LOG_ENV,
-    DEFAULT_HTTP_CLIENT,
-    HTTP_CLIENT_ENV,
-    METRICS_DIR_ENV,
-    POOL_ENV,
-)
+from routing.env import ACCESS_LOG_ENV, METRICS_DIR_ENV, POOL_ENV
 from routing.gunicorn import gunicorn_settings
 from routing.load import load_routes
 from routing.model import SHARED_POOL, layout_of
@@ -111,12 +105,11 @@ def post_fork(server: Any, worker: Any) -> None:
     if traced is not None and traced.instrumentor is not None:
         tracing.watch_gunicorn_worker(worker)
     worker.log.info(
-        "worker %s serving pool %s (nice %s, tracing %s, upstream client %s)",
+        "worker %s serving pool %s (nice %s, tracing %s)",
         worker.pid,
         pool_name,
         pool.nice,
         traced.settings.mode.value if traced else "off",
-        os.environ.get(HTTP_CLIENT_ENV) or DEFAULT_HTTP_CLIENT,
     )
 
 

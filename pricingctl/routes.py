@@ -179,11 +179,11 @@ def _render(args: argparse.Namespace) -> int:
 
 def _endpoint_problems(config: RouteConfig) -> list[str]:
     # The app's endpoints are handed down: routing is pure data and imports no app.
-    from pricing.web.views import META_VIEWS, endpoints
+    from pricing.web.views import ENDPOINTS, META_VIEWS
     from routing.check import check_endpoints
     from tracing import metrics
 
-    return check_endpoints(config, set(endpoints()), {*META_VIEWS, metrics.ENDPOINT})
+    return check_endpoints(config, set(ENDPOINTS), {*META_VIEWS, metrics.ENDPOINT})
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -228,7 +228,6 @@ def _apply(args: argparse.Namespace) -> int:
 
 def _synth(args: argparse.Namespace) -> int:
     from bench.synth import synthesize
-    from routing.env import EXTRA_ENDPOINTS_ENV
 
     try:
         made = synthesize(args.routes, args.seed, args.out, _load(args))
@@ -242,9 +241,8 @@ def _synth(args: argparse.Namespace) -> int:
         f"{len(made.misplaced)} of them in the io pool on purpose"
     )
     print(
-        f"serve its endpoints with {EXTRA_ENDPOINTS_ENV}={made.spec_path}, e.g. "
-        f"`{EXTRA_ENDPOINTS_ENV}={made.spec_path} pricingctl routes check --config "
-        f"{made.routes_path}`"
+        "its endpoints are the benchmark's (bench.pool_app serves them): "
+        "`pricingctl bench routes-scale` starts and measures such a service"
     )
     return 0
 

@@ -18,14 +18,6 @@ METRICS_DIR_ENV: Final = "PRICING_METRICS_DIR"
 #: PEM bundle of the CAs an `https://` upstream's certificate is checked against
 #: (default: the system's).
 UPSTREAM_CA_FILE_ENV: Final = "PRICING_UPSTREAM_CA_FILE"
-#: The HTTP client library of the upstream calls (pricing.upstream.client_choice; default ours).
-HTTP_CLIENT_ENV: Final = "PRICING_HTTP_CLIENT"
-#: Its default: the project's own client (pricing.upstream.httpclient), kept by measurement.
-DEFAULT_HTTP_CLIENT: Final = "ours"
 #: ``off``: the pools write no access line per request (default ``on``; Envoy's access
 #: log has one per request either way).
 ACCESS_LOG_ENV: Final = "PRICING_ACCESS_LOG"
-#: A JSON spec of extra endpoints a pool serves beside its own (the benchmark's
-#: synthetic service, ``bench.synth``): its ``views`` key names the module whose
-#: ``endpoints(spec)`` makes their view factories. Unset: only the service's endpoints.
-EXTRA_ENDPOINTS_ENV: Final = "PRICING_EXTRA_ENDPOINTS"

@@ -47,6 +47,10 @@ class Stack:
     simulator_port: int = DEFAULT_SIMULATOR_PORT
     simulator_config: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The WSGI app the pools serve, as gunicorn names one (``module:factory(args)``);
+    # None: the service's own, which each pool's config names. A caller that serves more
+    # than the service (the benchmark) hands its own entry in here.
+    app: str | None = None
     # Start Jaeger and send every span there (Envoy's too); otherwise the pools
     # write OTLP JSON lines to span_file.
     with_jaeger: bool = False
@@ -190,6 +194,7 @@ class Stack:
                 if (start := process_start(pid)) is not None
             },
             source_config=Path(self.config.source).resolve(),
+            app=self.app,
         )
 
     def stop_all_but(self, *keep: str) -> None:
@@ -264,6 +269,7 @@ class Stack:
             f"python:gunicorn_conf.{pool}",
             "--bind",
             str(bind),
+            *([self.app] if self.app else []),
         ]
         proc = Proc(name, argv, self._log(name), env=self.pool_env(pool), cwd=PROJECT_ROOT).start()
         self.procs[name] = proc

@@ -12,6 +12,7 @@ own, `outside-service-area`, described where it can occur.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from flask import Flask
@@ -22,7 +23,6 @@ from pricing.domain import errors
 from pricing.domain.regions import REGIONS
 from pricing.web import schemas
 from pricing.web.problems import POOL_HEADER, PROBLEM_JSON, PROBLEM_TYPE_PREFIX, REQUEST_ID_HEADER
-from pricing.web.views import extra_endpoints
 from routing.model import Route, RouteConfig
 
 API_VERSION = "1.2.0"
@@ -203,7 +203,7 @@ _TRIP_RULE = (
 )
 
 
-def _operation(route: Route) -> dict[str, Any]:
+def _operation(route: Route, extra: Collection[str]) -> dict[str, Any]:
     ep = route.endpoint
     area_rule = (errors.InvalidRequest.slug, errors.OutsideServiceArea.slug)
     if ep in {"offers.bike", "offers.scooter"}:
@@ -263,15 +263,17 @@ def _operation(route: Route) -> dict[str, Any]:
                 **_problems(421, s400=(ABOUT_BLANK,), s503=_SHED, s504=(ABOUT_BLANK,)),
             },
         }
-    if ep in extra_endpoints():
+    if ep in extra:
         return {
-            "summary": f"{ep}: an extra endpoint ($PRICING_EXTRA_ENDPOINTS), not the service's",
+            "summary": f"{ep}: an extra endpoint (create_app's extra_endpoints), not the service's",
             "responses": {"200": {"description": "OK"}, **_problems(421)},
         }
     raise KeyError(ep)
 
 
-def build_spec(config: RouteConfig) -> dict[str, Any]:
+def build_spec(config: RouteConfig, extra: Collection[str] = ()) -> dict[str, Any]:
+    """The OpenAPI document of *config*'s routes; *extra* names the endpoints the app
+    was given beside the service's own (``create_app(extra_endpoints=...)``)."""
     _, defs = models_json_schema(
         [(m, "validation") for m in (schemas.RideshareRequest, schemas.BatchRequest)]
         + [
@@ -290,7 +292,7 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for route in config.app_routes():
         for method in route.methods:
-            op = _operation(route)
+            op = _operation(route, extra)
             op["operationId"] = f"{route.endpoint}.{method.lower()}"
             op["x-pricing-pool"] = route.pool
             paths.setdefault(route.path, {})[method.lower()] = op
@@ -335,6 +337,6 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
     }
 
 
-def init_app(app: Flask) -> None:
+def init_app(app: Flask, extra: Collection[str] = ()) -> None:
     config: RouteConfig = app.extensions["pricing.routes"]
-    app.extensions["pricing.web.openapi"] = json.dumps(build_spec(config), indent=1)
+    app.extensions["pricing.web.openapi"] = json.dumps(build_spec(config, extra), indent=1)

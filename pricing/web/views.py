@@ -4,7 +4,6 @@ which URL it answers and in which pool comes from the route config, not from her
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -175,41 +174,6 @@ ENDPOINTS: dict[str, ViewFactory] = {
 }
 
 
-def endpoints() -> dict[str, ViewFactory]:
-    """ENDPOINTS, and the extra ones of the spec $PRICING_EXTRA_ENDPOINTS names (the
-    benchmark's synthetic service): the module its ``views`` key names makes them. The
-    app imports no benchmark code unless a pool is started that way."""
-    return {**ENDPOINTS, **extra_endpoints()}
-
-
-def extra_endpoints() -> dict[str, ViewFactory]:
-    import os
-
-    from routing.env import EXTRA_ENDPOINTS_ENV
-
-    path = os.environ.get(EXTRA_ENDPOINTS_ENV)
-    return dict(_spec_endpoints(path)) if path else {}
-
-
-@functools.lru_cache(maxsize=4)
-def _spec_endpoints(path: str) -> dict[str, ViewFactory]:
-    import importlib
-
-    from routing.env import EXTRA_ENDPOINTS_ENV
-    from routing.errors import RouteConfigError
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            spec = json.load(f)
-        module = importlib.import_module(spec["views"])
-    except (OSError, ValueError, KeyError, ImportError) as exc:
-        raise RouteConfigError(
-            f"{EXTRA_ENDPOINTS_ENV}={path}: not an endpoint spec: {exc}"
-        ) from None
-    made: dict[str, ViewFactory] = module.endpoints(spec)
-    return made
-
-
 # Meta routes: every pool serves them, at the paths [meta] in routes.toml gives them
 # (meta.metrics is served by tracing.metrics, whatever the tracing mode).
 META_VIEWS: dict[str, View] = {
@@ -218,4 +182,4 @@ META_VIEWS: dict[str, View] = {
     "meta.openapi": openapi,
 }
 
-__all__ = ["ENDPOINTS", "META_VIEWS", "FieldError", "endpoints", "json_response"]
+__all__ = ["ENDPOINTS", "META_VIEWS", "FieldError", "json_response"]

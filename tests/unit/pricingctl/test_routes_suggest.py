@@ -16,7 +16,7 @@ import pytest
 from pricingctl.main import main
 from routing.load import load_routes
 from routing.write import write_routes
-from tracing import metrics
+from tracing import metric_families as families
 
 RIDE, BIKE = "POST /v1/offers/rideshare", "GET /v1/offers/bike"
 
@@ -33,14 +33,14 @@ class FakePool:
         base = 'pool="io",pid="4242"'
         return "\n".join(
             [
-                f'{metrics.HANDLER}_count{{{base},route="{RIDE}"}} {rides}',
-                f'{metrics.HANDLER}_sum{{{base},route="{RIDE}"}} {rides * 0.05}',
-                f'{metrics.ROUTE_CPU}{{{base},route="{RIDE}"}} {rides * 0.03}',
-                f'{metrics.HANDLER}_count{{{base},route="{BIKE}"}} {bikes}',
-                f'{metrics.HANDLER}_sum{{{base},route="{BIKE}"}} {bikes * 0.2}',
-                f'{metrics.ROUTE_CPU}{{{base},route="{BIKE}"}} {bikes * 0.002}',
-                f'{metrics.ROUTE_NETWORK}{{{base},route="{BIKE}"}} {bikes * 0.1}',
-                f'{metrics.ROUTE_CULPRIT}{{{base},route="{RIDE}",victim="{BIKE}"}} {bikes * 0.05}',
+                f'{families.HANDLER}_count{{{base},route="{RIDE}"}} {rides}',
+                f'{families.HANDLER}_sum{{{base},route="{RIDE}"}} {rides * 0.05}',
+                f'{families.ROUTE_CPU}{{{base},route="{RIDE}"}} {rides * 0.03}',
+                f'{families.HANDLER}_count{{{base},route="{BIKE}"}} {bikes}',
+                f'{families.HANDLER}_sum{{{base},route="{BIKE}"}} {bikes * 0.2}',
+                f'{families.ROUTE_CPU}{{{base},route="{BIKE}"}} {bikes * 0.002}',
+                f'{families.ROUTE_NETWORK}{{{base},route="{BIKE}"}} {bikes * 0.1}',
+                f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE}",victim="{BIKE}"}} {bikes * 0.05}',
             ]
         )
 

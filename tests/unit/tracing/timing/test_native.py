@@ -61,14 +61,13 @@ class Clock:
 def _path(use_compiled: bool, clock: Clock) -> Iterator[None]:
     """The compiled path (on *clock*, through ``set_clock``) or the reference, for a
     replay; what was running before, afterwards."""
-    previous = native.reason
-    native.reason = None if use_compiled else "reference"
+    previous = native.use(use_compiled)
     if use_compiled:
         compiled.set_clock(clock)
     try:
         yield
     finally:
-        native.reason = previous
+        native.use(previous)
         if use_compiled:
             compiled.set_clock(None)
 
@@ -140,8 +139,7 @@ def _replay_switches(
     route_cpu = RouteCpu(long_ns=2_000_000, block_ns=3_000_000)
     route_cpu.since[0] = clock.now
     tracer = SwitchTracer(log, clock=clock)
-    previous = native.reason
-    native.reason = None if use_compiled else "reference"
+    previous = native.use(use_compiled)
     call_state.configure(log, 0.001)
     measuring = call_state.measuring[0]
     try:
@@ -178,7 +176,7 @@ def _replay_switches(
                 tag.call = None
     finally:
         tracer.uninstall()
-        native.reason = previous
+        native.use(previous)
         call_state.configure(None, call_state.CULPRIT_THRESHOLD_S)
         call_state.measuring[0] = measuring
         compiled.set_clock(None)
@@ -1269,7 +1267,7 @@ def test_the_compiled_path_is_what_runs_where_it_could_be_built() -> None:
         pytest.skip("no compiler or no Python headers: the reference runs, by design")
     assert native.module is not None, native.reason
     if os.environ.get(native.ENV, "1") not in ("0", "off", "false", "no"):
-        assert native.active() is native.module
+        assert native.compiled_runs()
 
 
 @needs_compiled
@@ -1282,14 +1280,63 @@ def test_what_the_hooks_bind_once_is_the_path_that_runs(use_compiled: bool) -> N
     with _path(use_compiled, Clock()):
         begin_request, finish_request = server_timing.bound_requests()
         begin_call, finish_call = call_timing.bound_calls()
-    if use_compiled:
-        assert (begin_request, finish_request) == (compiled.begin_request, compiled.finish_request)
-        assert (begin_call, finish_call) == (compiled.begin_call, compiled.finish_call)
-    else:
-        assert begin_request is server_timing.begin_request
-        assert finish_request is server_timing.RequestMeasurement.finish
-        assert begin_call is call_timing.begin_call
-        assert finish_call is call_timing.CallMeasurement.finish
+        if use_compiled:
+            assert (begin_request, finish_request) == (
+                compiled.begin_request,
+                compiled.finish_request,
+            )
+            assert (begin_call, finish_call) == (compiled.begin_call, compiled.finish_call)
+        else:
+            assert begin_request.__module__ == server_timing.__name__
+            assert finish_request.__module__ == server_timing.__name__
+            assert begin_call.__module__ == call_timing.__name__
+            assert finish_call.__module__ == call_timing.__name__
+
+
+def test_one_place_decides_which_path_runs() -> None:
+    """Every hot-path module hands ``native.accelerate`` its names; none asks which path
+    runs (``native.reason``, ``native.module``) or imports the extension itself."""
+    import re
+
+    import tracing
+
+    asks = re.compile(r"native\.(reason|module|compiled_runs)\b|import _native\b")
+    root = Path(tracing.__file__).parent
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        if path != root / "timing" / "native.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if asks.search(line)
+    ]
+    assert found == []
+
+
+@needs_compiled
+def test_switching_the_path_swaps_every_registered_name_back_and_forth() -> None:
+    from tracing.timing import call_timing, histogram, server_timing, switchlog
+
+    before = (call_timing.begin_call, server_timing.finish_request, histogram.new_histogram)
+    previous = native.use(True)
+    try:
+        assert call_timing.begin_call is compiled.begin_call
+        assert server_timing.finish_request is compiled.finish_request
+        assert histogram.new_histogram is compiled.Histogram
+        assert type(switchlog.new_log(8)) is compiled.SwitchLog
+        native.use(False)
+        assert call_timing.begin_call.__module__ == call_timing.__name__
+        assert server_timing.finish_request.__module__ == server_timing.__name__
+        assert type(histogram.new_histogram([1.0])) is histogram.Histogram
+        assert type(switchlog.new_log(8)) is SwitchLog
+        native.use(True)
+        assert call_timing.begin_call is compiled.begin_call
+    finally:
+        native.use(previous)
+    assert before == (
+        call_timing.begin_call,
+        server_timing.finish_request,
+        histogram.new_histogram,
+    )
 
 
 def test_the_reference_is_announced_in_one_line(
