@@ -98,13 +98,13 @@ def _shown_command_lines(text: str) -> list[tuple[int, str]]:
     return shown
 
 
-def wrong_commands(text: str) -> list[str]:
+def wrong_commands(text: str, parser: argparse.ArgumentParser | None = None) -> list[str]:
     """Each `pricingctl ...` the text shows whose command or long flag does not exist.
 
     The command is the longest run of sub-command names after `pricingctl`; every
     `--flag` after it, up to the next `;`, `|`, `&&` or `(`, must be one of its options.
     """
-    tree = {c.prog: c for c in clidoc.walk(build_parser())}
+    tree = {c.prog: c for c in clidoc.walk(parser or build_parser())}
     problems = []
     for number, line in _shown_command_lines(text):
         for match in re.finditer(r"(?<![\w-])pricingctl((?: [^;|&(]*)?)", line):
@@ -137,12 +137,21 @@ def test_every_pricingctl_command_the_docs_show_exists() -> None:
 
 
 def test_a_misspelt_flag_in_the_docs_is_caught() -> None:
+    parser = argparse.ArgumentParser(prog="pricingctl")
+    sub = parser.add_subparsers()
+    sub.add_parser("up").add_argument("--layout")
+    traces = sub.add_parser("traces")
+    traces.add_argument("--json", action="store_true")
+    traces.add_argument("--from-jaeger")
+    routes = sub.add_parser("routes").add_subparsers()
+    routes.add_parser("check").add_argument("--config")
+    routes.add_parser("render")
     text = (
         "Run `pricingctl traces --json` and `pricingctl routes check --config F`.\n"
-        "```sh\n.venv/bin/pricingctl traces --jaeger http://x  # --not-this\n```\n"
+        "```sh\n.venv/bin/pricingctl traces --from-jaeger http://x  # --not-this\n```\n"
         "`pricingctl up --layuot shared`, `pricingctl routes render --no-such`\n"
     )
-    assert wrong_commands(text) == [
+    assert wrong_commands(text, parser) == [
         "5: `pricingctl up` has no --layuot",
         "5: `pricingctl routes render` has no --no-such",
     ]
