@@ -129,8 +129,8 @@ def replay_switches(
             clock.now += event[1]
             if schedstat is not None:
                 schedstat.write_text(f"{step * 7} {step * 1000 + 5} {step}\n")
-            if event[0] == "switch":
-                trace("switch", (greenlets[event[2]], greenlets[event[3]]))
+            if event[0] in ("switch", "throw"):  # a throw switches as a switch does
+                trace(event[0], (greenlets[event[2]], greenlets[event[3]]))
             elif event[0] == "relabel":
                 getattr(greenlets[event[2]], TAG_ATTR).label = event[3]
                 if event[2] % 2 == 0:
