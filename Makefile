@@ -82,4 +82,4 @@ lock:
 	  --generate-hashes -q -o requirements.lock
 
 clean:
-	rm -rf $(VENV) .venv-uv .run .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-uv .venv-py* .run .pytest_cache .mypy_cache .ruff_cache
