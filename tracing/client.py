@@ -28,6 +28,11 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tracing import attributes
 from tracing.timing import native
+
+try:  # the call observer, compiled (built with the timing core's extension, beside it)
+    from tracing import _client_native  # type: ignore[attr-defined]
+except ImportError:
+    _client_native = None
 from tracing.timing.call_state import TOP_CULPRITS, top_culprits
 from tracing.timing.call_timing import CallMeasurement, CallTiming, bound_calls
 from tracing.timing.hook_errors import swallow
@@ -175,10 +180,10 @@ class TracingCallObserver:
         self._begin_call, self._finish_call = measure_calls
         self._metrics = metrics
         if calls is None and _compiled_call_ready and native.active() is not None:
-            # The compiled observer (``_native.c``): its ``call`` makes a _CompiledCall,
-            # whose __enter__ and __exit__ run an unsampled request's call without a
-            # Python frame, and hand every other case to _Call's.
-            core = native.module.CallObserver(self, request_totals, metrics, measure)
+            # The compiled observer (``_client_native.c``): its ``call`` makes a
+            # _CompiledCall, whose __enter__ and __exit__ run an unsampled request's call
+            # without a Python frame, and hand every other case to _Call's.
+            core = _client_native.CallObserver(self, request_totals, metrics, measure)
             self.call = core.call  # type: ignore[method-assign]
 
     def call(self, upstream: str, method: str, host: str, port: int, path: str, /) -> _Call:
@@ -296,8 +301,9 @@ class _Call(UpstreamCall):
 
 class _CompiledCall(_Call):
     """A _Call made by the compiled observer: its __enter__ and __exit__ are
-    ``_native.c``'s (set below), which follow _Call's for a request Envoy did not sample
-    and call them for anything else."""
+    ``_client_native.c``'s (set below), which follow _Call's for a request Envoy did not
+    sample and call them for anything else. Its slots must be exactly the C side's
+    ``SLOT_NAMES``: ``configure_observer`` refuses the class otherwise."""
 
     __slots__ = ("_core",)
 
@@ -305,11 +311,10 @@ class _CompiledCall(_Call):
 def _compile_call_methods() -> bool:
     """Give _CompiledCall the compiled __enter__ and __exit__; False where the extension
     was not built or does not take the class."""
-    module = native.module
-    if module is None:
+    if native.module is None or _client_native is None:
         return False
     try:
-        enter, exit_ = module.configure_observer(
+        enter, exit_ = _client_native.configure_observer(
             _CompiledCall, _Call.__enter__, _Call.__exit__, swallow
         )
     except (TypeError, ValueError, AttributeError, RuntimeError) as exc:

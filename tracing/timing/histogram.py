@@ -1,6 +1,6 @@
 """Fixed-bucket histograms, cheap enough to observe every request and every call.
 
-One observation is a ``bisect`` and two additions (~0.3 us; compiled, ``_native.c``'s
+One observation is a ``bisect`` and two additions (~0.3 us; compiled, ``csrc/histogram.c``'s
 ``Histogram``, a few tens of ns): the timings of 100 % of calls go in, whatever the span
 sampling. Counts are per bucket (not cumulative);
 exposition formats cumulate them. The labelled families, their bounds and the flush into

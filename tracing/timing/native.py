@@ -1,4 +1,4 @@
-"""The compiled hot path (``_native``, built from ``_native.c`` at install) or the Python
+"""The compiled hot path (``_native``, built from ``csrc/`` at install) or the Python
 reference: which one the timing core runs, decided once per process.
 
 What runs on every greenlet switch and around every socket wait (the switch tracer, the
@@ -6,10 +6,10 @@ switch log, relabelling, a long run's CPU with its run-queue read, the ``_wait``
 its receive-timestamp peek, the read hooks with a request's inbound stamp and the stamped
 read that takes a reply's stamp itself), a call's
 measurement begun and finished (``call_timing``), a request's (``server_timing``), the
-histograms every request and call feeds (``histogram``), and the observer around an
-unsampled request's upstream call (``tracing.client``'s, handed its classes), exists
-twice: the Python modules are the reference, ``_native.c`` follows them and is what runs
-when it was built.
+histograms every request and call feeds (``histogram``), exists twice: the Python
+modules are the reference, ``csrc/<module>.c`` follows each and is what runs when it was
+built. (``tracing.client``'s observer has its own extension, ``tracing._client_native``,
+which takes what it needs of this one through its C API capsule, ``csrc/capi.h``.)
 ``PRICING_TIMING_NATIVE=0`` forces the reference (tests run both and compare). Without a
 compiler the install builds no extension and the reference runs; :func:`announce` says so
 in one line when a worker instruments itself.

@@ -115,7 +115,7 @@ def _make_wait(original: Callable[..., Any]) -> Callable[..., Any]:
     _unhooked["wait"] = original
     compiled = native.active()
     if compiled is not None:
-        # The same, compiled (_native.c: WaitHook_call); this function is its reference.
+        # The same, compiled (csrc/socket_hooks.c: WaitHook_call); this function is its reference.
         return compiled.Hook(original, "wait")
 
     def _wait(self: Any, watcher: Any, timeout_exc: Any = None) -> Any:
@@ -160,7 +160,7 @@ def _make_connect(original: Callable[..., Any]) -> Callable[..., Any]:
 def _make_sendall(original: Callable[..., Any]) -> Callable[..., Any]:
     compiled = native.active()
     if compiled is not None:
-        return compiled.Hook(original, "sendall")  # _native.c: sendall_call
+        return compiled.Hook(original, "sendall")  # csrc/socket_hooks.c: sendall_call
 
     def sendall(self: Any, data: Any, flags: int = 0) -> Any:
         if not measuring[0]:
@@ -315,7 +315,7 @@ def _make_read(original: Callable[..., Any], kind: str = "read") -> Callable[...
     socket's ``recv`` / ``recv_into`` (whose reads take their stamps themselves)."""
     compiled = native.active()
     if compiled is not None:
-        # _native.c: read_call (and stamp_arrival, stamped_read, compiled)
+        # csrc/socket_hooks.c: read_call (and stamp_arrival, stamped_read, compiled)
         hook = compiled.Hook(original, kind, watching, _check_queued_reply)
         functools.update_wrapper(hook, original)
         return hook
