@@ -1,8 +1,8 @@
-/* The timing core's C API: what tracing.timing._native gives compiled code in higher
- * layers (tracing/_client_native.c), as CPython's datetime module gives its C API: a
- * table of pointers in a capsule, tracing.timing._native._C_API, taken once at import
- * (TimingCAPI_Import). Nothing is linked across the two extensions, and the timing core
- * knows nothing of who calls it.
+/* The timing core's C API: what tracing.timing._native gives compiled code in the layers
+ * above it, as CPython's datetime module gives its C API: a table of pointers in a
+ * capsule, tracing.timing._native._C_API, taken once at import (TimingCAPI_Import).
+ * Nothing is linked across extensions, and the timing core knows nothing of who calls
+ * it (tests/unit/test_layers.py reads these files for names of the layers above).
  *
  * A change to the table's layout bumps TIMING_CAPI_VERSION: a caller built against
  * another layout refuses to import (ImportError), and the Python side runs its reference.

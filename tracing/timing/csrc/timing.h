@@ -1,5 +1,5 @@
-/* What the timing core's compiled files share (internal: tracing/_client_native.c takes
- * what it needs through the C-API capsule, capi.h).
+/* What the timing core's compiled files share. Internal: compiled code in the layers
+ * above takes what it needs through the C API capsule (capi.h), never this header.
  *
  * The timing core's hot path, compiled: what runs on every greenlet switch and around
  * every socket wait, and a call's and a request's measurement begun and finished. The
