@@ -86,7 +86,7 @@ PyObject *py_explain_delay(PyObject *mod, PyObject *args) {
 
 /* CallState.on_socket_wait */
 int on_socket_wait(PyObject *call, int64_t started, int64_t resumed, int known,
-                          int64_t ready) {
+                   int64_t ready) {
     if (add_i64(call, s_socket_waits, 1) < 0) return -1;
     int awaiting = get_truth(call, s_awaiting_first_read);
     if (awaiting < 0) return -1;

@@ -9,7 +9,7 @@
  * read (-1 with errno set), and in *have / *arrival the stamp the kernel gave them
  * (kernel_rx.stamp_of). Data without a stamp switches the option on for the next time. */
 ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int *have,
-                            int64_t *arrival) {
+                     int64_t *arrival) {
     char control[CMSG_SPACE(sizeof(struct timespec))];
     struct iovec iov = {.iov_base = buf, .iov_len = len};
     struct msghdr msg;

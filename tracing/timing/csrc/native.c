@@ -43,7 +43,7 @@ PyObject *g_clock;
 PyObject *g_observer;
 
 void observe(const char *what, PyObject *call, int64_t a, int64_t b, int known,
-                    int64_t ready) {
+             int64_t ready) {
     if (g_observer == NULL) return;
     PyObject *r = known ? PyObject_CallFunction(g_observer, "sOLLL", what, call, (long long)a,
                                                 (long long)b, (long long)ready)
@@ -312,9 +312,13 @@ static struct PyModuleDef native_module = {
 
 /* -- the C API (capi.h) ------------------------------------------------------------------ */
 
-static PyObject *capi_begin_call(PyObject *offset_ns) { return py_begin_call(NULL, &offset_ns, 1); }
+static PyObject *capi_begin_call(PyObject *offset_ns) {
+    return py_begin_call(NULL, &offset_ns, 1);
+}
 
-static PyObject *capi_finish_call(PyObject *measurement) { return py_finish_call(NULL, measurement); }
+static PyObject *capi_finish_call(PyObject *measurement) {
+    return py_finish_call(NULL, measurement);
+}
 
 static void capi_drop(void) { drop(); }
 
@@ -405,8 +409,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *tables = PyDict_New();
     PyObject *tag_names = names_tuple(TAG_NAMES, TAG_SLOT_COUNT);
     PyObject *capi = PyCapsule_New((void *)&capi_table, TIMING_CAPI_NAME, NULL);
+    const char *tag_class = "tracing.timing.labels.GreenletTag";
     int failed = tables == NULL || tag_names == NULL || capi == NULL ||
-                 PyDict_SetItemString(tables, "tracing.timing.labels.GreenletTag", tag_names) < 0 ||
+                 PyDict_SetItemString(tables, tag_class, tag_names) < 0 ||
                  call_timing_tables(tables) < 0 || server_timing_tables(tables) < 0 ||
                  PyModule_AddObjectRef(m, "SLOT_TABLES", tables) < 0 ||
                  PyModule_AddObjectRef(m, "_C_API", capi) < 0;
