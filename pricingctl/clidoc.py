@@ -24,8 +24,8 @@ from pricingctl.main import build_parser
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DOC_PATH = PROJECT_ROOT / "docs" / "cli.md"
 REGENERATE = "python -m pricingctl.clidoc"
-# The usage lines are wrapped as `--help` wraps them in a terminal this wide; fixed,
-# so the page does not depend on the terminal it was generated in.
+# The usage lines are wrapped at this width here, not by argparse: argparse's own
+# wrapping differs between Python versions, and the page must not.
 USAGE_WIDTH = 88
 
 
@@ -141,9 +141,28 @@ def _rows(command: Command) -> list[str]:
 
 
 def _usage(parser: argparse.ArgumentParser) -> str:
-    formatter = argparse.HelpFormatter(prog=parser.prog, width=USAGE_WIDTH)
+    formatter = argparse.HelpFormatter(prog=parser.prog, width=sys.maxsize)
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
-    return formatter.format_help().rstrip()
+    indent = " " * len(f"usage: {parser.prog} ")
+    lines = [""]
+    for group in _groups(" ".join(formatter.format_help().split())):
+        if lines[-1] and len(lines[-1]) + 1 + len(group) > USAGE_WIDTH:
+            lines.append(indent)
+        lines[-1] += f" {group}" if lines[-1].strip() else group
+    return "\n".join(lines)
+
+
+def _groups(usage: str) -> list[str]:
+    """The words of a usage line, with each bracketed group kept whole."""
+    groups: list[str] = []
+    depth = 0
+    for word in usage.split(" "):
+        if depth:
+            groups[-1] += f" {word}"
+        else:
+            groups.append(word)
+        depth += sum(word.count(c) for c in "[(") - sum(word.count(c) for c in "])")
+    return groups
 
 
 def _section(command: Command) -> list[str]:

@@ -11,7 +11,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -724,6 +724,12 @@ def _undeclared_query_mappers(config: RouteConfig) -> list[dict[str, Any]]:
     return mappers
 
 
+#: Titles pinned where Python's own names changed between versions (3.13 follows RFC 9110:
+#: 413 "Content Too Large"): the rendered files must not depend on the Python that
+#: rendered them, and Envoy's 413 keeps the title the app's (werkzeug's) 413 has.
+STATUS_TITLES: Final = {413: "Request Entity Too Large", 422: "Unprocessable Entity"}
+
+
 def _status_mappers(config: RouteConfig) -> list[dict[str, Any]]:
     """Each status Envoy answers itself: its name as the title, a fixed detail; once for a
     request without an id yet, once for one with."""
@@ -734,7 +740,7 @@ def _status_mappers(config: RouteConfig) -> list[dict[str, Any]]:
 
     mappers: list[dict[str, Any]] = []
     for status, detail in _local_reply_texts(config).items():
-        title = HTTPStatus(status).phrase
+        title = STATUS_TITLES.get(status) or HTTPStatus(status).phrase
         mappers.append(
             {
                 "filter": {"and_filter": {"filters": [_status_is(status), _no_request_id()]}},
