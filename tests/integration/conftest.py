@@ -1,20 +1,20 @@
-"""Real processes on free ports: the upstream simulator, gunicorn pools, Envoy.
+"""Fixtures of real processes on free ports: the upstream simulator, gunicorn pools,
+Envoy. They build on each other: routes -> a stack -> its upstreams reset around a test.
 
 Each stack is started once per module and stopped by process group. When a
-process fails to start, the error carries the tail of its log.
+process fails to start, the error carries the tail of its log. The helpers the
+tests call (requests, load, derived configs) are in `support`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
-from toolkit.fetch import Reply, fetch
+from tests.integration.support.http import reset_upstreams
 
 pytestmark = pytest.mark.integration
 
@@ -51,33 +51,8 @@ def shared_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) 
         yield stack
 
 
-def http(
-    method: str,
-    url: str,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-    timeout_s: float = 10.0,
-) -> Reply:
-    """One request; HTTP errors are returned, not raised."""
-    return fetch(url, method=method, body=body, headers=headers, timeout_s=timeout_s)
-
-
-def set_upstream(stack: Stack, name: str, **settings: Any) -> None:
-    reply = http("PUT", f"{stack.simulator_url}/_control/upstreams/{name}", settings)
-    assert reply.status == 200, reply.body
-
-
-def reset_upstreams(stack: Stack) -> None:
-    assert http("POST", f"{stack.simulator_url}/_control/reset", {}).status == 200
-
-
 @pytest.fixture
 def fresh_upstreams(split_stack: Stack) -> Iterator[Stack]:
     reset_upstreams(split_stack)
     yield split_stack
     reset_upstreams(split_stack)
-
-
-def write_routes(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path

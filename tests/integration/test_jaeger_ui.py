@@ -22,10 +22,10 @@ import pytest
 from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.launch import Stack
-from tests.integration import jaeger_api
-from tests.integration.browser import Browser, BrowserError, find_chromium
-from tests.integration.test_overload import offer_request, open_loop
-from tests.integration.test_tracing import D_MS, HOG_ROUTE, Hogs, fixed_latency
+from tests.integration.support import jaeger_api
+from tests.integration.support.browser import Browser, BrowserError, find_chromium
+from tests.integration.support.http import fixed_latency
+from tests.integration.support.load import D_MS, HOG_ROUTE, Hogs, offer_request, open_loop
 from toolkit.wait import wait_for
 from tracing import attributes
 from tracing.readback.report import parse_culprits

@@ -15,8 +15,9 @@ from pricing.web.schemas import MAX_BATCH_QUOTES
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from stack.procfs import children
-from tests.integration.conftest import http, reset_upstreams, set_upstream
+from tests.integration.support.http import http, reset_upstreams, set_upstream
 from tests.prometheus import Samples, samples, total, value
+from tests.samples import OFFER_PATH
 from toolkit.wait import wait_until
 from tracing.metrics import FLUSH_INTERVAL_S
 
@@ -34,7 +35,6 @@ BIKE_200 = {
 BIKE = "GET /v1/offers/bike"
 BATCH = "POST /v1/quotes/batch"
 HUB_BLOCKS = "pricing_hub_blocks_total"
-OFFER = "/v1/offers/bike?origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-3"
 SENT = 12
 FAILED = 4
 # Each worker folds its counts into the pool's files every FLUSH_INTERVAL_S: a scrape
@@ -63,11 +63,11 @@ def test_every_scrape_gives_the_pool_totals_and_a_dead_worker_keeps_its_counts(
     workers = children(stack.procs["pool-io"].pid)
     assert len(workers) == stack.config.pool("io").workers == 2
     for _ in range(SENT):
-        assert http("GET", f"{stack.url}{OFFER}").status == 200
+        assert http("GET", f"{stack.url}{OFFER_PATH}").status == 200
     set_upstream(stack, "promotions", error_rate=1.0, error_status=503)
     try:
         for _ in range(FAILED):  # promotions is optional: a degraded 200
-            assert http("GET", f"{stack.url}{OFFER}").status == 200
+            assert http("GET", f"{stack.url}{OFFER_PATH}").status == 200
     finally:
         reset_upstreams(stack)
     offers = SENT + FAILED
@@ -162,7 +162,7 @@ def test_metrics_are_served_with_tracing_off(
         routes, Layout.SPLIT, run_dir, extra_env={"PRICING_TRACING": "off"}
     ) as off:
         for _ in range(3):
-            assert http("GET", f"{off.url}{OFFER}").status == 200
+            assert http("GET", f"{off.url}{OFFER_PATH}").status == 200
 
         def counted() -> bool:
             requests = value(scrape(off), HTTP_COUNT, **BIKE_200)

@@ -23,20 +23,18 @@ from stack.launch import PROJECT_ROOT, Stack
 from stack.ops import exclusive
 from stack.procfs import children
 from stack.state import Running, process_start, write_state
-from tests.integration.conftest import reset_upstreams, set_upstream
-from tests.integration.test_overload import (
-    RIDE_BODY,
+from tests.integration.support.http import FAST_MS, fixed_latency, reset_upstreams
+from tests.integration.support.load import (
     Background,
     Outcome,
     Tally,
-    derived_config,
     offer_request,
-    post_json,
+    ride_request,
 )
+from tests.integration.support.stack import derived_config
 
 pytestmark = pytest.mark.integration
 
-FAST = {"dist": "fixed", "ms": 5}
 # Every fourth request a rideshare POST (cpu pool), the others bike and scooter GETs.
 RATE, COUNT = 20.0, 2000  # bounded above what any one operation takes
 SCOOTER_TO_CPU = {
@@ -49,15 +47,14 @@ SCOOTER_TO_CPU = {
 @pytest.fixture(scope="module")
 def stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with Stack.on_free_ports(routes, Layout.SPLIT, tmp_path_factory.mktemp("ops")) as stack:
-        for name in ("vehicles", "routing", "promotions"):
-            set_upstream(stack, name, latency=FAST)
+        fixed_latency(stack, FAST_MS)
         yield stack
         reset_upstreams(stack)
 
 
 def mixed(i: int) -> bytes:
     if i % 4 == 0:
-        return post_json("/v1/offers/rideshare", RIDE_BODY)
+        return ride_request(i)
     return offer_request(i, "scooter" if i % 4 in (1, 3) else "bike")
 
 

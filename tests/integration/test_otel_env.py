@@ -17,14 +17,14 @@ from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.launch import Stack
-from tests.integration import jaeger_api
-from tests.integration.conftest import http, reset_upstreams, set_upstream
+from tests.integration.support import jaeger_api
+from tests.integration.support.http import http, reset_upstreams, set_upstream
+from tests.samples import OFFER_PATH
 from toolkit.wait import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
 SERVICE = "pricing-env-test"
-OFFER = "/v1/offers/bike?origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-7"
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
     env_stack: Stack, env_jaeger: JaegerPorts
 ) -> None:
     for _ in range(3):
-        assert http("GET", f"{env_stack.url}{OFFER}").status == 200
+        assert http("GET", f"{env_stack.url}{OFFER_PATH}").status == 200
 
     def offer_traced(traces: list[dict[str, Any]]) -> bool:
         # A trace's server span ends last, and may leave in a later batch than its calls.
@@ -114,7 +114,7 @@ def test_one_request_is_followed_from_envoys_log_to_the_pools_log_to_its_trace(
 ) -> None:
     set_upstream(env_stack, "vehicles", error_rate=1.0, error_status=503)
     try:
-        reply = http("GET", f"{env_stack.url}{OFFER}")
+        reply = http("GET", f"{env_stack.url}{OFFER_PATH}")
     finally:
         reset_upstreams(env_stack)
     # A 5xx problem names its trace: in the body and in a header.

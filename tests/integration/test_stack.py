@@ -4,33 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from routing.model import Route, RouteConfig
+from routing.model import RouteConfig
 from stack.launch import Stack
-from tests.integration.conftest import http, set_upstream
+from tests.integration.support.http import call_endpoint, http, set_upstream
+from tests.samples import OFFER_QUERY, RIDE
 
 pytestmark = pytest.mark.integration
-
-OFFER_QUERY = "origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-42"
-RIDE = {
-    "origin": {"lat": 37.7749, "lng": -122.4194},
-    "destination": {"lat": 37.8049, "lng": -122.4094},
-    "user_id": "u-42",
-    "requested_at": "2026-11-20T17:30:00Z",
-}
-
-
-def call_endpoint(url: str, route: Route) -> tuple[int, str]:
-    endpoint = route.endpoint
-    if endpoint in ("offers.bike", "offers.scooter"):
-        mode = endpoint.split(".")[1]
-        reply = http("GET", f"{url}/v1/offers/{mode}?{OFFER_QUERY}")
-    elif endpoint == "offers.rideshare":
-        reply = http("POST", f"{url}/v1/offers/rideshare", RIDE)
-    elif endpoint == "quotes.batch":
-        reply = http("POST", f"{url}/v1/quotes/batch", {"quotes": [RIDE, RIDE]})
-    else:  # the others take no input: /v1/regions, /openapi.json
-        reply = http("GET", f"{url}{route.path}")
-    return reply.status, reply.headers.get("x-pricing-pool", "")
 
 
 def test_each_endpoint_is_served_by_its_pool(split_stack: Stack, routes: RouteConfig) -> None:

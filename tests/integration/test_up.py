@@ -22,8 +22,8 @@ from routing.model import Layout
 from routing.write import write_routes
 from stack.launch import Stack, config_on_free_ports
 from stack.procs import StartError, port_in_use
-from tests.integration.conftest import http
-from tests.integration.test_overload import Background, Tally, offer_request
+from tests.integration.support.http import http
+from tests.integration.support.load import Background, Tally, offer_request
 from toolkit.wait import wait_for, wait_until
 
 pytestmark = pytest.mark.integration

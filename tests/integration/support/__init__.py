@@ -1,0 +1,11 @@
+"""What the integration tests share, apart from their fixtures (those are in conftest.py).
+
+- `http`: one request to the stack or the simulator, the simulator's control API, and
+  one request to each endpoint.
+- `load`: open-loop load (one connection a request), CPU hogs, and the figures of a run.
+- `stack`: route configs derived from the committed one, and the stack's processes.
+- `jaeger_api`, `browser`: reading traces back from Jaeger, by its API and its web UI.
+- `podman`, `oci_runtime_no_rlimits`: containers; `schemathesis_hooks`: the fuzzer's checks.
+
+The sample requests are in `tests.samples` (the unit tests send them too).
+"""
