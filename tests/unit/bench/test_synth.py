@@ -15,7 +15,7 @@ from pricingctl.main import main
 from routing.env import EXTRA_ENDPOINTS_ENV
 from routing.load import load_routes
 from routing.model import RouteConfig
-from tests.unit.pricing.conftest import FakeGateway
+from tests.unit.support.gateway import FakeGateway
 
 
 def test_the_same_seed_writes_the_same_service(tmp_path: Path) -> None:

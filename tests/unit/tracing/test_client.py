@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from tests.unit.tracing.conftest import timing_path
+from tests.unit.support.timing import timing_path
 from tracing import attributes
 from tracing.client import (
     RequestTotals,

@@ -12,7 +12,7 @@ import time
 import gevent
 import pytest
 
-from tests.unit.tracing.conftest import timing_path
+from tests.unit.support.timing import timing_path
 from toolkit.wait import wait_until
 from tracing.timing import hub_block
 from tracing.timing.hub_block import HubBlockDetector, HubBlocked
