@@ -1,5 +1,6 @@
 """Fixtures of real processes on free ports: the upstream simulator, gunicorn pools,
-Envoy. They build on each other: routes -> a stack -> its upstreams reset around a test.
+Envoy. They build on each other, as in Flask's tutorial: routes -> a stack -> a client
+and a load generator on it (or its upstreams reset around a test).
 
 Each stack is started once per module and stopped by process group. When a
 process fails to start, the error carries the tail of its log. The helpers the
@@ -14,7 +15,8 @@ import pytest
 
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
-from tests.integration.support.http import reset_upstreams
+from tests.integration.support.http import Client, reset_upstreams
+from tests.integration.support.load import Load
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +53,26 @@ def shared_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) 
         yield stack
 
 
+@pytest.fixture(scope="module")
+def stack(split_stack: Stack) -> Stack:
+    """The stack a module's tests talk to: the split one, unless the module defines a
+    `stack` fixture of its own (its own config, or processes it kills)."""
+    return split_stack
+
+
 @pytest.fixture
-def fresh_upstreams(split_stack: Stack) -> Iterator[Stack]:
-    reset_upstreams(split_stack)
-    yield split_stack
-    reset_upstreams(split_stack)
+def client(stack: Stack) -> Client:
+    return Client(stack)
+
+
+@pytest.fixture
+def load(stack: Stack) -> Load:
+    return Load(stack)
+
+
+@pytest.fixture
+def fresh_upstreams(stack: Stack) -> Iterator[Stack]:
+    """The stack with the simulator's upstreams reset before and after the test."""
+    reset_upstreams(stack)
+    yield stack
+    reset_upstreams(stack)

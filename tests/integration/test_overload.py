@@ -17,8 +17,8 @@ import pytest
 from routing.model import Layout
 from stack.launch import Stack
 from stack.procfs import rss_kib
-from tests.integration.support.http import http, reset_upstreams, set_upstream
-from tests.integration.support.load import Tally, offer_request, open_loop, shed
+from tests.integration.support.http import Client, reset_upstreams, set_upstream
+from tests.integration.support.load import Load, Tally, offer_request, shed
 from tests.integration.support.stack import derived_config, stack_pids
 from tests.samples import OFFER_QUERY
 from toolkit.wait import wait_until
@@ -47,7 +47,7 @@ RSS_GROWTH_LIMIT_KIB = 64 * 1024  # per process, over the whole burst
 
 
 @pytest.fixture(scope="module")
-def small_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("overload")
     config = derived_config(tmp, SMALL_IO)
     assert config.pool("io").capacity == 10
@@ -103,38 +103,29 @@ def names_of(stack: Stack) -> dict[int, str]:
 
 
 @pytest.mark.slow
-def test_offer_burst_is_shed_fast_and_the_service_recovers(small_stack: Stack) -> None:
-    stack = small_stack
+def test_offer_burst_is_shed_fast_and_the_service_recovers(
+    stack: Stack, client: Client, load: Load
+) -> None:
     before = {pid: kib for pid, kib in RssSampler(stack).sample().items()}
     pids_before = stack_pids(stack)
-    calm = Tally(
-        open_loop(stack.url, offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
-    )
+    calm = load.open_loop(offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
     overflow_before = stack.envoy_stat("cluster.io_pool.upstream_rq_pending_overflow")
 
     with RssSampler(stack) as rss:
-        burst = Tally(
-            open_loop(
-                stack.url,
-                offer_request,
-                rate_per_s=BURST_RATE,
-                count=int(BURST_RATE * BURST_S),
-                timeout_s=10,
-            )
+        burst = load.open_loop(
+            offer_request, rate_per_s=BURST_RATE, count=int(BURST_RATE * BURST_S), timeout_s=10
         )
     overflow = stack.envoy_stat("cluster.io_pool.upstream_rq_pending_overflow") - overflow_before
 
     # Recovery: no restart, normal answers again within seconds.
     ended = time.monotonic()
     assert wait_until(
-        lambda: http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY}").status == 200,
+        lambda: client.get(f"/v1/offers/bike?{OFFER_QUERY}").status == 200,
         10,
         0.2,
     )
     recovered_s = time.monotonic() - ended
-    after = Tally(
-        open_loop(stack.url, offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
-    )
+    after = load.open_loop(offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
 
     names = names_of(stack)
     growth = {

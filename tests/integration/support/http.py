@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from routing.model import Route
@@ -22,6 +23,29 @@ def http(
 ) -> Reply:
     """One request; HTTP errors are returned, not raised."""
     return fetch(url, method=method, body=body, headers=headers, timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class Client:
+    """Requests to one stack through its Envoy, by path, as Flask's test client sends
+    them to an app; HTTP errors are returned, not raised."""
+
+    stack: Stack
+
+    def get(
+        self, path: str, headers: dict[str, str] | None = None, timeout_s: float = 10.0
+    ) -> Reply:
+        return http("GET", f"{self.stack.url}{path}", None, headers, timeout_s)
+
+    def post(
+        self,
+        path: str,
+        body: Any,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 10.0,
+    ) -> Reply:
+        """`body`: bytes as they are, anything else as JSON."""
+        return http("POST", f"{self.stack.url}{path}", body, headers, timeout_s)
 
 
 def set_upstream(stack: Stack, name: str, **settings: Any) -> None:

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.client import HTTPException
+from typing import Any
 
 from stack.launch import Stack
 from tests.integration.support.http import http
@@ -137,6 +138,21 @@ def open_loop(
     its own connection, each bounded by `timeout_s`. Takes count/rate + timeout_s at most;
     sends no more once `stop` is set (the requests sent are all waited for)."""
     return asyncio.run(_open_loop(url, make, rate_per_s, count, timeout_s, stop))
+
+
+@dataclass(frozen=True)
+class Load:
+    """Open-loop load on one stack, through its Envoy."""
+
+    stack: Stack
+
+    def open_loop(self, make: Callable[[int], bytes], **settings: Any) -> Tally:
+        """The figures of an `open_loop` run (same settings)."""
+        return Tally(open_loop(self.stack.url, make, **settings))
+
+    def background(self, make: Callable[[int], bytes], **settings: Any) -> Background:
+        """A `Background` run (same settings), to use in a `with`."""
+        return Background(self.stack.url, make, **settings)
 
 
 class Background:
