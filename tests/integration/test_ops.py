@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from routing.model import Layout, RouteConfig
-from stack.launch import PROJECT_ROOT, Stack
+from stack.launch import Stack
 from stack.ops import exclusive
 from stack.procfs import children
 from stack.state import Running, process_start, write_state
+from tests.integration.support.cli import pricingctl
 from tests.integration.support.http import FAST_MS, fixed_latency, reset_upstreams
 from tests.integration.support.load import (
     Background,
@@ -60,17 +60,6 @@ def mixed(i: int) -> bytes:
 
 def is_scooter(o: Outcome) -> bool:
     return o.index % 4 in (1, 3)
-
-
-def pricingctl(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pricingctl", *args],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
 
 
 def run_under_load(stack: Stack, *args: str) -> tuple[subprocess.CompletedProcess[str], Tally]:

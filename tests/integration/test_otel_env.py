@@ -6,7 +6,6 @@ to the pool's lines to its trace."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from stack.jaeger import JaegerPorts
 from stack.launch import Stack
 from tests.integration.support import jaeger_api
 from tests.integration.support.http import http, reset_upstreams, set_upstream
+from tests.integration.support.stack import json_lines
 from tests.samples import OFFER_PATH
 from toolkit.wait import wait_for, wait_until
 
@@ -98,15 +98,6 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
     assert client_tags["url.full"].startswith(f"{env_stack.simulator_url}/vehicles/v1/nearby?")
     # Nothing went to the span file: the endpoint was taken from the environment.
     assert not Path(env_stack.span_file).exists() or SERVICE not in env_stack.span_file.read_text()
-
-
-def json_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a log file (Envoy's file also holds its own plain warnings)."""
-    out = []
-    for line in path.read_text().splitlines():
-        if line.startswith("{"):
-            out.append(json.loads(line))
-    return out
 
 
 def test_one_request_is_followed_from_envoys_log_to_the_pools_log_to_its_trace(

@@ -27,6 +27,7 @@ from stack.jaeger import JaegerPorts
 from stack.launch import Stack
 from tests.integration.support import jaeger_api
 from tests.integration.support.http import http
+from tests.integration.support.stack import json_lines
 from tests.samples import OFFER_PATH, RIDE
 from toolkit.wait import wait_until
 from tracing.readback.spans import Span
@@ -61,10 +62,6 @@ def traced_stack(
     run_dir = tmp_path_factory.mktemp("telemetry-stack")
     with Stack.on_free_ports(all_traced_routes, Layout.SPLIT, run_dir, with_jaeger=True) as stack:
         yield stack
-
-
-def json_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
 
 
 def trace_of(stack: Stack, trace_id: str, services: set[str]) -> list[Span]:

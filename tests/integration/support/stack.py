@@ -1,9 +1,11 @@
-"""Route configs derived from the committed one, and views of a running stack's
-processes (the /proc readers themselves live in `stack.procfs`)."""
+"""Route configs derived from the committed one, and views of a running stack: its
+processes (the /proc readers themselves live in `stack.procfs`) and its JSON logs."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import RouteConfig
@@ -31,3 +33,8 @@ def accepting_workers(stack: Stack, pool: str) -> list[int]:
 def stack_pids(stack: Stack) -> dict[str, list[int]]:
     """Every process of the stack by part: the process started and its descendants."""
     return {name: [proc.pid, *descendants(proc.pid)] for name, proc in stack.procs.items()}
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a log file (Envoy's file also holds its own plain warnings)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
