@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from routing.model import Layout, RouteConfig
+from stack import jaeger
+from stack.jaeger import JaegerPorts
 from stack.launch import Stack
 from tests.integration.support.http import Client, reset_upstreams
 from tests.integration.support.load import Load
@@ -39,6 +41,18 @@ def hogged_routes(
     shared = replace(all_traced_routes.shared, keepalive_s=0)
     config = replace(all_traced_routes, shared=shared)
     return write_routes(config, tmp_path_factory.mktemp("hogged") / "routes.toml")
+
+
+@pytest.fixture(scope="module")
+def own_jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerPorts]:
+    """A Jaeger of the module's own, outside any stack (skipped where none is built)."""
+    if jaeger.cached_binary() is None:
+        pytest.skip("no Jaeger binary cached (make jaeger)")
+    proc, ports = jaeger.start(tmp_path_factory.mktemp("own-jaeger"))
+    try:
+        yield ports
+    finally:
+        proc.stop()
 
 
 @pytest.fixture(scope="module")

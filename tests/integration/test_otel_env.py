@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from routing.model import Layout, RouteConfig
-from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.launch import Stack
 from tests.integration.support import jaeger_api
@@ -28,24 +27,13 @@ SERVICE = "pricing-env-test"
 
 
 @pytest.fixture(scope="module")
-def env_jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerPorts]:
-    if jaeger.cached_binary() is None:
-        pytest.skip("no Jaeger binary cached (make jaeger)")
-    proc, ports = jaeger.start(tmp_path_factory.mktemp("env-jaeger"))
-    try:
-        yield ports
-    finally:
-        proc.stop()
-
-
-@pytest.fixture(scope="module")
 def env_stack(
     all_traced_routes: RouteConfig,
-    env_jaeger: JaegerPorts,
+    own_jaeger: JaegerPorts,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Stack]:
     env = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": env_jaeger.otlp_http_url,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": own_jaeger.otlp_http_url,
         "OTEL_SERVICE_NAME": SERVICE,
         "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=ci,team=fares",
     }
@@ -62,7 +50,7 @@ def jaeger_traces(ports: JaegerPorts, service: str) -> list[dict[str, Any]]:
 
 
 def test_spans_arrive_in_jaeger_under_the_configured_service_name(
-    env_stack: Stack, env_jaeger: JaegerPorts
+    env_stack: Stack, own_jaeger: JaegerPorts
 ) -> None:
     for _ in range(3):
         assert http("GET", f"{env_stack.url}{OFFER_PATH}").status == 200
@@ -73,7 +61,7 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
 
     # the exporter thread sends every 0.5 s
     traces: list[dict[str, Any]] = wait_for(
-        lambda: jaeger_traces(env_jaeger, SERVICE), 15, 0.7, until=offer_traced
+        lambda: jaeger_traces(own_jaeger, SERVICE), 15, 0.7, until=offer_traced
     )
     assert traces, f"no trace of service {SERVICE!r} in Jaeger"
     spans = [s for t in traces for s in t["spans"]]
@@ -101,7 +89,7 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
 
 
 def test_one_request_is_followed_from_envoys_log_to_the_pools_log_to_its_trace(
-    env_stack: Stack, env_jaeger: JaegerPorts
+    env_stack: Stack, own_jaeger: JaegerPorts
 ) -> None:
     set_upstream(env_stack, "vehicles", error_rate=1.0, error_status=503)
     try:
@@ -137,7 +125,7 @@ def test_one_request_is_followed_from_envoys_log_to_the_pools_log_to_its_trace(
 
     def in_jaeger() -> bool:
         try:
-            traces = jaeger_api.v1(env_jaeger.query_url, f"/api/traces/{trace_id}")
+            traces = jaeger_api.v1(own_jaeger.query_url, f"/api/traces/{trace_id}")
         except OSError:
             return False
         return bool(traces) and any(s["spanID"] == access[0]["span_id"] for s in traces[0]["spans"])

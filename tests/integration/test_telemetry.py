@@ -236,17 +236,6 @@ print(json.dumps({"exported": processor.exported_spans, "dropped": processor.dro
 """
 
 
-@pytest.fixture(scope="module")
-def own_jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerPorts]:
-    if jaeger.cached_binary() is None:
-        pytest.skip("no Jaeger binary cached (make jaeger)")
-    proc, ports = jaeger.start(tmp_path_factory.mktemp("own-jaeger"))
-    try:
-        yield ports
-    finally:
-        proc.stop()
-
-
 def run_worker(
     env: dict[str, str], tmp_path: Path, count: int = 3, pause_s: float = 0.0
 ) -> tuple[str, list[dict[str, Any]]]:
