@@ -1,4 +1,5 @@
-"""The sample requests the tests send: a bike offer's query and a rideshare quote's body.
+"""The sample requests the tests send: a bike offer's query and a rideshare quote's body,
+and the route labels spans, metrics and the timing core give those two routes.
 
 Unit tests send them to a Flask test client, integration tests through Envoy: one set
 of values, so a change to the API's input is made here once.
@@ -39,3 +40,7 @@ HOG_RIDE: dict[str, Any] = {
     "user_id": "hog",
     "requested_at": "2026-11-20T17:30:00Z",
 }
+
+#: The route labels ("METHOD path") of the two routes the tests use most.
+BIKE_ROUTE = "GET /v1/offers/bike"
+RIDE_ROUTE = "POST /v1/offers/rideshare"

@@ -17,7 +17,7 @@ from stack.launch import Stack
 from stack.procfs import children
 from tests.integration.support.http import http, reset_upstreams, set_upstream
 from tests.prometheus import Samples, samples, total, value
-from tests.samples import OFFER_PATH
+from tests.samples import BIKE_ROUTE, OFFER_PATH
 from toolkit.wait import wait_until
 from tracing.metrics import FLUSH_INTERVAL_S
 
@@ -32,7 +32,6 @@ BIKE_200 = {
     "pool": "io",
 }
 
-BIKE = "GET /v1/offers/bike"
 BATCH = "POST /v1/quotes/batch"
 HUB_BLOCKS = "pricing_hub_blocks_total"
 SENT = 12
@@ -81,7 +80,7 @@ def test_every_scrape_gives_the_pool_totals_and_a_dead_worker_keeps_its_counts(
                 scraped, "pricing_upstream_failures_total", upstream="promotions", reason="5xx"
             ),
             "failures": total(scraped, "pricing_upstream_failures_total"),
-            "handler": value(scraped, "pricing_handler_duration_seconds_count", route=BIKE),
+            "handler": value(scraped, "pricing_handler_duration_seconds_count", route=BIKE_ROUTE),
             "network": value(scraped, "pricing_upstream_network_seconds_count", upstream="routing"),
         }
 
@@ -173,4 +172,4 @@ def test_metrics_are_served_with_tracing_off(
         assert value(scraped, HTTP_COUNT, **BIKE_200) == 3
         assert value(scraped, "pricing_upstream_calls_total", upstream="routing") == 3
         # No gevent timing without tracing: those families stay empty.
-        assert value(scraped, "pricing_handler_duration_seconds_count", route=BIKE) == 0
+        assert value(scraped, "pricing_handler_duration_seconds_count", route=BIKE_ROUTE) == 0

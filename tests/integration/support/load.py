@@ -19,7 +19,7 @@ from typing import Any
 
 from stack.launch import Stack
 from tests.integration.support.http import http
-from tests.samples import HOG_RIDE, RIDE_BODY, offer_query
+from tests.samples import HOG_RIDE, RIDE_BODY, RIDE_ROUTE, offer_query
 
 #: A steady load of GET offers that the stack serves with room to spare: 8 s of them.
 OFFER_RATE, OFFER_COUNT = 25.0, 200
@@ -28,7 +28,7 @@ OFFER_RATE, OFFER_COUNT = 25.0, 200
 # Every other failure (reset, refused, 503, truncated reply) must be zero.
 STARVED_FRACTION = 0.05
 #: The route label of the quotes the hogs post, as spans and culprits name it.
-HOG_ROUTE = "POST /v1/offers/rideshare"
+HOG_ROUTE = RIDE_ROUTE
 D_MS = 60  # the exact delay every upstream answers with, in the tests beside the hogs
 
 
