@@ -1,7 +1,7 @@
 """How the tests themselves are put together, as Flask's tutorial does it: conftest
-files hold fixtures, which pytest hands to the tests; the helpers the tests call live
-in `support` packages (and `tests.samples`, `tests.prometheus`); no module imports a
-test module or a conftest. Imports inside functions count, and so do the scripts a
+files hold fixtures only, which pytest hands to the tests; the helpers the tests call
+live in `support` packages (and `tests.samples`, `tests.prometheus`); no module imports
+a test module or a conftest. Imports inside functions count, and so do the scripts a
 test hands a subprocess as a string."""
 
 from __future__ import annotations
@@ -79,6 +79,42 @@ def test_no_module_imports_a_test_module_or_a_conftest() -> None:
         if found:
             problems[str(path.relative_to(ROOT))] = found
     assert problems == {}, "move what they share into a support module or a fixture"
+
+
+def is_fixture(node: ast.FunctionDef) -> bool:
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if ast.unparse(target) in ("pytest.fixture", "fixture"):
+            return True
+    return False
+
+
+def not_fixtures(source: str) -> list[str]:
+    """The top-level functions and classes of a conftest that are not fixtures (a
+    private `_helper` of its fixtures excepted)."""
+    return [
+        node.name
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef)
+        and not node.name.startswith("_")
+        and not (isinstance(node, ast.FunctionDef) and is_fixture(node))
+    ]
+
+
+def test_conftest_files_hold_fixtures_only() -> None:
+    found = {
+        str(path.relative_to(ROOT)): not_fixtures(path.read_text())
+        for path in sorted(TESTS.rglob("conftest.py"))
+    }
+    assert len(found) >= 3
+    assert {path: names for path, names in found.items() if names} == {}, (
+        "helpers the tests call live in a support module"
+    )
+    assert not_fixtures("def http(): ...\nclass Fake: ...\n") == ["http", "Fake"]
+    assert (
+        not_fixtures("@pytest.fixture\ndef a(): ...\n@pytest.fixture(scope='module')\ndef b(): ...")
+        == []
+    )
 
 
 def test_the_check_sees_each_way_of_importing() -> None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -17,22 +19,28 @@ def gateway() -> FakeGateway:
     return FakeGateway()
 
 
-def _app(pool: str, routes: RouteConfig, gateway: FakeGateway) -> Flask:
-    app = create_app(pool, config=routes, gateway=gateway)
-    app.config["TESTING"] = True
-    return app
+@pytest.fixture
+def app_for(routes: RouteConfig, gateway: FakeGateway) -> Callable[[str], Flask]:
+    """The app of one pool ("io", "cpu" or "shared"), its upstreams the fake gateway."""
+
+    def make(pool: str) -> Flask:
+        app = create_app(pool, config=routes, gateway=gateway)
+        app.config["TESTING"] = True
+        return app
+
+    return make
 
 
 @pytest.fixture
-def io_client(routes: RouteConfig, gateway: FakeGateway) -> FlaskClient:
-    return _app("io", routes, gateway).test_client()
+def io_client(app_for: Callable[[str], Flask]) -> FlaskClient:
+    return app_for("io").test_client()
 
 
 @pytest.fixture
-def cpu_client(routes: RouteConfig, gateway: FakeGateway) -> FlaskClient:
-    return _app("cpu", routes, gateway).test_client()
+def cpu_client(app_for: Callable[[str], Flask]) -> FlaskClient:
+    return app_for("cpu").test_client()
 
 
 @pytest.fixture
-def shared_client(routes: RouteConfig, gateway: FakeGateway) -> FlaskClient:
-    return _app("shared", routes, gateway).test_client()
+def shared_client(app_for: Callable[[str], Flask]) -> FlaskClient:
+    return app_for("shared").test_client()
