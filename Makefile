@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup setup-dev run test unit lint render jaeger lock clean
+.PHONY: setup setup-dev run test unit lint render docs jaeger lock clean
 
 # Two hash-pinned locks made by `make lock`: requirements.lock (what the service runs)
 # and requirements-dev.lock (that plus pytest, ruff, mypy, matplotlib, the bench's
@@ -64,6 +64,11 @@ render: setup
 	$(VENV)/bin/pricingctl deploy render compose
 	$(VENV)/bin/pricingctl deploy render kubernetes
 
+# docs/cli.md, the command reference, written from pricingctl's own parsers
+# (tests/unit/pricingctl/test_clidoc.py fails when it is stale).
+docs: setup
+	$(PY) -m pricingctl.clidoc
+
 # Regenerate both locks after editing pyproject.toml (uv keeps the pins already in
 # them where it can). The runtime lock is constrained by the dev one, so the two
 # never disagree on a version. uv is fetched into a venv of its own: the service's
@@ -77,4 +82,4 @@ lock:
 	  --generate-hashes -q -o requirements.lock
 
 clean:
-	rm -rf $(VENV) .venv-uv .run .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-uv .venv-py* .run .pytest_cache .mypy_cache .ruff_cache

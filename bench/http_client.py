@@ -5,10 +5,11 @@ stack (Envoy, the split pools, the simulator with every upstream fixed at 100 ms
 Runs alternate the clients (`bench.run.run_arms`: a fresh stack per run, the
 same arrivals), each twice: with tracing off (what the decision reads: the client's
 own CPU) and traced (PRICING_TRACING=full, every request sampled: Envoy samples
-100 %), which is also the check that the network / scheduling
-split works with that client: its client spans must carry a network time near the
-upstream's fixed latency and a small scheduling delay (no CPU load shares the io
-worker). Per client and mode: the io pool's CPU per offer and per upstream call (three
+100 %); the pools run the benchmark's app entry (`bench.pool_app`) with the client's
+adapter (`bench.clients`). The traced run is also the check that the network /
+scheduling split works with that client: its client spans must carry a network time
+near the upstream's fixed latency and a small scheduling delay (no CPU load shares the
+io worker). Per client and mode: the io pool's CPU per offer and per upstream call (three
 calls per offer), and the offers' p50/p99.
 """
 
@@ -18,13 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import pool_app
+from bench.clients import CLIENTS, OURS
 from bench.progress import Progress
 from bench.run import Arm, LoadSettings, RunResult, run_arms
 from bench.stats import GroupStats, Rows
 from bench.traffic import OFFER_KINDS
-from pricing.upstream.client_choice import CLIENTS, OURS
-from routing.env import HTTP_CLIENT_ENV
 from routing.model import Layout, RouteConfig
+from toolkit.contract import TRACING_ENV
 
 SCHEMA = "pricingservice.bench.http-client/1"
 CALLS_PER_OFFER = 3
@@ -56,7 +58,7 @@ def arms(clients: Sequence[str] = CLIENTS) -> tuple[Arm, ...]:
             f"client-{client}{'-traced' if traced else ''}-r{{repeat}}",
             # Traced: Envoy samples every request (the route config's default is 1 %).
             sample_percent=100.0 if traced else None,
-            env={HTTP_CLIENT_ENV: client},
+            app=pool_app.entry(client=client),
         )
         for client in clients
         for traced in (False, True)
@@ -95,7 +97,7 @@ def run_http_client(
         "settings": {
             **settings.to_json(workers=workers, repeats=repeats),
             "upstream_latency": f"every upstream fixed {settings.upstream_ms:g} ms",
-            "modes": "tracing off; traced: PRICING_TRACING=full, every request sampled",
+            "modes": f"tracing off; traced: {TRACING_ENV}=full, every request sampled",
             "calls_per_offer": CALLS_PER_OFFER,
         },
         "clients": per_client,

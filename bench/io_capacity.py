@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from bench.run import (
     DRIVER,
     STACK_START_EST_S,
     LoadSettings,
+    RunResult,
     measure,
     pin_pool,
     prepared_config,
@@ -52,6 +53,36 @@ def step_rates(start_rps: float, step_rps: float, max_rps: float) -> list[float]
         rates.append(r)
         r += step_rps
     return rates
+
+
+def _search(step: Callable[[float], bool], rates: list[float]) -> None:
+    """Step the rate up until a step fails twice; then one step halfway back."""
+    last_pass = 0.0
+    for rate in rates:
+        # On a shared machine one noisy step should not end the search: a failed
+        # step is run once more (on a fresh stack) before it counts.
+        if step(rate) or step(rate):
+            last_pass = rate
+            continue
+        # Confirmed failure: one step halfway back narrows the capacity down.
+        middle = (last_pass + rate) / 2
+        if last_pass > 0 and rate - middle >= MIN_REFINE_RPS:
+            step(middle)
+        break
+
+
+def _step_record(
+    rate: float, run: RunResult, stats: GroupStats, passed: bool, started: int
+) -> dict[str, Any]:
+    """One step of the search, as results.json keeps it."""
+    return {
+        "rate_rps": rate,
+        **stats.to_json(),
+        "passed": passed,
+        "stack": started,
+        "cpu_use_pct": {name: round(c.cpu_pct, 2) for name, c in run.cpu.items() if name != DRIVER},
+        "io_worker_cpu_ms_per_offer": _cpu_ms_per_offer(run.cpu, stats),
+    }
 
 
 def run_io_capacity(
@@ -93,18 +124,7 @@ def run_io_capacity(
             and (stats.within_deadline or 0.0) >= WITHIN_DEADLINE_MIN
             and stats.rps >= SERVED_FRACTION_MIN * stats.offered_rps
         )
-        steps.append(
-            {
-                "rate_rps": rate,
-                **stats.to_json(),
-                "passed": passed,
-                "stack": stacks.started,
-                "cpu_use_pct": {
-                    name: round(c.cpu_pct, 2) for name, c in run.cpu.items() if name != DRIVER
-                },
-                "io_worker_cpu_ms_per_offer": _cpu_ms_per_offer(run.cpu, stats),
-            }
-        )
+        steps.append(_step_record(rate, run, stats, passed, stacks.started))
         if progress is not None:
             progress.note(
                 f"io-capacity {rate:g}/s: p99 {stats.p99_ms:.0f} ms, "
@@ -116,18 +136,7 @@ def run_io_capacity(
 
     driver_cores = os.sched_getaffinity(0)
     try:
-        last_pass = 0.0
-        for rate in step_rates(start_rps, step_rps, max_rps):
-            # On a shared machine one noisy step should not end the search: a failed
-            # step is run once more (on a fresh stack) before it counts.
-            if step(rate) or step(rate):
-                last_pass = rate
-                continue
-            # Confirmed failure: one step halfway back narrows the capacity down.
-            middle = (last_pass + rate) / 2
-            if last_pass > 0 and rate - middle >= MIN_REFINE_RPS:
-                step(middle)
-            break
+        _search(step, step_rates(start_rps, step_rps, max_rps))
     finally:
         stacks.discard()
         os.sched_setaffinity(0, driver_cores)

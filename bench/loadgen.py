@@ -28,7 +28,8 @@ Timing: epoll waits in whole milliseconds (rounded up), so a request may leave u
 to ~1 ms after its due time; that lateness is recorded per request (`lag_s`) and,
 like every other delay, counted in its latency.
 
-Run by the driver as `python -m bench.loadgen PLAN.json OUT.json`: it prints
+Run by the driver as a child process (`bench.run.LoadgenProcess`: `main` with PLAN.json
+OUT.json): it prints
 `ready` once the schedule is built, reads the start time (time.monotonic(), which
 is CLOCK_MONOTONIC and so the same clock in every process) from stdin, runs,
 writes OUT.json and exits.
@@ -522,7 +523,7 @@ def run_plan(plan: Plan, schedule: Sequence[Arrival], start_at: float) -> dict[s
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        print("usage: python -m bench.loadgen PLAN.json OUT.json", file=sys.stderr)
+        print("usage: loadgen PLAN.json OUT.json", file=sys.stderr)
         return 2
     plan = Plan.from_json(json.loads(Path(args[0]).read_text(encoding="utf-8")))
     # The whole schedule is built before `ready`: nothing is left to prepare once the
@@ -541,7 +542,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     Path(args[1]).write_text(json.dumps(result), encoding="utf-8")
     print("done", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

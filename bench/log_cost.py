@@ -1,22 +1,23 @@
-"""What the pool's access line costs per request (gunicorn_conf.json_logs): written
-directly (gunicorn's own stream or file handler, the default), through ``logging``
-(what any other handler set-up takes), and turned off (``PRICING_ACCESS_LOG=off``).
+"""`pricingctl bench log-cost`: what the pool's access line costs per request
+(gunicorn_conf.json_logs): written directly (gunicorn's own stream or file handler, the
+default), through ``logging`` (what any other handler set-up takes), and turned off
+(``PRICING_ACCESS_LOG=off``).
 
-    python -m bench.log_cost [--n 20000]
+    pricingctl bench log-cost [--n 20000]
 
 Prints microseconds per request line (best of 5 runs), written to a file in a
-temporary directory.
+temporary directory; ``log_cost.json`` in ``--out``.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import logging
 import tempfile
 import timeit
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 
 def _measure(directory: Path, n: int) -> dict[str, float]:
@@ -63,15 +64,20 @@ def _measure(directory: Path, n: int) -> dict[str, float]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.log_cost")
-    parser.add_argument("--n", type=int, default=20_000, help="lines per run")
-    args = parser.parse_args(argv)
+SCHEMA = "pricingservice.bench.log-cost/1"
+
+
+def run_log_cost(n: int) -> dict[str, Any]:
+    """Microseconds per access line, each path the best of 5 runs of *n* lines."""
     with tempfile.TemporaryDirectory() as directory:
-        for name, us in _measure(Path(directory), args.n).items():
-            print(f"{name:<32} {us:6.2f} us")
-    return 0
+        costs = _measure(Path(directory), n)
+    return {"schema": SCHEMA, "settings": {"lines": n, "runs": 5}, "us": costs}
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def write_log_cost(doc: dict[str, Any], out: Path) -> str:
+    """log_cost.json; returns the summary to print (a `<label> <value> us` line each)."""
+    from bench.report import write_json
+
+    write_json(out / "log_cost.json", doc)
+    lines = [f"{name:<32} {us:6.2f} us" for name, us in doc["us"].items()]
+    return "\n".join([*lines, f"wrote {out / 'log_cost.json'}"])

@@ -1,25 +1,31 @@
-"""What the metrics cost a worker, in prometheus_client's multiprocess mode (each
-value an mmap'ed file write, what the pools run) and in-process.
+"""`pricingctl bench metrics-cost`: what the metrics cost a worker, in prometheus_client's
+multiprocess mode (each value an mmap'ed file write, what the pools run) and in-process.
 
-    python -m bench.metrics_cost [--n 200000]
+    pricingctl bench metrics-cost [--n 200000]
 
 Prints microseconds (best of 5 runs) for: an observation on the request path
 (``PoolMetrics``: an in-process counter or histogram), the same observation made
 directly on prometheus_client (what the request path paid before the flush), what one
 offer adds in all (RED + three upstream calls + the timing histograms: 22
 observations), and the flush that folds one second of a busy worker's counts (100
-offers) into prometheus_client, per flush and spread over its offers.
+offers) into prometheus_client, per flush and spread over its offers. prometheus_client
+picks its mode once, at import: each mode is measured in a child interpreter of its own
+(``child``); ``metrics_cost.json`` in ``--out``.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 import timeit
+from pathlib import Path
+from typing import Any
+
+from toolkit.contract import MULTIPROC_DIR_ENV
 
 
 def _measure(n: int) -> dict[str, float]:
@@ -71,26 +77,46 @@ def _measure(n: int) -> dict[str, float]:
 OFFERS_PER_FLUSH = 100
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.metrics_cost")
-    parser.add_argument("--n", type=int, default=200_000, help="observations per run")
-    parser.add_argument("--child", choices=("mmap", "memory"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        for name, us in _measure(args.n).items():
-            print(f"{args.child:<7} {name:<32} {us:7.2f} us")
-        return 0
-    # prometheus_client picks its mode at import: one child process per mode.
+SCHEMA = "pricingservice.bench.metrics-cost/1"
+MODES = ("mmap", "memory")
+
+
+def child(mode: str, n: int) -> None:
+    """In the child interpreter: measure, print the figures as JSON."""
+    print(json.dumps(_measure(n)))
+
+
+def run_metrics_cost(n: int) -> dict[str, Any]:
+    """Microseconds per operation, by mode, each the best of 5 runs."""
+    from bench.run import BenchError
+
+    out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as directory:
-        for mode in ("mmap", "memory"):
+        for mode in MODES:
             env = dict(os.environ)
-            env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            env.pop(MULTIPROC_DIR_ENV, None)
             if mode == "mmap":
-                env["PROMETHEUS_MULTIPROC_DIR"] = directory
-            argv_child = ["-m", "bench.metrics_cost", "--child", mode, "--n", str(args.n)]
-            subprocess.run([sys.executable, *argv_child], env=env, check=True)
-    return 0
+                env[MULTIPROC_DIR_ENV] = directory
+            code = f"from bench.metrics_cost import child; child({mode!r}, {n})"
+            done = subprocess.run(
+                [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+            )
+            if done.returncode != 0:
+                lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+                raise BenchError(f"metrics-cost, {mode} mode: {lines[-1]}")
+            out[mode] = json.loads(done.stdout)
+    return {"schema": SCHEMA, "settings": {"observations": n, "runs": 5}, "us": out}
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def write_metrics_cost(doc: dict[str, Any], out: Path) -> str:
+    """metrics_cost.json; returns the summary to print (a `<mode> <label> <value> us` line
+    each)."""
+    from bench.report import write_json
+
+    write_json(out / "metrics_cost.json", doc)
+    lines = [
+        f"{mode:<7} {name:<32} {us:7.2f} us"
+        for mode, costs in doc["us"].items()
+        for name, us in costs.items()
+    ]
+    return "\n".join([*lines, f"wrote {out / 'metrics_cost.json'}"])

@@ -286,8 +286,17 @@ def _ratios(layouts: Mapping[str, Any]) -> dict[str, object]:
 
 
 def targets(doc: Mapping[str, Any], workers: int) -> list[Target]:
+    """Every target of the comparison against what this run measured."""
     layouts = doc["layouts"]
-    floor_p99 = float(doc["upstream_floor_ms"])
+    return [
+        *_split_targets(layouts, float(doc["upstream_floor_ms"])),
+        *_ratio_targets(doc, workers),
+        *_breakdown_targets(layouts),
+        *_helper_targets(layouts),
+    ]
+
+
+def _split_targets(layouts: Mapping[str, Any], floor_p99: float) -> list[Target]:
     out: list[Target] = []
     split = layouts.get("split")
     if split is not None:
@@ -310,6 +319,12 @@ def targets(doc: Mapping[str, Any], workers: int) -> list[Target]:
                 within >= SPLIT_WITHIN_DEADLINE_MIN,
             )
         )
+    return out
+
+
+def _ratio_targets(doc: Mapping[str, Any], workers: int) -> list[Target]:
+    out: list[Target] = []
+    layouts = doc["layouts"]
     ratio = doc.get("ratios", {}).get("offers_p99_shared_over_split")
     if ratio is not None:
         per_repeat = doc["ratios"]["offers_p99_shared_over_split_per_repeat"]
@@ -331,6 +346,11 @@ def targets(doc: Mapping[str, Any], workers: int) -> list[Target]:
                 ratio >= SHARED_OVER_SPLIT_P99_MIN if workers == 3 else None,
             )
         )
+    return out
+
+
+def _breakdown_targets(layouts: Mapping[str, Any]) -> list[Target]:
+    out: list[Target] = []
     for name, lay in layouts.items():
         bd = lay.get("time_breakdown", {})
         if "adds_up" not in bd:
@@ -354,6 +374,11 @@ def targets(doc: Mapping[str, Any], workers: int) -> list[Target]:
                 a["share"] >= ADDS_UP_MIN,
             )
         )
+    return out
+
+
+def _helper_targets(layouts: Mapping[str, Any]) -> list[Target]:
+    out: list[Target] = []
     for component in ("loadgen", "simulator"):
         worst = max(
             (

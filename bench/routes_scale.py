@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from bench import pool_app
 from bench.loadgen import run_open_loop
 from bench.run import BenchError
 from bench.schedule import mixed_schedule
@@ -34,7 +35,6 @@ from bench.spans import env_for
 from bench.synth import Synth, synthesize
 from bench.traffic import OFFER_KINDS, PreparedRequest, Target, build_request, targets_for
 from routing.check import check_endpoints
-from routing.env import EXTRA_ENDPOINTS_ENV
 from routing.envoy import envoy_config, render_envoy, render_xds
 from routing.load import load_routes
 from routing.model import Layout, RouteConfig
@@ -84,11 +84,10 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - started
 
 
-def config_figures(config: RouteConfig, extra: Mapping[str, str]) -> dict[str, Any]:
-    """Render, check and validate times, and Envoy's config size, for *config*."""
-    import os
-
-    from pricing.web.views import META_VIEWS, endpoints
+def config_figures(config: RouteConfig, synth: Synth | None = None) -> dict[str, Any]:
+    """Render, check and validate times, and Envoy's config size, for *config* (its
+    endpoints: the service's, and *synth*'s)."""
+    from pricing.web.views import ENDPOINTS, META_VIEWS
     from tracing import metrics
 
     def render() -> int:
@@ -96,20 +95,12 @@ def config_figures(config: RouteConfig, extra: Mapping[str, str]) -> dict[str, A
         return len(render_envoy(config, Layout.SPLIT)) + sum(len(t) for t in files.values())
 
     size, render_s = _timed(render)
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
+    known = {*ENDPOINTS, *(synth.spec["endpoints"] if synth is not None else ())}
 
-        def check() -> list[str]:
-            return check_endpoints(config, set(endpoints()), {*META_VIEWS, metrics.ENDPOINT})
+    def check() -> list[str]:
+        return check_endpoints(config, known, {*META_VIEWS, metrics.ENDPOINT})
 
-        problems, check_s = _timed(check)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    problems, check_s = _timed(check)
     if problems:
         raise BenchError(f"routes check: {problems[0]}")
     document = yaml.safe_dump(envoy_config(config, Layout.SPLIT), sort_keys=False)
@@ -189,8 +180,8 @@ def placement_score(synth: Synth, moves: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def _started(config: RouteConfig, run_dir: Path, env: Mapping[str, str]) -> tuple[Stack, float]:
-    stack = Stack.on_free_ports(config, Layout.SPLIT, run_dir, extra_env={**env_for("full"), **env})
+def _started(config: RouteConfig, run_dir: Path, app: str | None) -> tuple[Stack, float]:
+    stack = Stack.on_free_ports(config, Layout.SPLIT, run_dir, extra_env=env_for("full"), app=app)
     try:
         _, up_s = _timed(stack.start)
     except StartError as exc:
@@ -202,9 +193,9 @@ def _started(config: RouteConfig, run_dir: Path, env: Mapping[str, str]) -> tupl
 def run_service(
     config: RouteConfig, run_dir: Path, settings: ScaleSettings, synth: Synth | None
 ) -> dict[str, Any]:
-    env = {EXTRA_ENDPOINTS_ENV: str(synth.spec_path)} if synth is not None else {}
-    out = config_figures(config, env)
-    stack, out["up_s"] = _started(config, run_dir, env)
+    app = pool_app.entry(spec=synth.spec_path) if synth is not None else None
+    out = config_figures(config, synth)
+    stack, out["up_s"] = _started(config, run_dir, app)
     try:
         out.update(offers_cpu(stack, settings.offers_s))
         if synth is not None:

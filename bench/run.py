@@ -211,9 +211,11 @@ def running_stack(
     tracing: bool | str,
     with_jaeger: bool = False,
     env: Mapping[str, str] | None = None,
+    app: str | None = None,
 ) -> Iterator[Stack]:
     """A started stack on free ports; stopped (by process group) however the block ends.
-    `env` is added to the pools' environment."""
+    `env` is added to the pools' environment; `app` is the WSGI app they serve
+    (`Stack.app`; None: the service's own)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     stack = Stack.on_free_ports(
         config,
@@ -221,6 +223,7 @@ def running_stack(
         run_dir,
         extra_env={**env_for(tracing, jaeger=with_jaeger), **(env or {})},
         with_jaeger=with_jaeger,
+        app=app,
     )
     try:
         stack.start()
@@ -299,9 +302,14 @@ def _self_cpu_s() -> float:
 # --- the load generator process ----------------------------------------------------------
 
 
+#: The load generator's process: a child of the part that runs it, never a command.
+LOADGEN_CHILD = "import sys; from bench.loadgen import main; sys.exit(main())"
+
+
 class LoadgenProcess:
-    """`python -m bench.loadgen` as a `Proc` (its own session, killed by group, dying
-    with the driver), told when to start over its stdin; mutable (it owns a live process)."""
+    """The load generator (`bench.loadgen.main`) as a `Proc` (its own process and session,
+    killed by group, dying with the driver), told when to start over its stdin; mutable
+    (it owns a live process)."""
 
     def __init__(self, plan: Plan, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -309,7 +317,7 @@ class LoadgenProcess:
         self.out_path = run_dir / "loadgen.out.json"
         self.plan_path.write_text(json.dumps(plan.to_json()), encoding="utf-8")
         self.out_path.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "bench.loadgen", str(self.plan_path), str(self.out_path)]
+        argv = [sys.executable, "-c", LOADGEN_CHILD, str(self.plan_path), str(self.out_path)]
         log_path = run_dir / "logs" / "loadgen.log"
         self.proc = Proc("loadgen", argv, log_path, cwd=PROJECT_ROOT, piped=True).start()
         assert self.proc.popen is not None
@@ -398,6 +406,74 @@ def _sleep_until(deadline: float, progress: Progress | None, check: Callable[[],
 # --- one run -----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Window:
+    """What one run's measured window saw: the generator's results, CPU per component,
+    Envoy's counters over the window, and the window in wall-clock ns."""
+
+    doc: dict[str, Any]
+    cpu: dict[str, ComponentCpu]
+    envoy: dict[str, int]
+    wall_ns: tuple[int, int]
+
+
+def _measured_window(
+    stack: Stack,
+    gen: LoadgenProcess,
+    start_at: float,
+    settings: LoadSettings,
+    label: str,
+    progress: Progress | None,
+) -> _Window:
+    """Warm-up, the measured window (CPU and Envoy's counters either side), the drain."""
+
+    def check() -> None:
+        dead = stack.dead()
+        if dead:
+            raise BenchError(
+                f"{', '.join(dead)} exited during the {label} run "
+                f"(logs in {stack.run_dir / 'logs'})"
+            )
+        # It may finish early (its last arrival answered before the window ends);
+        # only a failure is an error.
+        if not gen.alive() and gen.popen.returncode != 0:
+            raise gen.failure(f"exited with code {gen.popen.returncode} during the run")
+
+    if progress is not None:
+        progress.step(f"{label}: warm-up", settings.warmup_s)
+    _sleep_until(start_at + settings.warmup_s, progress, check)
+    roots = _component_roots(stack, gen.pid)
+    before = Snapshot.take(roots)
+    envoy_before = _envoy_counters(stack)
+    driver_before = _self_cpu_s()
+    wall_start = time.time_ns()
+    t_before = time.monotonic()
+    if progress is not None:
+        progress.step(f"{label}: measuring", settings.duration_s)
+    _sleep_until(start_at + settings.total_s, progress, check)
+    after = Snapshot.take(roots)
+    t_after = time.monotonic()
+    wall_end = time.time_ns()
+    driver_after = _self_cpu_s()
+    if progress is not None:
+        progress.step(f"{label}: draining", DRAIN_EST_S)
+    doc = gen.result(timeout_s=settings.timeout_s + 60)
+    envoy_after = _envoy_counters(stack)
+    window = t_after - t_before
+    driver_s = driver_after - driver_before
+    driver = ComponentCpu(
+        cpu_s=driver_s,
+        cpu_pct=100.0 * driver_s / window,
+        processes_pct={os.getpid(): 100.0 * driver_s / window},
+    )
+    return _Window(
+        doc=doc,
+        cpu=usage(before, after, window, extra={DRIVER: driver}),
+        envoy={k: envoy_after[k] - envoy_before.get(k, 0) for k in envoy_after},
+        wall_ns=(wall_start, wall_end),
+    )
+
+
 def measure(
     stack: Stack,
     targets: Sequence[Target],
@@ -427,49 +503,10 @@ def measure(
         gen.wait_ready()
         start_at = start_together.wait() if start_together else time.monotonic() + _START_MARGIN_S
         gen.start(start_at)
-
-        def check() -> None:
-            dead = stack.dead()
-            if dead:
-                raise BenchError(
-                    f"{', '.join(dead)} exited during the {label} run "
-                    f"(logs in {stack.run_dir / 'logs'})"
-                )
-            # It may finish early (its last arrival answered before the window ends);
-            # only a failure is an error.
-            if not gen.alive() and gen.popen.returncode != 0:
-                raise gen.failure(f"exited with code {gen.popen.returncode} during the run")
-
-        if progress is not None:
-            progress.step(f"{label}: warm-up", settings.warmup_s)
-        _sleep_until(start_at + settings.warmup_s, progress, check)
-        roots = _component_roots(stack, gen.pid)
-        before = Snapshot.take(roots)
-        envoy_before = _envoy_counters(stack)
-        driver_before = _self_cpu_s()
-        wall_start = time.time_ns()
-        t_before = time.monotonic()
-        if progress is not None:
-            progress.step(f"{label}: measuring", settings.duration_s)
-        _sleep_until(start_at + settings.total_s, progress, check)
-        after = Snapshot.take(roots)
-        t_after = time.monotonic()
-        wall_end = time.time_ns()
-        driver_after = _self_cpu_s()
-        if progress is not None:
-            progress.step(f"{label}: draining", DRAIN_EST_S)
-        doc = gen.result(timeout_s=settings.timeout_s + 60)
-        envoy_after = _envoy_counters(stack)
+        window = _measured_window(stack, gen, start_at, settings, label, progress)
     finally:
         gen.stop()
-    window = t_after - t_before
-    driver_s = driver_after - driver_before
-    driver = ComponentCpu(
-        cpu_s=driver_s,
-        cpu_pct=100.0 * driver_s / window,
-        processes_pct={os.getpid(): 100.0 * driver_s / window},
-    )
-    cpu = usage(before, after, window, extra={DRIVER: driver})
+    doc, cpu, wall_start = window.doc, window.cpu, window.wall_ns[0]
     samples = Samples.from_json(doc["samples"])
     floor = configured_floor
     traced_calls = None
@@ -487,9 +524,9 @@ def measure(
         cpu=cpu,
         floor=floor,
         spans=None,  # read by with_spans() once the stack has stopped
-        envoy={k: envoy_after[k] - envoy_before.get(k, 0) for k in envoy_after},
+        envoy=window.envoy,
         connections_opened=int(doc.get("connections_opened", 0)),
-        window_wall_ns=(wall_start, wall_end),
+        window_wall_ns=window.wall_ns,
         pools={p.name: p.workers for p in stack.config.pools_for(stack.layout)},
         traced_upstream_calls=traced_calls,
     )
@@ -550,8 +587,11 @@ class Arm:
     run_name: str
     # Envoy's sampling percentage (None: the load settings', else the route config's).
     sample_percent: float | None = None
-    # More of the pools' environment (e.g. the HTTP client library).
+    # More of the pools' environment.
     env: Mapping[str, str] = field(default_factory=dict)
+    # The WSGI app the pools serve (`Stack.app`: e.g. another HTTP client library's,
+    # `bench.pool_app`); None: the service's own.
+    app: str | None = None
 
     @property
     def traced(self) -> bool:
@@ -598,6 +638,7 @@ def _arm_stack(
         tracing=arm.tracing,
         with_jaeger=settings.jaeger and arm.traced,
         env=arm.env,
+        app=arm.app,
     )
 
 

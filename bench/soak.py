@@ -65,6 +65,45 @@ def _apply_change(config: RouteConfig) -> RouteConfig:
     return replace(config, routes=routes)
 
 
+def _sample(stack: Stack, series: dict[int, dict[str, Any]], at_s: float) -> None:
+    """RSS and open descriptors of every process of the stack, now."""
+    for pid, label in _processes(stack).items():
+        row = series.setdefault(pid, {"label": label, "t": [], "rss": [], "fds": []})
+        row["t"].append(at_s)
+        row["rss"].append(rss_kib(pid))
+        row["fds"].append(open_fds(pid))
+
+
+KILL_POOLS = ("io", "cpu")
+
+
+def _kill_a_worker(stack: Stack, events: list[Event], rng: random.Random, at_s: float) -> None:
+    """SIGKILL one worker, of the io and the cpu pool in turn."""
+    pool = KILL_POOLS[len([e for e in events if "SIGKILL" in e.what]) % len(KILL_POOLS)]
+    victims = children(stack.procs[f"pool-{pool}"].pid)
+    if victims:
+        victim = rng.choice(victims)
+        os.kill(victim, signal.SIGKILL)
+        events.append(Event(at_s, f"SIGKILL {pool} worker {victim}"))
+
+
+def _apply(stack: Stack, prepared: RouteConfig, events: list[Event], start: float) -> None:
+    """`routes apply` of the changed timeout, under the load."""
+    began = time.monotonic()
+    lines: list[str] = []
+    try:
+        ops.apply_routes(stack.running(), _apply_change(prepared), lines.append)
+    except ops.OpsError as exc:
+        raise BenchError(f"soak: routes apply failed: {exc}") from None
+    events.append(
+        Event(
+            began - start,
+            f"routes apply ({APPLY_ENDPOINT} timeout {APPLY_TIMEOUT_MS} ms, "
+            f"{time.monotonic() - began:.0f} s, {len(lines)} steps)",
+        )
+    )
+
+
 def run_soak(
     config: RouteConfig,
     settings: LoadSettings,
@@ -99,41 +138,17 @@ def run_soak(
             progress.step(f"soak: {total_s / 60:.1f} min of mixed load", total_s)
             next_sample, next_kill = start, start + kill_every_s
             applied = False
-            kill_pools = ["io", "cpu"]
             while time.monotonic() < start + total_s:
                 now = time.monotonic()
                 if now >= next_sample:
-                    for pid, label in _processes(stack).items():
-                        row = series.setdefault(
-                            pid, {"label": label, "t": [], "rss": [], "fds": []}
-                        )
-                        row["t"].append(round(now - start, 2))
-                        row["rss"].append(rss_kib(pid))
-                        row["fds"].append(open_fds(pid))
+                    _sample(stack, series, round(now - start, 2))
                     next_sample += sample_every_s
                 if now >= next_kill:
-                    pool = kill_pools[len([e for e in events if "SIGKILL" in e.what]) % 2]
-                    victims = children(stack.procs[f"pool-{pool}"].pid)
-                    if victims:
-                        victim = rng.choice(victims)
-                        os.kill(victim, signal.SIGKILL)
-                        events.append(Event(now - start, f"SIGKILL {pool} worker {victim}"))
+                    _kill_a_worker(stack, events, rng, now - start)
                     next_kill += kill_every_s
                 if not applied and now >= start + total_s / 2:
                     applied = True
-                    began = time.monotonic()
-                    lines: list[str] = []
-                    try:
-                        ops.apply_routes(stack.running(), _apply_change(prepared), lines.append)
-                    except ops.OpsError as exc:
-                        raise BenchError(f"soak: routes apply failed: {exc}") from None
-                    events.append(
-                        Event(
-                            began - start,
-                            f"routes apply ({APPLY_ENDPOINT} timeout {APPLY_TIMEOUT_MS} ms, "
-                            f"{time.monotonic() - began:.0f} s, {len(lines)} steps)",
-                        )
-                    )
+                    _apply(stack, prepared, events, start)
                 dead = stack.dead()
                 if dead:
                     raise BenchError(f"soak: {', '.join(dead)} exited (logs in {stack.run_dir})")

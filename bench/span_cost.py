@@ -1,14 +1,15 @@
-"""What a sampled request's spans cost in CPU: one server span and three client spans,
-as the io pool makes them for an offer, through the worker's real tracing set-up.
+"""`pricingctl bench span-cost`: what a sampled request's spans cost in CPU: one server
+span and three client spans, as the io pool makes them for an offer, through the
+worker's real tracing set-up.
 
-    python -m bench.span_cost [--requests 400] [--repeat 7] [--profile]
+    pricingctl bench span-cost [--requests 400] [--repeat 7] [--profile]
 
 The set-up is ``tracing.server.setup_worker`` (the provider, its ``QueryRedactor`` and
 ``ThreadedSpanProcessor``, the span-file exporter writing to a temporary file). A request
-goes through what the pool's hooks run (``tracing.server.init_app``): the server span
+goes through what the pool's hooks run (``tracing.flask_tracing``): the server span
 (``tracing.server_span``, or its context alone when built at the end), three upstream
 calls through ``TracingCallObserver`` with their timing attributes and reply event, the
-request's attributes and events (``tracing.server._account``), the server span's end.
+request's attributes and events (``tracing.request_spans.account``), the server span's end.
 The timing core is not measured here: its measurements are replaced by fixed, realistic
 ones, so a call's attributes are the ones a real call gets (culprits included).
 
@@ -24,12 +25,12 @@ so other processes' load drops out):
   (the processor's batch size), per span and per request (4 spans);
 - the sum, per request and per span.
 
-``--profile`` prints cProfile's top functions for each of the two parts.
+``--profile`` prints cProfile's top functions for each of the two parts instead.
+Written to ``span_cost.json`` in ``--out``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import cProfile
 import os
@@ -42,7 +43,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from routing.edge import ENVOY_START_HEADER as START_HEADER
+from toolkit.contract import ENVOY_START_HEADER as START_HEADER
 
 ROUTE = "GET /v1/offers/bike"
 SPANS_PER_REQUEST = 4
@@ -129,9 +130,9 @@ class _FixedMeasurement:
 
 @dataclass(frozen=True)
 class _Rig:
-    worker: Any  # tracing.server.WorkerTracing
+    worker: Any  # tracing.worker.WorkerTracing
     observer: Any  # tracing.client.TracingCallObserver
-    tracer: Any  # taken once, as tracing.server.init_app does (get_tracer makes a new one)
+    tracer: Any  # taken once, as tracing.flask_tracing does (get_tracer makes a new one)
 
 
 @contextlib.contextmanager
@@ -186,13 +187,13 @@ class _NoWake:
 
 
 def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:
-    """What ``tracing.server.init_app``'s hooks and the io pool's view do for an offer.
+    """What ``tracing.flask_tracing``'s hooks and the io pool's view do for an offer.
     *build*: a sampled request's spans built at its end (``tracing.span_records``: what a
     request Envoy sampled gets), else live SDK spans (a request without Envoy's decision)."""
     from opentelemetry import context, trace
     from opentelemetry.trace import NonRecordingSpan
 
-    from tracing import server
+    from tracing import request_spans
     from tracing.client import RequestTotals, SampledTrace, request_totals
     from tracing.server_span import (
         end_server_span,
@@ -210,7 +211,7 @@ def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:
         sampled = SampledTrace(*parsed, rig.worker.spans.new_span_id)
         request_totals.set(RequestTotals(None, 0, sampled))
         token = context.attach(
-            trace.set_span_in_context(NonRecordingSpan(server.server_context(sampled)))
+            trace.set_span_in_context(NonRecordingSpan(request_spans.server_context(sampled)))
         )
     else:
         request_totals.set(RequestTotals())
@@ -222,10 +223,10 @@ def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:
     assert totals is not None
     timing = _request_timing(totals.records[-1].timing)
     start = timing.arrival_unix_ns - 400_000
-    done = server.FinishedRequest(
+    done = request_spans.FinishedRequest(
         ROUTE, timing, totals, 200, {START_HEADER: f"{start // 10**9}.{start % 10**9:09d}"}
     )
-    server._account(rig.worker, done, request, None)
+    request_spans.account(rig.worker, done, request, None)
     request_totals.set(None)
     if started is not None:
         end_server_span(started[0], started[1], 200, None)
@@ -307,6 +308,19 @@ def render(best: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def write_span_cost(doc: dict[str, Any], out: Path) -> str:
+    """span_cost.json; returns the summary to print."""
+    from bench.report import write_json
+
+    write_json(out / "span_cost.json", doc)
+    settings = doc["settings"]
+    return (
+        f"CPU time per sampled request (1 server + 3 client spans), best of "
+        f"{settings['repeat']} runs of {settings['requests']} requests\n"
+        f"{render(doc['best_us'])}\nwrote {out / 'span_cost.json'}"
+    )
+
+
 def profile(requests: int) -> None:
     """cProfile's top functions: the hub's part (sampled requests), then the export."""
     with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as rig:
@@ -323,25 +337,3 @@ def profile(requests: int) -> None:
     for name, prof in (("hub (sampled requests)", hub), ("exporter thread", export)):
         print(f"--- {name}, {requests} requests")
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--profile", action="store_true", help="print cProfile's top functions")
-    args = parser.parse_args()
-    if args.requests <= 0 or args.repeat <= 0:
-        parser.error("--requests and --repeat must be positive")
-    if args.profile:
-        profile(args.requests)
-        return
-    print(
-        f"CPU time per sampled request (1 server + 3 client spans), best of {args.repeat} "
-        f"runs of {args.requests} requests"
-    )
-    print(render(measure(args.requests, args.repeat)))
-
-
-if __name__ == "__main__":
-    main()

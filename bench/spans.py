@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.stats import median_and_p99
+from toolkit.contract import OTLP_ENDPOINT_ENV, TRACING_ENV
 from tracing.attributes import NETWORK_DURATION, SCHEDULING_DELAY
 from tracing.readback.breakdown import Breakdown, breakdowns
 from tracing.readback.spans import Span, from_file, from_jaeger
-from tracing.settings import OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV, TRACING_ENV
+from tracing.settings import OTLP_TRACES_ENDPOINT_ENV
 from tracing.timing.call_state import critical_call
 
 # Where stack.launch.Stack puts the span file in its run dir (Stack.span_file); used

@@ -12,9 +12,9 @@ I/O-heavy and CPU-heavy endpoints, and a Zipf-like load profile.
   ``ZIPF_S``: a few routes carry most of it).
 
 The service's own endpoints (``pricing.web.views.ENDPOINTS``) are untouched: a pool serves
-the synthetic ones only when ``$PRICING_EXTRA_ENDPOINTS`` names ``synth.json``, whose
-``views`` key names this module; ``pricing.web.views.endpoints`` then calls
-:func:`endpoints` with the spec.
+the synthetic ones only when it runs the benchmark's app entry, ``bench.pool_app``, with
+``synth.json``: that entry calls :func:`endpoints` with the spec and hands the views to
+the service's factory (``create_app(extra_endpoints=...)``).
 
 An I/O-heavy endpoint makes one to four upstream calls to the simulator: up to three in
 parallel (one per upstream: vehicles, routing, promotions, each with its own latency
@@ -36,8 +36,6 @@ from routing.load import load_routes
 from routing.model import Route, RouteConfig
 from routing.write import write_routes
 
-#: This module, as synth.json's ``views`` key names it.
-VIEWS_MODULE: Final = "bench.synth"
 ROUTES_FILE: Final = "routes.toml"
 SPEC_FILE: Final = "synth.json"
 PROFILE_FILE: Final = "profile.json"
@@ -59,7 +57,7 @@ UPSTREAM_PATHS: Final = {
 }
 HEADER: Final = (
     "# A synthetic service, written by `pricingctl routes synth` (bench.synth); "
-    "do not edit.\n# Its endpoints are served only with PRICING_EXTRA_ENDPOINTS=synth.json."
+    "do not edit.\n# Its endpoints are served by the benchmark's app entry (bench.pool_app)."
 )
 
 
@@ -128,7 +126,6 @@ def synthesize(n_routes: int, seed: int, out: Path, base: RouteConfig | None = N
     total = sum(weights)
     profile = {e: w / total for e, w in zip(ranked, weights, strict=True)}
     spec = {
-        "views": VIEWS_MODULE,
         "seed": seed,
         "endpoints": endpoints,
         "truth": {"misplaced": sorted(endpoint_name(i) for i in misplaced)},
@@ -169,7 +166,7 @@ def load_synth(directory: Path) -> Synth:
 
 def endpoints(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Endpoint name -> view factory, for each endpoint of the spec (called by
-    ``pricing.web.views.endpoints`` in the pool)."""
+    ``bench.pool_app`` in the pool, and by ``routes-scale``'s check)."""
     out: dict[str, Any] = {}
     for name, body in spec["endpoints"].items():
         if body["kind"] == "cpu":

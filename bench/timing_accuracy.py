@@ -13,8 +13,8 @@ network time with the true one (request landed -> reply sent), the reply's sched
 delay with the true one (greenlet resume - upstream send), and who got the blame.
 
 The measurement monkey-patches, so it runs in its own process:
-``python -m bench.timing_accuracy measure`` (the part starts it), which starts
-``python -m bench.timing_accuracy upstream``.
+``main(["measure", ...])`` in a child process the part starts (``CHILD``), which starts
+``main(["upstream", ...])`` in one more.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from tracing.readback.report import percentile
 SCHEMA = "pricingservice.bench.timing-accuracy/1"
 HOG_LABEL = "POST /v1/offers/rideshare"
 CLIENT_LABEL = "GET /v1/offers/bike"
+#: The measurement's and the upstream's processes: children of the part, never commands.
+CHILD = "from bench.timing_accuracy import main; main()"
 
 
 def run_timing_accuracy(
@@ -54,8 +56,8 @@ def run_timing_accuracy(
     """Run the measurement in its own process and return its figures."""
     argv = [
         sys.executable,
-        "-m",
-        "bench.timing_accuracy",
+        "-c",
+        CHILD,
         "measure",
         *("--calls", str(calls), "--hogs", str(hogs), "--phase-calls", str(phase_calls)),
         *("--reply-ms", str(reply_ms), "--concurrency", str(concurrency)),
@@ -201,18 +203,40 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     from gevent import monkey
 
     monkey.patch_all()
-    import gevent
     import urllib3
+
+    from tracing.timing.instrumentor import GeventTimingInstrumentor
+
+    # Per call id, the raw pieces the spies saw and the call's own timing.
+    raw: dict[int, dict[str, Any]] = {}
+    current = _spy_on_calls()
+    upstream, port, log_path = _start_upstream()
+    instrumentor = GeventTimingInstrumentor()
+    instrumentor.instrument()
+    pool = urllib3.HTTPConnectionPool("127.0.0.1", port, maxsize=args.concurrency, block=True)
+    try:
+        _drive(args, pool, current, raw)
+    finally:
+        instrumentor.uninstrument()
+        upstream.kill()
+    sent_window = {}
+    with open(log_path) as lines:
+        for line in lines:
+            call_id, landed, before, after = map(int, line.split())
+            sent_window[call_id] = (landed, before, after)
+    os.unlink(log_path)
+    return summarize(args, raw, sent_window)
+
+
+def _spy_on_calls() -> dict[Any, dict[str, Any]]:
+    """Spy on the raw pieces of each call (inside the measured greenlet, so the current
+    call's record is the last one opened by that greenlet); returns greenlet -> the
+    record of the call it is making, which the client fills in."""
+    import gevent
 
     from tracing.timing import native
     from tracing.timing.call_state import CallState
-    from tracing.timing.call_timing import measure_call
-    from tracing.timing.instrumentor import GeventTimingInstrumentor
-    from tracing.timing.labels import set_greenlet_label
 
-    # Spy on the raw pieces of each call (inside the measured greenlet, so the current
-    # call's record is the last one opened by that greenlet).
-    raw: dict[int, dict[str, Any]] = {}
     current: dict[Any, dict[str, Any]] = {}
     on_socket_wait = CallState.on_socket_wait
     on_send = CallState.on_send
@@ -231,8 +255,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
     CallState.on_socket_wait = spy_wait  # type: ignore[method-assign]
     CallState.on_send = spy_send  # type: ignore[method-assign]
-    compiled = native.active()
-    if compiled is not None:
+    if native.compiled_runs():
         # The compiled hooks account waits and sends without those methods: they tell
         # an observer instead, with the same pieces.
         def observer(kind: str, call: CallState, a: int, b: int, ready: int | None) -> None:
@@ -244,31 +267,48 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 record["sent"] = call.sent_ns + call.realtime_offset_ns
 
-        compiled.set_observer(observer)
+        native.module.set_observer(observer)
+    return current
 
+
+def _start_upstream() -> tuple[subprocess.Popen[str], int, str]:
+    """The ground-truth upstream's process, its port, and the log it writes."""
     log_fd, log_path = tempfile.mkstemp(suffix=".log")
     os.close(log_fd)
     upstream = subprocess.Popen(
-        [sys.executable, "-m", "bench.timing_accuracy", "upstream", "--log", log_path],
+        [sys.executable, "-c", CHILD, "upstream", "--log", log_path],
         stdout=subprocess.PIPE,
         text=True,
     )
     port = int(upstream.stdout.readline())  # type: ignore[union-attr]
-    instrumentor = GeventTimingInstrumentor()
-    instrumentor.instrument()
-    pool = urllib3.HTTPConnectionPool("127.0.0.1", port, maxsize=args.concurrency, block=True)
+    return upstream, port, log_path
+
+
+# Load phases, the next one every --phase-calls calls, so the delay of a call spreads
+# from nearly nothing to seconds: (CPU slice range in ms, pause after a slice in ms;
+# 0 = sleep(0), the worst case because of gevent's CALLBACK_CHECK_COUNT).
+PHASES = ((0.0, 0.0, 50.0), (0.5, 3.0, 5.0), (1.0, 5.0, 0.0), (1.0, 20.0, 0.0))
+
+
+def _drive(
+    args: argparse.Namespace,
+    pool: Any,
+    current: dict[Any, dict[str, Any]],
+    raw: dict[int, dict[str, Any]],
+) -> None:
+    """The client greenlets' calls, next to the CPU hogs, until *raw* holds --calls."""
+    import gevent
+
+    from tracing.timing.call_timing import measure_call
+    from tracing.timing.labels import set_greenlet_label
+
     rng = random.Random(args.seed)
     stop = False
-
-    # Load phases, the next one every --phase-calls calls, so the delay of a call spreads
-    # from nearly nothing to seconds: (CPU slice range in ms, pause after a slice in ms;
-    # 0 = sleep(0), the worst case because of gevent's CALLBACK_CHECK_COUNT).
-    phases = [(0.0, 0.0, 50.0), (0.5, 3.0, 5.0), (1.0, 5.0, 0.0), (1.0, 20.0, 0.0)]
 
     def hog() -> None:
         set_greenlet_label(HOG_LABEL)
         while not stop:
-            low_ms, high_ms, pause_ms = phases[len(raw) // args.phase_calls % len(phases)]
+            low_ms, high_ms, pause_ms = PHASES[len(raw) // args.phase_calls % len(PHASES)]
             burn_until = time.perf_counter() + rng.uniform(low_ms, high_ms) / 1e3
             while time.perf_counter() < burn_until:
                 pass
@@ -294,15 +334,6 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     gevent.joinall(clients)
     stop = True
     gevent.joinall(hogs)
-    instrumentor.uninstrument()
-    upstream.kill()
-    sent_window = {}
-    with open(log_path) as lines:
-        for line in lines:
-            call_id, landed, before, after = map(int, line.split())
-            sent_window[call_id] = (landed, before, after)
-    os.unlink(log_path)
-    return summarize(args, raw, sent_window)
 
 
 @dataclass(frozen=True)
@@ -483,7 +514,7 @@ def summarize(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.timing_accuracy")
+    parser = argparse.ArgumentParser(prog="bench.timing_accuracy")
     sub = parser.add_subparsers(dest="mode", required=True)
     measure = sub.add_parser("measure", help="measure; print the figures as JSON")
     measure.add_argument("--calls", type=int, default=300)
@@ -500,7 +531,3 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_measure(args)))
     else:
         run_upstream(args.log)
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,9 @@ CPU time per operation; the cost figures in docs/scheduling-delay.md come from h
 
 Microbenchmarks in this process (no monkey patching needed): greenlet switches bare
 and traced, a send + read wait through the hub with each layer of instrumentation,
-and the pieces (a receive-timestamp peek, a measurement, naming culprits, a label).
+and the pieces (a receive-timestamp peek, a measurement, naming culprits, a label); and
+naming a delay's culprits by how many switches the delay spans, in the Python reference
+of the switch log and compiled.
 CPU time of this thread (`time.thread_time`), so other processes' load drops out;
 each figure is the best of several interleaved runs, the one least disturbed.
 """
@@ -43,6 +45,11 @@ def render(doc: dict[str, Any]) -> str:
             f"finish() {pc['begin_call_and_finish']:.2f}; naming the culprits of a 1 ms delay "
             f"with 100 switches in it {pc['culprits_of_1ms_with_100_switches']:.2f}; "
             f"set_greenlet_label() {pc['set_greenlet_label']:.2f}",
+            *(
+                f"naming culprits, {kind}: "
+                + ", ".join(f"{n} switches {us:.2f}" for n, us in costs.items())
+                for kind, costs in doc["culprits_us_by_switches"].items()
+            ),
         ]
     )
 
@@ -65,6 +72,7 @@ def run_timing_cost(*, rounds: int, repeat: int) -> dict[str, Any]:
         "greenlet_switch_us": switch_costs(rounds, repeat),
         "send_and_read_wait_us": socket_wait_costs(rounds, repeat),
         "pieces_us": piece_costs(rounds, repeat),
+        "culprits_us_by_switches": culprit_costs(max(rounds // 25, 20), repeat),
     }
 
 
@@ -242,3 +250,41 @@ def piece_costs(rounds: int, repeat: int) -> dict[str, float]:
         "culprits_of_1ms_with_100_switches": round(pieces["walk"], 2),
         "set_greenlet_label": round(pieces["label"], 2),
     }
+
+
+#: How many switches a delay spans, for `culprit_costs`.
+CULPRIT_SPANS = (10, 100, 512, 2000, 8000)
+
+
+def culprit_costs(reps: int, repeat: int) -> dict[str, dict[str, float]]:
+    """What naming a delay's culprits costs (the switch log's ``attribute``), by how many
+    switches the delay spans, on a log with a switch every 10 us: the Python reference
+    and, when built, the compiled log. Folding new entries into the counters is paid once
+    per entry, at the next attribution; the log here is folded before timing."""
+    from tracing.timing import native, switchlog
+
+    kinds: dict[str, Any] = {"python": switchlog.SwitchLog}
+    if native.module is not None:
+        kinds["compiled"] = native.module.SwitchLog
+
+    def per_call(kind: Any, switches: int) -> Any:
+        log = kind(8192)
+        for i in range(8192):
+            log.append((i * 10_000, HOG_LABEL if i % 2 else None))
+        end = 8191 * 10_000
+        start = end - switches * 10_000
+        log.attribute(start, end, {})
+
+        def run() -> float:
+            began = _cpu_clock()
+            for _ in range(reps):
+                log.attribute(start, end, {})
+            return (_cpu_clock() - began) / reps * 1e6
+
+        return run
+
+    out: dict[str, dict[str, float]] = {}
+    for name, kind in kinds.items():
+        best = _interleaved_best({str(n): per_call(kind, n) for n in CULPRIT_SPANS}, repeat)
+        out[name] = {n: round(us, 2) for n, us in best.items()}
+    return out

@@ -39,7 +39,7 @@ traceparent and wrote no span is reported as not active.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,8 @@ from bench.run import DRIVER, Arm, LoadSettings, RunResult, run_arms
 from bench.stats import GroupStats, Rows, mean_interval95
 from bench.traffic import CPU_KINDS, OFFER_KINDS
 from routing.model import Layout, RouteConfig
+from toolkit.contract import TRACING_ENV
+from tracing.timing.native import ENV as NATIVE_ENV
 
 SCHEMA = "pricingservice.bench.tracing-overhead/3"
 # Mode -> (PRICING_TRACING, Envoy's sample percent; None = the route config's).
@@ -60,7 +62,7 @@ MODE_SETTINGS: dict[str, tuple[str, float | None]] = {
     "reference": ("full", None),
 }
 # More of the pools' environment, per mode.
-MODE_ENV: dict[str, dict[str, str]] = {"reference": {"PRICING_TIMING_NATIVE": "0"}}
+MODE_ENV: dict[str, dict[str, str]] = {"reference": {NATIVE_ENV: "0"}}
 DEFAULT_MODES = ("off", "default", "100")
 # Upstream calls per offer (vehicles, routing, promotions).
 CALLS_PER_OFFER = 3
@@ -180,7 +182,7 @@ def run_tracing_overhead(
                 "offer_rates": list(offer_rates) if offer_rates is not None else None,
                 "modes": {
                     m: {
-                        "PRICING_TRACING": MODE_SETTINGS[m][0],
+                        TRACING_ENV: MODE_SETTINGS[m][0],
                         "sample_percent": MODE_SETTINGS[m][1] or config.tracing.sample_percent,
                         **MODE_ENV.get(m, {}),
                     }
@@ -345,6 +347,34 @@ def _point(
         runs[arm.key].append(result)
     pinned = all(r.pinned_pool == "io" for rs in runs.values() for r in rs)
     per_mode = {mode: _mode_json(rs, deadline_s) for mode, rs in runs.items()}
+    evidence = _evidence(runs)
+    active = all(e["active"] for e in evidence.values())
+    overhead = _overhead(runs, per_mode, deadline_s)
+    point: dict[str, Any] = {
+        "rates_rps": dict(settings.group_rates_rps),
+        "design": "paired" if paired else "interleaved",
+        "cores": "the io worker on one core, everything else on the other"
+        if pinned
+        else "shared by every process",
+        # Each run's measured window (unix ns), by mode: a paired point's overlap.
+        "windows_unix_ns": {m: [list(r.window_wall_ns) for r in rs] for m, rs in runs.items()},
+        "tracing_active": active,
+        "evidence": evidence,
+        "modes": per_mode,
+        "overhead": overhead,
+    }
+    if not active:
+        inactive = [m for m, e in evidence.items() if not e["active"]]
+        point["note"] = (
+            f"tracing mode(s) {', '.join(inactive)} left no spans and no traceparent at the "
+            "upstreams: the pools did not honour the switch, so those columns measured off."
+        )
+    return point
+
+
+def _evidence(runs: Mapping[str, list[RunResult]]) -> dict[str, dict[str, Any]]:
+    """Per traced mode: did the pools honour the switch (spans, or a traceparent at the
+    upstreams)?"""
     evidence = {}
     for mode, rs in runs.items():
         if mode == "off":
@@ -356,7 +386,14 @@ def _point(
             "upstream_calls_with_traceparent": traced,
             "active": spans > 0 or traced > 0,
         }
-    active = all(e["active"] for e in evidence.values())
+    return evidence
+
+
+def _overhead(
+    runs: Mapping[str, list[RunResult]], per_mode: Mapping[str, Any], deadline_s: float
+) -> dict[str, Any]:
+    """Per traced mode, what it adds over off: latency, io CPU per offer (pooled, and by
+    repeat against the same repeat's off run), per upstream call."""
     # Each repeat runs every mode back to back (paired: at once): its pair (mode, off) is
     # the comparison closest in time, and the spread of those ratios says how far to
     # trust the pooled one.
@@ -390,26 +427,7 @@ def _point(
             ),
             "share_of_offer_cpu": None if diff is None or not cpu else round(diff / cpu, 4),
         }
-    point: dict[str, Any] = {
-        "rates_rps": dict(settings.group_rates_rps),
-        "design": "paired" if paired else "interleaved",
-        "cores": "the io worker on one core, everything else on the other"
-        if pinned
-        else "shared by every process",
-        # Each run's measured window (unix ns), by mode: a paired point's overlap.
-        "windows_unix_ns": {m: [list(r.window_wall_ns) for r in rs] for m, rs in runs.items()},
-        "tracing_active": active,
-        "evidence": evidence,
-        "modes": per_mode,
-        "overhead": overhead,
-    }
-    if not active:
-        inactive = [m for m, e in evidence.items() if not e["active"]]
-        point["note"] = (
-            f"tracing mode(s) {', '.join(inactive)} left no spans and no traceparent at the "
-            "upstreams: the pools did not honour the switch, so those columns measured off."
-        )
-    return point
+    return overhead
 
 
 def _targets(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from routing.model import RouteConfig
 from simulator.responses import vehicles_in_cell
+from toolkit.contract import JSON
 
 OFFER_KINDS: tuple[str, ...] = ("offers.bike", "offers.scooter")
 CPU_KINDS: tuple[str, ...] = ("offers.rideshare",)
@@ -171,7 +172,7 @@ def _json_posts(
             route.path,
             host,
             body=json.dumps(body, separators=(",", ":")).encode(),
-            content_type="application/json",
+            content_type=JSON,
         )
         out.append(_prepared(raw))
     return tuple(out)

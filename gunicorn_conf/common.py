@@ -1,4 +1,5 @@
-"""Settings and hooks shared by every pool's gunicorn config."""
+"""Settings and hooks shared by every pool's gunicorn config: `pool_settings` gives a
+pool module its values (derived from routes.toml), the hooks are imported by each."""
 
 from __future__ import annotations
 
@@ -7,19 +8,30 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from routing.edge import ENVOY_START_HEADER
-from routing.env import (
-    ACCESS_LOG_ENV,
-    DEFAULT_HTTP_CLIENT,
-    HTTP_CLIENT_ENV,
-    METRICS_DIR_ENV,
-    POOL_ENV,
-)
-from routing.gunicorn import gunicorn_settings
+from routing.gunicorn import pool_settings as pool_settings_of
+from routing.gunicorn import server_settings
 from routing.load import load_routes
 from routing.model import SHARED_POOL, layout_of
+from toolkit.contract import (
+    ACCESS_LOG_ENV,
+    ENVOY_START_HEADER,
+    METRICS_DIR_ENV,
+    MULTIPROC_DIR_ENV,
+    POOL_ENV,
+)
+
+#: What each pool's config module takes from here: every pool's settings and its hooks.
+_SETTINGS = (
+    *("worker_class", "timeout", "graceful_timeout"),
+    *("limit_request_line", "limit_request_field_size"),
+    *("forwarded_allow_ips", "secure_scheme_headers"),
+    *("logger_class", "accesslog", "errorlog", "loglevel", "control_socket_disable"),
+)
+_HOOKS = ("on_starting", "post_fork", "post_worker_init", "worker_exit", "child_exit")
+__all__ = [*_SETTINGS, *_HOOKS]
 
 log = logging.getLogger("gunicorn.error")
 
@@ -34,24 +46,60 @@ def settings_for(pool: str) -> dict[str, Any]:
         TracingSettings.from_env()
     except ValueError as exc:
         sys.exit(f"pool {pool}: {exc}")
+    return {**every_pool_settings(), **pool_settings_of(load_routes(), pool)}
+
+
+def every_pool_settings() -> dict[str, Any]:
+    """The settings every pool shares: routes.toml's [listener], $PRICING_ACCESS_LOG."""
     settings = {
-        **gunicorn_settings(load_routes(), pool),
+        **server_settings(load_routes()),
         # JSON lines from gunicorn and the app alike (gunicorn_conf.json_logs).
         "logger_class": "gunicorn_conf.json_logs.JsonLogger",
     }
     access_log = os.environ.get(ACCESS_LOG_ENV, "on")
     if access_log not in ("on", "off"):
-        sys.exit(f"pool {pool}: {ACCESS_LOG_ENV} must be on or off, not {access_log!r}")
+        sys.exit(f"{ACCESS_LOG_ENV} must be on or off, not {access_log!r}")
     if access_log == "off":
         settings["accesslog"] = None
     return settings
 
 
+def pool_settings(pool: str) -> SimpleNamespace:
+    """The settings of `pool` by attribute, for its config module to name each one (a
+    name it misspells stops the pool at start-up, an AttributeError)."""
+    return SimpleNamespace(**settings_for(pool))
+
+
+# --- Every pool's settings, as plain names each pool module imports -------------------
+# Read from routes.toml (and the environment) when a pool's config module loads this one.
+
+_every = SimpleNamespace(**every_pool_settings())
+
+# Worker processes
+worker_class = _every.worker_class
+timeout = _every.timeout  # seconds a silent worker lives
+graceful_timeout = _every.graceful_timeout  # seconds to finish what it accepted
+
+# Requests: limits, and the proxy in front
+limit_request_line = _every.limit_request_line
+limit_request_field_size = _every.limit_request_field_size
+forwarded_allow_ips = _every.forwarded_allow_ips
+secure_scheme_headers = _every.secure_scheme_headers
+
+# Logging
+logger_class = _every.logger_class
+accesslog = _every.accesslog
+errorlog = _every.errorlog
+loglevel = _every.loglevel
+
+# Server mechanics
+control_socket_disable = _every.control_socket_disable
+
+
 # --- metrics: prometheus_client's multiprocess mode, one directory per pool -----------
 
-#: prometheus_client's own variable (tracing.metrics.MULTIPROC_DIR_ENV; not imported here:
-#: the master must not import prometheus_client before the variable is set).
-MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# MULTIPROC_DIR_ENV is prometheus_client's own variable: the master must not import
+# prometheus_client (nor tracing.metrics) before it is set.
 
 
 def metrics_dir(pool: str) -> Path:
@@ -100,9 +148,9 @@ def post_fork(server: Any, worker: Any) -> None:
     sampling = tracing.Sampling(
         ratio=policy.sample_percent / 100,
         slow_s={
-            f"{method} {route.path}": policy.slow_ms(route) / 1000
+            label: policy.slow_ms(route) / 1000
             for route in config.routes
-            for method in route.methods
+            for label in route.labels()
         },
     )
     traced = tracing.setup_worker(
@@ -111,12 +159,11 @@ def post_fork(server: Any, worker: Any) -> None:
     if traced is not None and traced.instrumentor is not None:
         tracing.watch_gunicorn_worker(worker)
     worker.log.info(
-        "worker %s serving pool %s (nice %s, tracing %s, upstream client %s)",
+        "worker %s serving pool %s (nice %s, tracing %s)",
         worker.pid,
         pool_name,
         pool.nice,
         traced.settings.mode.value if traced else "off",
-        os.environ.get(HTTP_CLIENT_ENV) or DEFAULT_HTTP_CLIENT,
     )
 
 

@@ -1,14 +1,16 @@
 """gunicorn config for the cpu pool: rideshare quotes, one greenlet per process."""
 
-from gunicorn_conf.common import (
-    child_exit,
-    on_starting,
-    post_fork,
-    post_worker_init,
-    settings_for,
-    worker_exit,
-)
+# Every pool's settings (worker class, timeouts, request limits, logging) and hooks,
+# each named in gunicorn_conf.common (its __all__).
+from gunicorn_conf.common import *  # noqa: F403
+from gunicorn_conf.common import pool_settings as _pool_settings
 
-globals().update(settings_for("cpu"))
+# This pool's own: [pools.cpu] of routes.toml (routing.gunicorn.pool_settings).
+_pool = _pool_settings("cpu")
 
-__all__ = ["child_exit", "on_starting", "post_fork", "post_worker_init", "worker_exit"]
+# Server socket
+bind, backlog = _pool.bind, _pool.backlog
+# Worker processes
+workers, worker_connections, keepalive = _pool.workers, _pool.worker_connections, _pool.keepalive
+# The app each worker serves
+wsgi_app, raw_env, proc_name = _pool.wsgi_app, _pool.raw_env, _pool.proc_name

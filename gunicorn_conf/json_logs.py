@@ -20,9 +20,11 @@ from typing import Any
 
 from gunicorn import glogging
 
-from routing import logfields
-from routing.env import POOL_ENV
+from toolkit import contract
+from toolkit.contract import POOL_ENV
 from tracing.logs import ENVIRON_KEY, JsonFormatter
+
+_REQUEST_ID_KEY = contract.wsgi_key(contract.REQUEST_ID_HEADER)
 
 
 class JsonLogger(glogging.Logger):
@@ -51,13 +53,13 @@ class JsonLogger(glogging.Logger):
         status = getattr(resp, "status_code", None)
         method, path = environ.get("REQUEST_METHOD"), environ.get("PATH_INFO")
         ids = environ.get(ENVIRON_KEY)
-        # The names and units of Envoy's access line (routing.logfields).
+        # The names and units of Envoy's access line (toolkit.contract).
         fields = {
-            logfields.HTTP_METHOD: method,
-            logfields.URL_PATH: path,
-            logfields.HTTP_STATUS: status,
-            logfields.DURATION_MS: round(request_time.total_seconds() * 1000, 3),
-            logfields.REQUEST_ID: environ.get("HTTP_X_REQUEST_ID"),
+            contract.LOG_HTTP_METHOD: method,
+            contract.LOG_URL_PATH: path,
+            contract.LOG_HTTP_STATUS: status,
+            contract.LOG_DURATION_MS: round(request_time.total_seconds() * 1000, 3),
+            contract.LOG_REQUEST_ID: environ.get(_REQUEST_ID_KEY),
         }
         message = f"{method} {path} {status}"
         handlers = self.direct_access

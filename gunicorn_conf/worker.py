@@ -22,8 +22,7 @@ from gunicorn import util
 from gunicorn.workers.ggevent import GeventWorker
 
 from routing.gunicorn import READ_TIMEOUT_S
-
-PROBLEM_JSON = "application/problem+json"
+from toolkit.contract import PROBLEM_JSON
 
 
 def problem_bytes(status: int, reason: str) -> bytes:

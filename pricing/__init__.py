@@ -10,21 +10,24 @@ brings its own `init_app`. Domain errors live in `domain.errors`, their HTTP map
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from types import FunctionType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Flask, Response
 
-from pricing.web.problems import POOL_HEADER
-from routing.env import (
-    DEFAULT_HTTP_CLIENT,
-    HTTP_CLIENT_ENV,
+from routing.load import load_routes
+from routing.model import Layout, RouteConfig, layout_of
+from toolkit.contract import (
     POOL_ENV,
+    POOL_HEADER,
     UPSTREAM_CA_FILE_ENV,
     UPSTREAM_URL_ENV,
 )
-from routing.load import load_routes
-from routing.model import Layout, RouteConfig, layout_of
+
+if TYPE_CHECKING:
+    from pricing.upstream.gateway import ClientFactory
+    from pricing.web.views import ViewFactory
 
 
 class PricingApp(Flask):
@@ -52,17 +55,24 @@ def create_app(
     *,
     config: RouteConfig | None = None,
     gateway: object | None = None,
+    extra_endpoints: Mapping[str, ViewFactory] | None = None,
+    upstream_client: ClientFactory | None = None,
 ) -> Flask:
     """The app for `pool` (default: $PRICING_POOL, else "shared").
 
     `config` defaults to the route config file; `gateway` (the upstream
     client) defaults to the real one, pointed at the config's upstreams or
-    $PRICING_UPSTREAM_URL.
+    $PRICING_UPSTREAM_URL, its clients made by `upstream_client` (default: the
+    project's own). `extra_endpoints` (endpoint name -> view factory) are served beside
+    the service's own where the route config places them: the benchmark's synthetic
+    service comes in this way, through its own app entry (`bench.pool_app`).
     """
     from pricing.upstream.gateway import HttpGateway
+    from pricing.upstream.httpclient import HostClient
     from pricing.web import openapi, problems, urls
     from tracing import logs, metrics
     from tracing import server as tracing
+    from tracing.flask_tracing import FlaskTracing
 
     pool = pool or os.environ.get(POOL_ENV) or "shared"
     config = config or load_routes()
@@ -70,25 +80,26 @@ def create_app(
     config.pool(pool, layout)  # fails early, naming the pool, if it is unknown
 
     app = PricingApp(__name__, static_folder=None)  # the pools serve no files
-    app.config["PRICING_POOL"] = pool
+    app.config[POOL_ENV] = pool
     app.config["MAX_CONTENT_LENGTH"] = config.listener.max_request_bytes
     app.extensions["pricing.routes"] = config
     # Spans for this app, when the worker set tracing up (gunicorn post_fork); the
     # pool's metrics whatever the tracing mode.
     meta = config.meta
-    observer = tracing.init_app(app, untraced_paths=(meta.healthz, meta.readyz, meta.metrics))
+    untraced = (meta.healthz, meta.readyz, meta.metrics)
+    observer = FlaskTracing(tracing.current(), untraced).instrument(app)
     pool_metrics = metrics.init_app(app, metrics_path=meta.metrics)
     logs.init_app(app)  # after tracing's: the request's span is current
     app.extensions["pricing.gateway"] = gateway or HttpGateway(
         os.environ.get(UPSTREAM_URL_ENV) or config.upstream_base_url,
         observer=observer,
         metrics=pool_metrics,
-        client=os.environ.get(HTTP_CLIENT_ENV) or DEFAULT_HTTP_CLIENT,
+        client=upstream_client or HostClient,
         ca_file=os.environ.get(UPSTREAM_CA_FILE_ENV) or None,
     )
     problems.init_app(app)
-    urls.register_routes(app, config, pool, layout)
-    openapi.init_app(app)
+    urls.register_routes(app, config, pool, layout, extra_endpoints)
+    openapi.init_app(app, extra=tuple(extra_endpoints or ()))
     _warm_up(config, pool, layout)
 
     @app.after_request

@@ -4,9 +4,12 @@ route config, and size each pool's replicas for a target traffic."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
+from pricingctl import argtypes
 from routing.compose import JAEGER_FILE, render_compose
 from routing.container import JAEGER_OTLP_GRPC_PORT, JAEGER_OTLP_HTTP_PORT, JAEGER_UI_PORT
 from routing.kubernetes import (
@@ -29,30 +32,42 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     deploy = subparsers.add_parser(
         "deploy", help="compose file and Kubernetes manifests from the route config"
     )
-    deploy.add_argument("--config", type=Path, default=None, help="route config (routes.toml)")
+    # After the action like `routes` (`deploy size --config F`); still accepted before
+    # it. SUPPRESS: an action without the flag keeps the parent's value.
+    argtypes.add_config_flag(deploy, None)
     sub = deploy.add_subparsers(dest="deploy_command", required=True)
 
     render = sub.add_parser("render", help="write deploy/compose or deploy/kubernetes")
+    argtypes.add_config_flag(render, argparse.SUPPRESS)
     render.add_argument("target", choices=sorted(TARGETS))
-    render.add_argument("--output", "-o", type=Path, default=None, help="default: deploy/TARGET")
+    render.add_argument(
+        "--out", type=argtypes.output, default=None, help="directory (default: deploy/TARGET)"
+    )
     render.add_argument(
         "--check", action="store_true", help="exit 1 if the folder differs from a fresh render"
     )
     render.add_argument(
-        "--upstream-url", default=None, help="real upstreams instead of the simulator"
+        "--upstream-url",
+        type=argtypes.url,
+        default=None,
+        help="real upstreams instead of the simulator",
     )
     _traffic_flags(render)
     render.set_defaults(handler=_render)
 
     sizing = sub.add_parser("size", help="replicas of each pool for a target traffic")
+    argtypes.add_config_flag(sizing, argparse.SUPPRESS)
     _traffic_flags(sizing, required=True)
+    sizing.add_argument(
+        "--json", action="store_true", help="each pool's rate, replicas and Envoy limits as JSON"
+    )
     sizing.set_defaults(handler=_size)
 
 
 def _traffic_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     parser.add_argument(
         "--offers-per-s",
-        type=float,
+        type=argtypes.rate,
         default=None,
         required=required,
         help="target offers/s; replicas are sized from each pool's measured worker_rps "
@@ -60,7 +75,7 @@ def _traffic_flags(parser: argparse.ArgumentParser, *, required: bool = False) -
     )
     parser.add_argument(
         "--quotes-per-s",
-        type=float,
+        type=argtypes.rate_or_zero,
         default=None,
         help="target rideshare quotes/s (default: 10 %% of the offers)",
     )
@@ -100,7 +115,7 @@ def rendered(
 def _render(args: argparse.Namespace) -> int:
     config = load_routes(args.config)
     files = rendered(args.target, config, _traffic(args), args.upstream_url)
-    output: Path = args.output or TARGETS[args.target]
+    output: Path = args.out or TARGETS[args.target]
     if args.check:
         current = (
             {p.name: p.read_text(encoding="utf-8") for p in output.iterdir() if p.is_file()}
@@ -157,27 +172,64 @@ def _foreign_files(output: Path, files: dict[str, str]) -> list[str]:
     return foreign
 
 
-def _size(args: argparse.Namespace) -> int:
-    config = load_routes(args.config)
-    traffic = _traffic(args)
-    assert traffic is not None
+def _pool_sizes(config: RouteConfig, traffic: Traffic) -> list[dict[str, Any]]:
+    """Each pool's share of `traffic`, its replicas, and what each Envoy lets through."""
     rates = pool_rates(config, traffic)
     replicas = size(config, traffic)
-    print(
-        f"{traffic.offers_per_s:g} offers/s, {traffic.quotes_per_s:g} quotes/s "
-        f"(each pool at {TARGET_UTILISATION:.0%} of its measured capacity):"
-    )
+    out = []
     for pool in config.pools:
         low = replicas[pool.name]
         high = max_replicas(low)
         limits = envoy_limits_in_cluster(pool, low)
         per_host = limits.per_host_in_flight or 0
+        out.append(
+            {
+                "pool": pool.name,
+                "rate_per_s": rates[pool.name],
+                "worker_rps": pool.worker_rps,
+                "workers": pool.workers,
+                "replicas": low,
+                "max_replicas": high,
+                "envoy": {
+                    "replicas": ENVOY_REPLICAS,
+                    "in_flight_per_pod": per_host,
+                    "in_flight_per_pool": limits.in_flight,
+                    "pending": limits.pending,
+                    "all_in_flight_at_min": ENVOY_REPLICAS * per_host * low,
+                    "all_in_flight_at_max": ENVOY_REPLICAS * min(limits.in_flight, per_host * high),
+                },
+            }
+        )
+    return out
+
+
+def _size(args: argparse.Namespace) -> int:
+    config = load_routes(args.config)
+    traffic = _traffic(args)
+    assert traffic is not None
+    pools = _pool_sizes(config, traffic)
+    if args.json:
+        doc = {
+            "offers_per_s": traffic.offers_per_s,
+            "quotes_per_s": traffic.quotes_per_s,
+            "target_utilisation": TARGET_UTILISATION,
+            "pools": pools,
+        }
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(
+        f"{traffic.offers_per_s:g} offers/s, {traffic.quotes_per_s:g} quotes/s "
+        f"(each pool at {TARGET_UTILISATION:.0%} of its measured capacity):"
+    )
+    for p in pools:
+        envoy = p["envoy"]
+        low, high = p["replicas"], p["max_replicas"]
         print(
-            f"  {pool.name}: {rates[pool.name]:g} req/s / ({pool.worker_rps} per worker x "
-            f"{pool.workers} workers) -> {low} replicas (Kubernetes HPA {low}-{high})\n"
-            f"    Envoy, each of {ENVOY_REPLICAS}: {per_host} in flight per pod, "
-            f"{limits.in_flight} per pool at most, {limits.pending} pending; all Envoys "
-            f"admit {ENVOY_REPLICAS * per_host * low} in flight at {low} pods, "
-            f"{ENVOY_REPLICAS * min(limits.in_flight, per_host * high)} at {high}"
+            f"  {p['pool']}: {p['rate_per_s']:g} req/s / ({p['worker_rps']} per worker x "
+            f"{p['workers']} workers) -> {low} replicas (Kubernetes HPA {low}-{high})\n"
+            f"    Envoy, each of {ENVOY_REPLICAS}: {envoy['in_flight_per_pod']} in flight per "
+            f"pod, {envoy['in_flight_per_pool']} per pool at most, {envoy['pending']} pending; "
+            f"all Envoys admit {envoy['all_in_flight_at_min']} in flight at {low} pods, "
+            f"{envoy['all_in_flight_at_max']} at {high}"
         )
     return 0

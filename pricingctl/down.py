@@ -12,8 +12,8 @@ import contextlib
 import os
 import signal
 import sys
-from pathlib import Path
 
+from pricingctl import argtypes
 from stack.launch import DEFAULT_RUN_DIR
 from stack.state import clear_state, pid_alive, read_state
 from toolkit.wait import wait_until
@@ -25,7 +25,9 @@ STOP_TIMEOUT_S = 40.0
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     down = subparsers.add_parser("down", help="stop the stack `pricingctl up` started")
-    down.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="the stack's run dir")
+    down.add_argument(
+        "--run-dir", type=argtypes.path, default=DEFAULT_RUN_DIR, help="the stack's run dir"
+    )
     down.set_defaults(handler=run)
 
 

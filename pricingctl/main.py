@@ -1,7 +1,8 @@
 """The root parser: one sub-command per module, one way to report a bad config.
 
 Exit codes shared by every sub-command: 0 done, 1 it could not be done (a bad route
-config: one line naming the file and the key), 2 bad flags (argparse's usage error).
+config: one line naming the file and the key), 2 bad flags (argparse's usage error; every
+flag's value is checked at the door by the types in `argtypes`).
 Flags follow the sub-command they belong to (`pricingctl routes check --config F`)."""
 
 from __future__ import annotations
@@ -38,12 +39,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _version() -> str:
     """The installed distribution's version (pyproject.toml's, via `pip install -e .`)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from toolkit.version import package_version
 
-    try:
-        return version("pricingservice")
-    except PackageNotFoundError:
-        return "unknown (not installed: make setup)"
+    return package_version(missing="unknown (not installed: make setup)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pricingctl import argtypes
 from stack.launch import DEFAULT_RUN_DIR
 from stack.ops import OpsError, exclusive, reload_pool
 from stack.state import Running, read_state
@@ -18,8 +19,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     reload = subparsers.add_parser(
         "reload", help="rolling reload of a pool's workers (or every pool's), one at a time"
     )
-    reload.add_argument("pool", nargs="?", default=ALL, help="a pool name, or all (default)")
-    reload.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="the stack's run dir")
+    reload.add_argument(
+        "pool", nargs="?", type=argtypes.name, default=ALL, help="a pool name, or all (default)"
+    )
+    reload.add_argument(
+        "--run-dir", type=argtypes.path, default=DEFAULT_RUN_DIR, help="the stack's run dir"
+    )
     reload.set_defaults(handler=run)
 
 

@@ -19,13 +19,13 @@ from routing.container import (
     JAEGER_IMAGE,
     JAEGER_UI_PORT,
     POOL_PORT,
-    PORT_ENV,
     SERVICE_NAMES,
     SIMULATOR_PORT,
     pool_env,
     render_container_envoy,
 )
 from routing.model import RouteConfig
+from toolkit.contract import PORT_ENV
 
 COMPOSE_FILE = "docker-compose.yml"
 ENVOY_FILE = "envoy.yaml"

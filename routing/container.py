@@ -11,10 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from routing.env import POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
 from routing.envoy import render_static_envoy
 from routing.model import Address, Layout, Pool, RouteConfig
 from routing.sizing import EnvoyLimits
+from toolkit.contract import (
+    OTLP_ENDPOINT_ENV,
+    POOL_ENV,
+    PORT_ENV,
+    ROUTES_ENV,
+    SPAN_FILE_ENV,
+    UPSTREAM_URL_ENV,
+)
 
 #: The project's version (pyproject.toml's; a test checks they agree): the image's tag,
 #: the Dockerfile's VERSION (its OCI label, service.version), the manifests' service.version.
@@ -40,11 +47,6 @@ ENVOY_CONFIG_PATH = "/etc/envoy/envoy.yaml"
 #: Envoy's Prometheus listener in Kubernetes (/stats/prometheus and /ready of its admin).
 ENVOY_STATS_PORT = 9902
 ROUTES_PATH_IN_IMAGE = "/app/routes.toml"
-
-# Environment names the image and the pools read.
-PORT_ENV = "PRICING_PORT"
-OTEL_OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"  # the OpenTelemetry standard name
-SPAN_FILE_ENV = "PRICING_SPAN_FILE"
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def pool_env(
         PORT_ENV: str(POOL_PORT),
         ROUTES_ENV: ROUTES_PATH_IN_IMAGE,
         UPSTREAM_URL_ENV: names.upstream_url(config, upstream_url),
-        OTEL_OTLP_ENDPOINT_ENV: names.otlp_http_url(),
+        OTLP_ENDPOINT_ENV: names.otlp_http_url(),
         SPAN_FILE_ENV: "/tmp/spans.jsonl",
     }
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from routing.env import POOL_ENV
 from routing.model import RouteConfig, layout_of
+from toolkit.contract import POOL_ENV
 
 # A gevent worker that does not notify the master for this long is killed.
 # Our longest CPU request (a full batch) is well under a second.
@@ -24,28 +24,34 @@ WORKER_CLASS = "gunicorn_conf.worker.PoolWorker"
 
 
 def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
-    """Top-level gunicorn settings (as a config module would set them) for a pool."""
-    layout = layout_of(pool_name)
-    pool = config.pool(pool_name, layout)
+    """Top-level gunicorn settings (as a config module would set them) for a pool:
+    every pool's (`server_settings`) and its own (`pool_settings`)."""
+    return {**server_settings(config), **pool_settings(config, pool_name)}
+
+
+def pool_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
+    """The settings that differ from pool to pool: its [pools.<name>] entry."""
+    pool = config.pool(pool_name, layout_of(pool_name))
     return {
-        "wsgi_app": f"pricing:create_app(pool={pool.name!r})",
         "bind": [str(pool.bind)],
-        "workers": pool.workers,
-        "worker_class": WORKER_CLASS,
-        "worker_connections": pool.worker_connections,
-        "keepalive": pool.keepalive_s,
         # Envoy's circuit breakers keep connections to a replica near its capacity;
         # a backlog of the same size absorbs a burst of reconnects.
         "backlog": max(64, pool.replica_capacity),
+        "workers": pool.workers,
+        "worker_connections": pool.worker_connections,
+        "keepalive": pool.keepalive_s,
+        "wsgi_app": f"pricing:create_app(pool={pool.name!r})",
+        "raw_env": [f"{POOL_ENV}={pool.name}"],
+        "proc_name": f"pricing-{pool.name}",
+    }
+
+
+def server_settings(config: RouteConfig) -> dict[str, Any]:
+    """The settings every pool shares."""
+    return {
+        "worker_class": WORKER_CLASS,
         "timeout": WORKER_TIMEOUT_S,
         "graceful_timeout": GRACEFUL_TIMEOUT_S,
-        "proc_name": f"pricing-{pool.name}",
-        # One line per request from the pool too (JSON, with the trace id): the link
-        # from Envoy's access log line to the app's lines and the trace.
-        "accesslog": "-",
-        "errorlog": "-",
-        "loglevel": "info",
-        "raw_env": [f"{POOL_ENV}={pool.name}"],
         # Envoy bounds the headers (max_request_headers_kb) and answers problem+json;
         # the pool's own refusals are problem+json too (gunicorn_conf.worker).
         "limit_request_line": MAX_REQUEST_LINE,
@@ -57,6 +63,11 @@ def gunicorn_settings(config: RouteConfig, pool_name: str) -> dict[str, Any]:
         # gunicorn refuse the request, so they are not read at all.
         "forwarded_allow_ips": "*",
         "secure_scheme_headers": {"X-FORWARDED-PROTO": "https"},
+        # One line per request from the pool too (JSON, with the trace id): the link
+        # from Envoy's access log line to the app's lines and the trace.
+        "accesslog": "-",
+        "errorlog": "-",
+        "loglevel": "info",
         # gunicorn 27's control socket defaults to one path per user: several
         # pools (and test stacks) would fight over it, and nothing here uses it.
         "control_socket_disable": True,

@@ -29,7 +29,6 @@ from routing.container import (
     JAEGER_OTLP_HTTP_PORT,
     JAEGER_UI_PORT,
     POOL_PORT,
-    PORT_ENV,
     SERVICE_NAMES,
     SIMULATOR_PORT,
     VERSION,
@@ -40,6 +39,7 @@ from routing.envoy import STATS_PATHS
 from routing.gunicorn import GRACEFUL_TIMEOUT_S
 from routing.model import Pool, RouteConfig
 from routing.sizing import TARGET_UTILISATION, EnvoyLimits, envoy_limits
+from toolkit.contract import LOOP_LAG_SERIES, PORT_ENV
 
 #: The Kubernetes version the manifests are validated against (kubernetes-validate).
 KUBERNETES_VERSION = "1.33.0"
@@ -80,7 +80,6 @@ CPU_TARGET_UTILISATION = 60
 # io pool: scale out when the event loop lags (p99 over the pods, through a metrics
 # adapter: see the README), before any offer misses its deadline. The adapter makes
 # LOOP_LAG_METRIC from the pools' LOOP_LAG_SERIES histogram (prometheus-adapter.yaml).
-LOOP_LAG_SERIES = "pricing_loop_lag_seconds"
 LOOP_LAG_METRIC = "pricing_loop_lag_p99_seconds"
 LOOP_LAG_TARGET = "20m"  # 0.02 s
 LOOP_LAG_WINDOW = "1m"
@@ -315,10 +314,23 @@ def envoy_limits_in_cluster(pool: Pool, replicas: int) -> EnvoyLimits:
 def _pool_objects(
     config: RouteConfig, pool: Pool, replicas: int, upstream_url: str | None
 ) -> list[dict[str, Any]]:
+    """A pool's Deployment, its headless Service, its HPA and its PDB."""
     name = NAMES.pool(pool.name)
     part = name
+    container = _pool_container(config, pool, name, upstream_url)
+    return [
+        _pool_deployment(config, name, part, container),
+        _headless_service(name, part),
+        _pool_hpa(pool, name, part, replicas),
+        _pdb(name, part, PDB_MAX_UNAVAILABLE),
+    ]
+
+
+def _pool_container(
+    config: RouteConfig, pool: Pool, name: str, upstream_url: str | None
+) -> dict[str, Any]:
     env = pool_env(pool, NAMES, config, upstream_url)
-    container = {
+    return {
         "name": "pool",
         "image": IMAGE,
         "imagePullPolicy": "IfNotPresent",
@@ -334,7 +346,12 @@ def _pool_objects(
         "startupProbe": _http_probe(config.meta.healthz, POOL_PORT, 2, 30),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_S}}},
     }
-    deployment = {
+
+
+def _pool_deployment(
+    config: RouteConfig, name: str, part: str, container: dict[str, Any]
+) -> dict[str, Any]:
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _meta(name, part, (SKIP_DIGEST, SKIP_PULL_ALWAYS, SKIP_CPU_LIMIT)),
@@ -358,7 +375,10 @@ def _pool_objects(
             },
         },
     }
-    service = {
+
+
+def _headless_service(name: str, part: str) -> dict[str, Any]:
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(name, part),
@@ -368,6 +388,10 @@ def _pool_objects(
             "ports": [{"name": "http", "port": POOL_PORT, "targetPort": "http"}],
         },
     }
+
+
+def _pool_hpa(pool: Pool, name: str, part: str, replicas: int) -> dict[str, Any]:
+    """Scales on CPU; an io pool first on its loop lag."""
     metrics: list[dict[str, Any]] = [
         {
             "type": "Resource",
@@ -396,7 +420,7 @@ def _pool_objects(
             f"{APP}/metric-source": f"{LOOP_LAG_METRIC}: prometheus-adapter rule in "
             f"{PROMETHEUS_ADAPTER_FILE}, p99 of {LOOP_LAG_SERIES} over {LOOP_LAG_WINDOW}"
         }
-    hpa = {
+    return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
         "metadata": hpa_meta,
@@ -407,7 +431,6 @@ def _pool_objects(
             "metrics": metrics,
         },
     }
-    return [deployment, service, hpa, _pdb(name, part, PDB_MAX_UNAVAILABLE)]
 
 
 def _pdb(name: str, part: str, max_unavailable: int | str) -> dict[str, Any]:
@@ -560,37 +583,7 @@ def _envoy_objects(config: RouteConfig, replicas: dict[str, int]) -> list[dict[s
         },
     }
     prometheus_path, ready_path = STATS_PATHS
-    container = {
-        "name": "envoy",
-        "image": ENVOY_IMAGE,
-        "imagePullPolicy": "IfNotPresent",
-        "args": [
-            "-c",
-            ENVOY_CONFIG_PATH,
-            "--log-level",
-            "warn",
-            # Containers are replaced, never hot-restarted (no shared memory to keep).
-            "--disable-hot-restart",
-            "--drain-time-s",
-            str(drain_s),
-            "--drain-strategy",
-            "immediate",
-        ],
-        "ports": [
-            {"name": "http", "containerPort": port},
-            {"name": "stats", "containerPort": ENVOY_STATS_PORT},
-        ],
-        # Ready: the admin's /ready through the stats listener (503 once draining).
-        # Alive: the listener accepts connections (it still does while draining).
-        "readinessProbe": _http_probe(ready_path, "stats", 2, 2),
-        "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "timeoutSeconds": 2},
-        "lifecycle": {"preStop": {"exec": {"command": _envoy_pre_stop(config, drain_s)}}},
-        "resources": {
-            "requests": {"cpu": "500m", "memory": "128Mi"},
-            "limits": {"memory": "256Mi"},
-        },
-        "volumeMounts": [{"name": "config", "mountPath": str(Path(ENVOY_CONFIG_PATH).parent)}],
-    }
+    container = _envoy_container(config, drain_s, ready_path)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -630,6 +623,41 @@ def _envoy_objects(config: RouteConfig, replicas: dict[str, int]) -> list[dict[s
         },
     }
     return [configmap, deployment, service, _pdb(ENVOY, ENVOY, 1)]
+
+
+def _envoy_container(config: RouteConfig, drain_s: int, ready_path: str) -> dict[str, Any]:
+    port = config.listener.address.port
+    return {
+        "name": "envoy",
+        "image": ENVOY_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "args": [
+            "-c",
+            ENVOY_CONFIG_PATH,
+            "--log-level",
+            "warn",
+            # Containers are replaced, never hot-restarted (no shared memory to keep).
+            "--disable-hot-restart",
+            "--drain-time-s",
+            str(drain_s),
+            "--drain-strategy",
+            "immediate",
+        ],
+        "ports": [
+            {"name": "http", "containerPort": port},
+            {"name": "stats", "containerPort": ENVOY_STATS_PORT},
+        ],
+        # Ready: the admin's /ready through the stats listener (503 once draining).
+        # Alive: the listener accepts connections (it still does while draining).
+        "readinessProbe": _http_probe(ready_path, "stats", 2, 2),
+        "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "timeoutSeconds": 2},
+        "lifecycle": {"preStop": {"exec": {"command": _envoy_pre_stop(config, drain_s)}}},
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "128Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "volumeMounts": [{"name": "config", "mountPath": str(Path(ENVOY_CONFIG_PATH).parent)}],
+    }
 
 
 def _simple_deployment(

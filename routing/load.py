@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from routing.env import ROUTES_ENV
 from routing.errors import RouteConfigError
 from routing.model import (
     IDEMPOTENT_METHODS,
@@ -31,6 +30,7 @@ from routing.model import (
     RouteConfig,
     TracingPolicy,
 )
+from toolkit.contract import ROUTES_ENV
 
 DEFAULT_ROUTES_PATH = Path(__file__).resolve().parent.parent / "routes.toml"
 

@@ -82,6 +82,12 @@ class RetryPolicy:
     on: tuple[str, ...]
 
 
+def route_label(method: str, path: str) -> str:
+    """A request's route as every label, span and report names it: the method and the
+    path's template, ``"GET /v1/offers/bike"`` (never the raw URL: low cardinality)."""
+    return f"{method} {path}"
+
+
 @dataclass(frozen=True)
 class Route:
     endpoint: str
@@ -113,6 +119,10 @@ class Route:
         if "GET" in methods:
             methods.add("HEAD")
         return tuple(sorted(methods))
+
+    def labels(self, methods: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """Its `route_label` for each of `methods` (default: the declared methods)."""
+        return tuple(route_label(m, self.path) for m in methods or self.methods)
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,7 @@ class Suggestion:
 
 def templates(route: Route) -> tuple[str, ...]:
     """The greenlet labels a route's requests carry (``"GET /v1/offers/bike"``)."""
-    return tuple(f"{method} {route.path}" for method in route.answered_methods)
+    return route.labels(route.answered_methods)
 
 
 def pool_kind(pool: Pool, thresholds: Thresholds) -> str:

@@ -53,6 +53,7 @@ from simulator.responses import (
     routing_eta,
     vehicles_nearby,
 )
+from toolkit import contract
 
 #: The simulator's own health check (the stack waits for it).
 HEALTH_PATH: Final = "/healthz"
@@ -62,12 +63,14 @@ RECORDS_MAX: Final = 50_000
 CACHE_MAX: Final = 10_000  # cached responses per upstream; the cache is dropped when full
 MAX_RECORDS_LIMIT: Final = RECORDS_MAX
 
-PROBLEM_JSON: Final = b"application/problem+json"
-APP_JSON: Final = b"application/json"
+PROBLEM_JSON: Final = contract.PROBLEM_JSON.encode()
+APP_JSON: Final = contract.JSON.encode()
 PROBLEM_BASE: Final = "urn:pricingservice:simulator:problem:"
 
 _HEALTH_PATH: Final = HEALTH_PATH.encode()
-_OK_HEAD: Final = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+_OK_HEAD: Final = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: " + APP_JSON + b"\r\nContent-Length: %d\r\n\r\n"
+)
 _LINGER_RST: Final = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 # What to do with an upstream request once its delay has passed.

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from stack.procs import Proc, StartError, free_ports
+from toolkit.contract import CACHE_DIR_ENV
 from toolkit.fetch import http_ok
 from toolkit.logs import tail
 
@@ -63,7 +64,7 @@ class JaegerUIUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("PRICING_CACHE_DIR") or Path.home() / ".cache" / "pricingservice")
+    return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "pricingservice")
 
 
 def binary_path() -> Path:

@@ -10,7 +10,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing.env import METRICS_DIR_ENV, POOL_ENV, ROUTES_ENV, UPSTREAM_URL_ENV
 from routing.envoy import cluster_name, render_envoy, render_xds
 from routing.model import Layout, RouteConfig
 from routing.write import write_routes
@@ -20,9 +19,10 @@ from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
 from stack.procs import Proc, StartError, free_ports, port_in_use
 from stack.state import Running, clear_state, process_start, replica_name, write_state
+from toolkit.contract import METRICS_DIR_ENV, POOL_ENV, ROUTES_ENV, SPAN_FILE_ENV, UPSTREAM_URL_ENV
 from toolkit.fetch import http_ok
 from toolkit.wait import wait_until
-from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, SPAN_FILE_ENV, TRACES_PATH
+from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, TRACES_PATH
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR = PROJECT_ROOT / ".run"
@@ -47,6 +47,10 @@ class Stack:
     simulator_port: int = DEFAULT_SIMULATOR_PORT
     simulator_config: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The WSGI app the pools serve, as gunicorn names one (``module:factory(args)``);
+    # None: the service's own, which each pool's config names. A caller that serves more
+    # than the service (the benchmark) hands its own entry in here.
+    app: str | None = None
     # Start Jaeger and send every span there (Envoy's too); otherwise the pools
     # write OTLP JSON lines to span_file.
     with_jaeger: bool = False
@@ -190,6 +194,7 @@ class Stack:
                 if (start := process_start(pid)) is not None
             },
             source_config=Path(self.config.source).resolve(),
+            app=self.app,
         )
 
     def stop_all_but(self, *keep: str) -> None:
@@ -264,6 +269,7 @@ class Stack:
             f"python:gunicorn_conf.{pool}",
             "--bind",
             str(bind),
+            *([self.app] if self.app else []),
         ]
         proc = Proc(name, argv, self._log(name), env=self.pool_env(pool), cwd=PROJECT_ROOT).start()
         self.procs[name] = proc

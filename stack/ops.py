@@ -36,9 +36,10 @@ RETIRE_TIMEOUT_S = 20.0
 # Seconds Envoy gets to load a replaced LDS/CDS file and report it active.
 SWITCH_TIMEOUT_S = 30.0
 # The app a new worker of `pool` would load, built once in a throw-away process
-# with that worker's environment: a deployment that cannot boot is refused before
-# any worker is replaced (a gunicorn worker that fails to boot halts its master).
-_BOOT_CHECK = "import sys; from pricing import create_app; create_app(pool=sys.argv[1])"
+# with that worker's environment, as gunicorn loads it: a deployment that cannot boot
+# is refused before any worker is replaced (a gunicorn worker that fails to boot halts
+# its master).
+_BOOT_CHECK = "import sys; from gunicorn.util import import_app; import_app(sys.argv[1])"
 
 Say = Callable[[str], None]
 
@@ -85,7 +86,7 @@ def boot_check(running: Running, pool: str) -> str | None:
     """None when the pool's app loads with the pool's environment; else the last line
     of the error."""
     done = subprocess.run(
-        [sys.executable, "-c", _BOOT_CHECK, pool],
+        [sys.executable, "-c", _BOOT_CHECK, running.app or f"pricing:create_app(pool={pool!r})"],
         env={**os.environ, **running.pool_env[pool]},
         cwd=PROJECT_ROOT,
         capture_output=True,

@@ -44,6 +44,8 @@ class Running:
     started: dict[int, int] = field(default_factory=dict)
     # The route config file `pricingctl up` was given: what `routes apply` applies.
     source_config: Path | None = None
+    # The WSGI app the pools serve (Stack.app); None: the service's own.
+    app: str | None = None
 
     def to_json(self) -> str:
         doc = {
@@ -61,6 +63,7 @@ class Running:
             "drain_time_s": self.drain_time_s,
             "started": {str(k): v for k, v in self.started.items()},
             "source_config": str(self.source_config) if self.source_config else None,
+            "app": self.app,
         }
         return json.dumps(doc, indent=2) + "\n"
 
@@ -83,6 +86,7 @@ class Running:
             drain_time_s=int(doc.get("drain_time_s", 0)),
             started={int(k): int(v) for k, v in doc.get("started", {}).items()},
             source_config=Path(doc["source_config"]) if doc.get("source_config") else None,
+            app=doc.get("app"),
         )
 
     def ours(self, pid: int) -> bool:

@@ -8,6 +8,40 @@ from routing.load import load_routes
 from routing.model import RouteConfig
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--require-compiled",
+        action="store_true",
+        help="stop at once unless the compiled hot path is built and runs (CI's sanitizer "
+        "and version jobs: a skipped compiled test would hide that it is not)",
+    )
+    parser.addoption(
+        "--leak-calls",
+        type=int,
+        default=200_000,
+        help="observed calls the leak check runs through the compiled observer",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from tracing.timing import native
+
+    if native.module is not None and native.reason is None:
+        return f"timing core: compiled ({native.module.__file__})"
+    return f"timing core: the Python reference ({native.reason})"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from tracing.timing import native
+
+    if session.config.getoption("--require-compiled") and (
+        native.module is None or native.reason is not None
+    ):
+        raise pytest.UsageError(
+            f"--require-compiled: the compiled path does not run ({native.reason})"
+        )
+
+
 @pytest.fixture(scope="session")
 def routes() -> RouteConfig:
     return load_routes()

@@ -11,6 +11,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.contract import JSON
+
 
 class HTTPStatusError(OSError):
     """The server answered, but not with a 2xx status."""
@@ -61,7 +63,7 @@ def fetch(
     headers = dict(headers or {})
     if body is not None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        headers.setdefault("content-type", "application/json")
+        headers.setdefault("content-type", JSON)
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     started = time.monotonic()
     try:

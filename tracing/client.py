@@ -8,6 +8,7 @@ injects W3C `traceparent` into the request.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -174,11 +175,11 @@ class TracingCallObserver:
         measure_calls: MeasureCalls = calls or bound_calls()
         self._begin_call, self._finish_call = measure_calls
         self._metrics = metrics
-        if calls is None and _compiled_call_ready and native.active() is not None:
-            # The compiled observer (``_native.c``): its ``call`` makes a _CompiledCall,
-            # whose __enter__ and __exit__ run an unsampled request's call without a
-            # Python frame, and hand every other case to _Call's.
-            core = native.module.CallObserver(self, request_totals, metrics, measure)
+        if calls is None and _compiled_observer is not None:
+            # The compiled observer: its ``call`` makes a _CompiledCall, whose __enter__
+            # and __exit__ run an unsampled request's call without a Python frame, and
+            # hand every other case to _Call's.
+            core = _compiled_observer(self, request_totals, metrics, measure)
             self.call = core.call  # type: ignore[method-assign]
 
     def call(self, upstream: str, method: str, host: str, port: int, path: str, /) -> _Call:
@@ -295,32 +296,30 @@ class _Call(UpstreamCall):
 
 
 class _CompiledCall(_Call):
-    """A _Call made by the compiled observer: its __enter__ and __exit__ are
-    ``_native.c``'s (set below), which follow _Call's for a request Envoy did not sample
+    """A _Call made by the compiled observer: its __enter__ and __exit__ are the compiled
+    ones (set by ``_compiled``), which follow _Call's for a request Envoy did not sample
     and call them for anything else."""
 
     __slots__ = ("_core",)
 
 
-def _compile_call_methods() -> bool:
-    """Give _CompiledCall the compiled __enter__ and __exit__; False where the extension
-    was not built or does not take the class."""
-    module = native.module
-    if module is None:
-        return False
-    try:
-        enter, exit_ = module.configure_observer(
-            _CompiledCall, _Call.__enter__, _Call.__exit__, swallow
-        )
-    except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
-        swallow("compiled call observer", exc)
-        return False
+#: The compiled observer's class where the compiled path runs (``native``), else None.
+_compiled_observer: Any = None
+
+
+def _compiled(extension: Any) -> dict[str, Any]:
+    """Give _CompiledCall the compiled __enter__ and __exit__, and name the compiled
+    observer; raises where the extension does not take the class (a stale build)."""
+    enter, exit_ = extension.configure_observer(
+        _CompiledCall, _Call.__enter__, _Call.__exit__, swallow
+    )
     _CompiledCall.__enter__ = enter  # type: ignore[method-assign]
     _CompiledCall.__exit__ = exit_  # type: ignore[method-assign]
-    return True
+    return {"_compiled_observer": extension.CallObserver}
 
 
-_compiled_call_ready = _compile_call_methods()
+# The one place the compiled observer comes in.
+native.accelerate(sys.modules[__name__], _compiled)
 
 
 class Observes(Protocol):

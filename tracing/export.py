@@ -91,8 +91,8 @@ class ThreadedSpanProcessor(SpanProcessor):
         try:
             while not self._stopping:
                 if not self._queue:
-                    # Nothing to export: sleep until a span comes, not every interval (a
-                    # wake-up of an idle worker costs ~50-150 us of CPU on these VMs).
+                    # Nothing to export: sleep until a span comes, not every interval (each
+                    # wake-up costs an idle worker CPU: BENCHMARKS.md, "Tracing's wake-ups").
                     self._wake.acquire()
                     continue
                 # A signal given while the lock was already released is lost: a flush
@@ -182,7 +182,7 @@ class JsonLinesFileExporter(SpanExporter):
     """Writes each batch as one line of OTLP JSON (an ExportTraceServiceRequest, the
     bytes the SDK's OTLP encoder gives: ``encode_otlp_line``).
 
-    The fallback when no collector runs: `pricingctl traces --file` reads it.
+    The fallback when no collector runs: `pricingctl traces --from-spans` reads it.
     Several worker processes append to the same file; each line is written
     with one `write` to a file opened in append mode, so lines do not interleave.
     """
@@ -220,9 +220,9 @@ def encode_otlp_line(spans: Sequence[ReadableSpan]) -> str:
     trace state are all there, in the same order.
 
     Written straight to text, without building protobuf messages, walking them back
-    (``MessageToDict``) and dumping the dicts: that took about 200 us of the exporter
-    thread's CPU per span of the io pool, this about 30 us (``python -m bench.span_cost``,
-    batches of 512; it runs on the exporter's OS thread, never on the hub). The mapping's
+    (``MessageToDict``) and dumping the dicts, which cost the exporter thread several
+    times the CPU per span (both measured by ``python -m bench.span_cost``, batches of
+    512; it runs on the exporter's OS thread, never on the hub). The mapping's
     rules kept here: a field at its default (0, "", empty) is left out, except a value of
     an ``AnyValue`` (a oneof); 64-bit integers are decimal strings, ``fixed32`` flags a
     number; doubles JSON cannot hold are "NaN", "Infinity", "-Infinity"; strings are

@@ -5,7 +5,7 @@ Every line carries ``timestamp`` (UTC, ISO 8601), ``severity_text``,
 inside a request, ``trace_id``, ``span_id``, ``trace_flags`` and ``http.route``: the
 same trace id, under the same name, as Envoy's access log (``%TRACE_ID%``) and the
 trace in Jaeger, so one request can be followed from Envoy to the pool to its spans.
-The names are ``routing.logfields``' (OpenTelemetry's log data model), shared with
+The names are ``toolkit.contract``'s (OpenTelemetry's log data model), shared with
 Envoy's access log; a field without a value is left out. ``init_app`` records a
 request's ids when it starts; the formatter reads them from the request's context
 (each greenlet has its own), gunicorn's access log from the WSGI environ.
@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
 
-from routing import logfields as f
+from toolkit import contract
 from tracing.route import NO_ROUTE, route_of
 
 #: Where the request's ids are kept in the WSGI environ (gunicorn's access log reads it).
@@ -84,7 +84,7 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self, pool: str | None = None, service: str | None = None) -> None:
         super().__init__()
-        self.pool = pool if pool is not None else os.environ.get("PRICING_POOL")
+        self.pool = pool if pool is not None else os.environ.get(contract.POOL_ENV)
         if service is None:
             from tracing.settings import service_name
 
@@ -118,22 +118,22 @@ class JsonFormatter(logging.Formatter):
         """One line, without a LogRecord: gunicorn's access log writes one per request
         and skips the logging machinery (``gunicorn_conf.json_logs``)."""
         out: dict[str, Any] = {
-            f.TIMESTAMP: _iso(created),
-            f.SEVERITY_TEXT: level,
-            f.SEVERITY_NUMBER: f.SEVERITY_NUMBERS.get(level, 0),
-            f.BODY: message,
-            f.LOGGER: logger,
-            f.SERVICE_NAME: self.service,
-            f.POOL: self.pool,
+            contract.LOG_TIMESTAMP: _iso(created),
+            contract.LOG_SEVERITY_TEXT: level,
+            contract.LOG_SEVERITY_NUMBER: contract.SEVERITY_NUMBERS.get(level, 0),
+            contract.LOG_BODY: message,
+            contract.LOG_LOGGER: logger,
+            contract.LOG_SERVICE_NAME: self.service,
+            contract.LOG_POOL: self.pool,
             "pid": pid,
         }
         if ids is not None:
-            out[f.TRACE_ID] = ids.trace_id
-            out[f.SPAN_ID] = ids.span_id
+            out[contract.LOG_TRACE_ID] = ids.trace_id
+            out[contract.LOG_SPAN_ID] = ids.span_id
             if ids.trace_id is not None:
-                out[f.TRACE_FLAGS] = "01" if ids.sampled else "00"
+                out[contract.LOG_TRACE_FLAGS] = "01" if ids.sampled else "00"
             if ids.route is not None and ids.route != NO_ROUTE:
-                out[f.HTTP_ROUTE] = ids.route.partition(" ")[2]
+                out[contract.LOG_HTTP_ROUTE] = ids.route.partition(" ")[2]
         if fields:
             out.update(fields)
         if exception is not None:

@@ -16,8 +16,8 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-#: Query keys whose values may stay in spans, comma-separated (default: DEFAULT_ALLOW).
-QUERY_ALLOW_ENV = "PRICING_TRACE_QUERY_ALLOW"
+from toolkit.contract import QUERY_ALLOW_ENV
+
 DEFAULT_ALLOW = frozenset({"region"})
 REDACTED = "REDACTED"
 # Attributes holding a URL or a target with its query (stable and older conventions).

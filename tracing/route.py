@@ -1,9 +1,11 @@
-"""A request's route as every label and span names it: ``"GET /v1/offers/bike"``, the
-method and the URL rule's template (never the raw URL: low cardinality)."""
+"""A Flask request's route as every label and span names it (`routing.model.route_label`:
+``"GET /v1/offers/bike"``), made once per route."""
 
 from __future__ import annotations
 
 from typing import Any, Final
+
+from routing.model import route_label
 
 #: A request that matched no URL rule (404, or a method the rule does not take).
 NO_ROUTE: Final = "<no route>"
@@ -25,5 +27,5 @@ def route_of(request: Any) -> str:
     key = (request.method, rule.rule)
     route = _routes.get(key)
     if route is None:
-        route = _routes[key] = f"{key[0]} {key[1]}"
+        route = _routes[key] = route_label(*key)
     return route

@@ -21,6 +21,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from toolkit.contract import OTLP_ENDPOINT_ENV, SPAN_FILE_ENV, TRACING_ENV
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
@@ -47,13 +49,10 @@ def service_name() -> str:
     return str(resource.attributes[SERVICE_NAME])
 
 
-TRACING_ENV: Final = "PRICING_TRACING"
-SPAN_FILE_ENV: Final = "PRICING_SPAN_FILE"
 DEFAULT_SPAN_FILE = Path(__file__).resolve().parent.parent / ".run" / "spans.jsonl"
 
 # The standard names (OpenTelemetry's SDK environment specification).
 SDK_DISABLED_ENV: Final = "OTEL_SDK_DISABLED"
-OTLP_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"  # base URL; /v1/traces is added
 OTLP_TRACES_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"  # used as is
 SAMPLER_ENV: Final = "OTEL_TRACES_SAMPLER"
 SAMPLER_ARG_ENV: Final = "OTEL_TRACES_SAMPLER_ARG"

@@ -1,11 +1,12 @@
 """A request's spans built when it ends, from what was measured: no live OpenTelemetry
 span while it runs.
 
-The SDK's live spans cost ~57 us each on the hub with our attributes (``bench.span_cost``):
-the sampler, ``BoundedAttributes`` validating every value as it is set and again for each
-event, the span's lock, the processors' ``on_start``. A request whose spans are built here
-pays for one ``ReadableSpan`` each, made once with its final attributes and handed to the
-exporting processor, which treats it as any ended span.
+The SDK's live spans cost the hub most of a sampled request's tracing (measured by
+``python -m bench.span_cost``): the sampler, ``BoundedAttributes`` validating every value
+as it is set and again for each event, the span's lock, the processors' ``on_start``. A
+request whose spans are built here pays for one ``ReadableSpan`` each, made once with its
+final attributes and handed to the exporting processor, which treats it as any ended
+span.
 
 Two kinds of request are built here:
 
@@ -19,7 +20,7 @@ What the spans hold is what the SDK path gives for the same request, checked fie
 in ``tests/unit/tracing/test_span_records.py``: names, kinds, ids and parents, attributes
 (redacted by the same ``QueryRedactor``), events, status, resource and scope. Two things
 differ by design: the server span starts when the handler's measurement does (the SDK's
-started a few us later, in Flask's ``before_request``), and span limits are applied only
+started a little later, in Flask's ``before_request``), and span limits are applied only
 where ``OTEL_*_LIMIT`` variables ask for more than the SDK's defaults can bind.
 """
 

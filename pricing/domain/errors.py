@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from routing.edge import SHED_HEADER
+from toolkit.contract import SHED_HEADER
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,8 @@ class NoVehicleNearby(PricingError):
 
 
 class NoRoute(PricingError):
+    """No drivable path joins the two points, or one lies outside the region's roads."""
+
     status = 422
     slug = "no-route"
     title = "No route between origin and destination"

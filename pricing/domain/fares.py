@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
 
+from pricing.domain.errors import NoRoute
 from pricing.domain.geo import LatLng
 from pricing.domain.regions import Region, RideshareRates
-from pricing.domain.roadgraph import NoRouteError, graph_for
+from pricing.domain.roadgraph import graph_for
 from pricing.domain.surge import surge_multiplier
 
 __all__ = [
     "Fare",
-    "NoRouteError",
     "RideshareQuote",
     "RideshareQuoteInput",
     "fare_minor",
@@ -68,13 +68,13 @@ class Fare:
 def quote_rideshare(q: RideshareQuoteInput) -> RideshareQuote:
     """Price a ride along the fastest road path between the intersections nearest each end.
 
-    Raises NoRouteError when either end is outside the region's service area (its bbox): the
+    Raises NoRoute when either end is outside the region's service area (its bbox): the
     graph would silently clamp such a point onto the border and misprice the ride.
     """
     region = q.region
     for label, point in (("origin", q.origin), ("destination", q.destination)):
         if not region.bbox.contains(point):
-            raise NoRouteError(f"{label} {point} is outside the {region.name} service area")
+            raise NoRoute(f"{label} {point} is outside the {region.name} service area")
     graph = graph_for(region)
     path = graph.shortest_path(graph.nearest_node(q.origin), graph.nearest_node(q.destination))
     # Price the rounded figures the quote reports, so anyone can recompute the fare from it.

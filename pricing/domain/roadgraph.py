@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pricing.domain.errors import NoRoute
 from pricing.domain.geo import EARTH_RADIUS_M, BoundingBox, LatLng, haversine_m
 from pricing.domain.regions import Region
 
@@ -43,10 +44,6 @@ _PARK_RADIUS_LINES = (2, 4)
 
 Edge = tuple[int, float, float]
 """(to_node, length_m, travel_s)."""
-
-
-class NoRouteError(Exception):
-    """No drivable path joins the two points (a domain error, not a bug)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +160,7 @@ class RoadGraph:
         return best if best >= 0 else self.snap[r0 * cols + c0]
 
     def shortest_path(self, src: int, dst: int) -> PathResult:
-        """The fastest path by travel time (Dijkstra); NoRouteError if dst is unreachable."""
+        """The fastest path by travel time (Dijkstra); NoRoute if dst is unreachable."""
         n = self.node_count
         if not (0 <= src < n and 0 <= dst < n):
             raise IndexError(f"nodes must be in 0..{n - 1}, got {src} and {dst}")
@@ -191,7 +188,7 @@ class RoadGraph:
                     dist_m[v] = du + length_m[i]
                     hops[v] = hu
                     push(heap, (nt, v))
-        raise NoRouteError(f"no route from node {src} to node {dst}")
+        raise NoRoute(f"no route from node {src} to node {dst}")
 
 
 def build_road_graph(region: Region, *, one_way: bool = True) -> RoadGraph:
@@ -201,18 +198,47 @@ def build_road_graph(region: Region, *, one_way: bool = True) -> RoadGraph:
     faster arterials every few lines, a few highways and, unless `one_way` is False (tests
     use that to check symmetry), some one-way lines.
     """
+    # One random stream, drawn from in this order (nodes, fast lines, parks, one-way
+    # lines, streets): a change of order would change every region's graph.
     rng = random.Random(f"roadgraph:{region.name}")
     b = region.bbox
+    rows, cols = _grid_size(b)
+    node_lat, node_lng = _jittered_nodes(rng, b, rows, cols)
+    lines = _fast_lines(rng, rows, cols)
+    in_park = _parks(rng, rows, cols)
+    one_way_dir = _one_way_lines(rng, rows, cols, lines) if one_way else {}
+    adj = _streets(rng, rows, cols, (node_lat, node_lng), lines, in_park, one_way_dir)
+    return RoadGraph.from_parts(b, rows, cols, node_lat, node_lng, adj)
+
+
+@dataclass(frozen=True)
+class _FastLines:
+    """The grid lines (row or column numbers) that are arterials or highways."""
+
+    arterial_rows: set[int]
+    arterial_cols: set[int]
+    highway_rows: set[int]
+    highway_cols: set[int]
+
+
+def _grid_size(b: BoundingBox) -> tuple[int, int]:
+    """Rows and columns of the grid: about _TARGET_NODES nodes over the bbox."""
     height_m = haversine_m(LatLng(b.south, b.west), LatLng(b.north, b.west))
     mid_lat = (b.south + b.north) / 2
     width_m = haversine_m(LatLng(mid_lat, b.west), LatLng(mid_lat, b.east))
     block_m = math.sqrt(height_m * width_m / _TARGET_NODES)
     rows = max(_MIN_LINES, round(height_m / block_m) + 1)
     cols = max(_MIN_LINES, round(width_m / block_m) + 1)
+    return rows, cols
+
+
+def _jittered_nodes(
+    rng: random.Random, b: BoundingBox, rows: int, cols: int
+) -> tuple[list[float], list[float]]:
+    """Each node's latitude and longitude, row by row. Border nodes stay on the border,
+    so every node is inside the bbox."""
     lat_step = (b.north - b.south) / (rows - 1)
     lng_step = (b.east - b.west) / (cols - 1)
-
-    # Border nodes stay on the border so every node is inside the bbox.
     node_lat: list[float] = []
     node_lng: list[float] = []
     for r in range(rows):
@@ -221,34 +247,60 @@ def build_road_graph(region: Region, *, one_way: bool = True) -> RoadGraph:
             jc = rng.uniform(-_JITTER_FRACTION, _JITTER_FRACTION) if 0 < c < cols - 1 else 0.0
             node_lat.append(b.south + (r + jr) * lat_step)
             node_lng.append(b.west + (c + jc) * lng_step)
+    return node_lat, node_lng
 
-    arterial_rows = set(range(rng.randrange(_ARTERIAL_EVERY_LINES), rows, _ARTERIAL_EVERY_LINES))
-    arterial_cols = set(range(rng.randrange(_ARTERIAL_EVERY_LINES), cols, _ARTERIAL_EVERY_LINES))
-    highway_rows = set(rng.sample(range(2, rows - 2), _HIGHWAY_ROWS))
-    highway_cols = set(rng.sample(range(2, cols - 2), _HIGHWAY_COLS))
 
+def _fast_lines(rng: random.Random, rows: int, cols: int) -> _FastLines:
+    return _FastLines(
+        arterial_rows=set(range(rng.randrange(_ARTERIAL_EVERY_LINES), rows, _ARTERIAL_EVERY_LINES)),
+        arterial_cols=set(range(rng.randrange(_ARTERIAL_EVERY_LINES), cols, _ARTERIAL_EVERY_LINES)),
+        highway_rows=set(rng.sample(range(2, rows - 2), _HIGHWAY_ROWS)),
+        highway_cols=set(rng.sample(range(2, cols - 2), _HIGHWAY_COLS)),
+    )
+
+
+def _parks(rng: random.Random, rows: int, cols: int) -> list[bool]:
+    """Whether each node (row by row) lies in a park: round ones, with no streets."""
     parks = []
     for _ in range(_PARK_COUNT):
         radius = rng.randint(*_PARK_RADIUS_LINES)
         centre = (rng.randrange(radius, rows - radius), rng.randrange(radius, cols - radius))
         parks.append((centre, radius))
-    in_park = [
+    return [
         any((r - pr) ** 2 + (c - pc) ** 2 <= radius**2 for (pr, pc), radius in parks)
         for r in range(rows)
         for c in range(cols)
     ]
 
-    # A one-way line runs the same way along its whole length, alternating like Manhattan's.
-    one_way_dir: dict[tuple[str, int], int] = {}
-    if one_way:
-        for axis, count, fast in (
-            ("row", rows, arterial_rows | highway_rows),
-            ("col", cols, arterial_cols | highway_cols),
-        ):
-            for line in range(count):
-                if line not in fast and rng.random() < _ONE_WAY_LINE_FRACTION:
-                    one_way_dir[axis, line] = 1 if line % 2 else -1
 
+def _one_way_lines(
+    rng: random.Random, rows: int, cols: int, lines: _FastLines
+) -> dict[tuple[str, int], int]:
+    """(axis, line) -> its direction (+1 or -1). A one-way line runs the same way along
+    its whole length, alternating like Manhattan's; fast lines are two-way."""
+    one_way_dir: dict[tuple[str, int], int] = {}
+    for axis, count, fast in (
+        ("row", rows, lines.arterial_rows | lines.highway_rows),
+        ("col", cols, lines.arterial_cols | lines.highway_cols),
+    ):
+        for line in range(count):
+            if line not in fast and rng.random() < _ONE_WAY_LINE_FRACTION:
+                one_way_dir[axis, line] = 1 if line % 2 else -1
+    return one_way_dir
+
+
+def _streets(
+    rng: random.Random,
+    rows: int,
+    cols: int,
+    nodes: tuple[list[float], list[float]],
+    lines: _FastLines,
+    in_park: list[bool],
+    one_way_dir: dict[tuple[str, int], int],
+) -> list[list[Edge]]:
+    """Each node's outgoing edges: every grid step along a highway or an arterial; a
+    local street unless it crosses a park or is one of the blocks left out."""
+    node_lat, node_lng = nodes
     adj: list[list[Edge]] = [[] for _ in range(rows * cols)]
     # Over one block, equirectangular is within a micrometre of haversine, and calling
     # haversine here would be most of the build time.
@@ -273,8 +325,14 @@ def build_road_graph(region: Region, *, one_way: bool = True) -> RoadGraph:
         for c in range(cols):
             u = r * cols + c
             for axis, line, v, highways, arterials in (
-                ("row", r, u + 1 if c + 1 < cols else -1, highway_rows, arterial_rows),
-                ("col", c, u + cols if r + 1 < rows else -1, highway_cols, arterial_cols),
+                ("row", r, u + 1 if c + 1 < cols else -1, lines.highway_rows, lines.arterial_rows),
+                (
+                    "col",
+                    c,
+                    u + cols if r + 1 < rows else -1,
+                    lines.highway_cols,
+                    lines.arterial_cols,
+                ),
             ):
                 if v < 0:
                     continue
@@ -286,8 +344,7 @@ def build_road_graph(region: Region, *, one_way: bool = True) -> RoadGraph:
                     continue
                 else:
                     connect(u, v, None, one_way_dir.get((axis, line), 0))
-
-    return RoadGraph.from_parts(b, rows, cols, node_lat, node_lng, adj)
+    return adj
 
 
 _graphs: dict[Region, RoadGraph] = {}

@@ -12,7 +12,7 @@ import contextvars
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,8 +21,13 @@ from gevent.lock import BoundedSemaphore
 
 from pricing.domain.deadline import Deadline
 from pricing.domain.errors import UpstreamFailure
-from pricing.upstream.client_choice import OURS, UpstreamClient, make_client
-from pricing.upstream.httpclient import CallObserver, HttpClientError, Origin
+from pricing.upstream.httpclient import (
+    CallObserver,
+    HostClient,
+    HttpClientError,
+    HttpResponse,
+    Origin,
+)
 
 Answer = dict[str, Any] | UpstreamFailure
 
@@ -56,6 +61,19 @@ class Call:
     path: str  # path and query string, already encoded
 
 
+class UpstreamClient(Protocol):
+    """What the gateway needs from a client of one upstream (``HostClient``, or another
+    library's adapter a caller of ``create_app`` hands in)."""
+
+    def get(self, path: str, connect_timeout_s: float = 1.0) -> HttpResponse: ...
+
+    def close(self) -> None: ...
+
+
+#: Makes the client of one upstream: (name, origin, max_idle, observer, ca_file).
+ClientFactory = Callable[[str, Origin, int, CallObserver | None, str | None], UpstreamClient]
+
+
 class UpstreamMetrics(Protocol):
     """Where every call's outcome goes (``tracing.metrics.PoolMetrics``)."""
 
@@ -78,8 +96,8 @@ def spawn_in_context(func: Any, *args: Any) -> gevent.Greenlet:
 
 
 class HttpGateway:
-    """The real gateway: one keep-alive HTTP client per upstream (pricing.upstream.httpclient,
-    or the library `client` names: pricing.upstream.client_choice)."""
+    """The real gateway: one keep-alive HTTP client per upstream (``HostClient``, the
+    project's own, unless `client` makes another)."""
 
     def __init__(
         self,
@@ -89,7 +107,7 @@ class HttpGateway:
         observer: CallObserver | None = None,
         *,
         metrics: UpstreamMetrics | None = None,
-        client: str = OURS,
+        client: ClientFactory = HostClient,
         ca_file: str | None = None,
     ) -> None:
         specs = specs if specs is not None else specs_from_env(UPSTREAMS)
@@ -99,14 +117,8 @@ class HttpGateway:
         self.clients: dict[str, UpstreamClient] = {}
         self._bulkheads: dict[str, BoundedSemaphore] = {}
         for name, spec in specs.items():
-            self.clients[name] = make_client(
-                client,
-                name,
-                Origin.from_url(overrides.get(name, base_url)),
-                max_idle=spec.max_concurrency,
-                observer=observer,
-                ca_file=ca_file,
-            )
+            origin = Origin.from_url(overrides.get(name, base_url))
+            self.clients[name] = client(name, origin, spec.max_concurrency, observer, ca_file)
             self._bulkheads[name] = BoundedSemaphore(spec.max_concurrency)
 
     def fetch_all(self, calls: Sequence[Call], deadline: Deadline) -> dict[str, Answer]:

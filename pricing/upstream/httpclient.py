@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from gevent import socket, ssl
 
 from pricing.upstream.http1 import ProtocolError, ResponseParser
+from toolkit.contract import JSON
 
 # Largest response head and body we accept from an upstream (bytes): a reply
 # beyond it is a broken upstream, not something to buffer.
@@ -202,7 +203,7 @@ class HostClient:
             extra = "".join(f"{k}: {v}\r\n" for k, v in observed.headers.items())
             request = (
                 f"{method} {path} HTTP/1.1\r\nHost: {self._host_header}\r\n"
-                f"Accept: application/json\r\n{extra}\r\n"
+                f"Accept: {JSON}\r\n{extra}\r\n"
             ).encode("latin-1")
             response = self._exchange(request, method == "HEAD", connect_timeout_s)
             observed.status = response.status

@@ -22,15 +22,9 @@ from flask import Response, g, request
 
 from pricing.domain.deadline import RESPONSE_RESERVE_MS, Deadline
 from pricing.domain.errors import Overloaded
-from routing.edge import (
-    ENVOY_ATTEMPT_HEADER,
-    ENVOY_START_HEADER,
-    ENVOY_TIMEOUT_HEADER,
-    parse_attempt,
-    parse_envoy_start_ns,
-    parse_timeout_ms,
-)
+from routing.edge import parse_attempt, parse_envoy_start_ns, parse_timeout_ms
 from routing.model import Route
+from toolkit.contract import ENVOY_ATTEMPT_HEADER, ENVOY_START_HEADER, ENVOY_TIMEOUT_HEADER
 from tracing.metrics import pool_metrics
 from tracing.route import route_of
 

@@ -12,6 +12,7 @@ own, `outside-service-area`, described where it can occur.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from flask import Flask
@@ -21,9 +22,9 @@ from pydantic.json_schema import models_json_schema
 from pricing.domain import errors
 from pricing.domain.regions import REGIONS
 from pricing.web import schemas
-from pricing.web.problems import POOL_HEADER, PROBLEM_JSON, PROBLEM_TYPE_PREFIX, REQUEST_ID_HEADER
-from pricing.web.views import extra_endpoints
+from pricing.web.problems import PROBLEM_TYPE_PREFIX
 from routing.model import Route, RouteConfig
+from toolkit.contract import JSON, LOG_REQUEST_ID, POOL_HEADER, PROBLEM_JSON, REQUEST_ID_HEADER
 
 API_VERSION = "1.2.0"
 ABOUT_BLANK = "about:blank"
@@ -40,7 +41,7 @@ PROBLEM_TYPES: dict[str, str] = {
     "GET /v1/regions lists the areas",
     errors.NoRoute.slug: "no road route between origin and destination",
     errors.MalformedBody.slug: "the body is empty or not JSON",
-    errors.UnsupportedMediaType.slug: "the body is not sent as application/json",
+    errors.UnsupportedMediaType.slug: f"the body is not sent as {JSON}",
     errors.NoVehicleNearby.slug: "no bike or scooter is available near the origin",
     errors.Misdirected.slug: "the request reached a pool that does not serve its path "
     "(it bypassed Envoy)",
@@ -71,7 +72,7 @@ _STATUSES: dict[int, tuple[str, tuple[str, ...]]] = {
     ),
     404: ("No vehicle nearby", (errors.NoVehicleNearby.slug,)),
     413: ("Request body too large (Envoy's limit, also enforced by the app)", (ABOUT_BLANK,)),
-    415: ("Unsupported media type: send application/json", (errors.UnsupportedMediaType.slug,)),
+    415: (f"Unsupported media type: send {JSON}", (errors.UnsupportedMediaType.slug,)),
     421: (
         "Misdirected: the endpoint lives in another pool (the request bypassed Envoy)",
         (errors.Misdirected.slug,),
@@ -102,7 +103,7 @@ def _header(description: str, *, required: bool = True) -> dict[str, Any]:
     return {"description": description, "required": required, "schema": {"type": "string"}}
 
 
-_REQUEST_ID = _header("Envoy's request id; problems carry it as `request_id`")
+_REQUEST_ID = _header(f"Envoy's request id; problems carry it as `{LOG_REQUEST_ID}`")
 
 
 def _ok(description: str, model: type[BaseModel]) -> dict[str, Any]:
@@ -112,7 +113,7 @@ def _ok(description: str, model: type[BaseModel]) -> dict[str, Any]:
             POOL_HEADER: _header("the pool that served the request"),
             REQUEST_ID_HEADER: _REQUEST_ID,
         },
-        "content": {"application/json": {"schema": _ref(model)}},
+        "content": {JSON: {"schema": _ref(model)}},
     }
 
 
@@ -203,7 +204,7 @@ _TRIP_RULE = (
 )
 
 
-def _operation(route: Route) -> dict[str, Any]:
+def _operation(route: Route, extra: Collection[str]) -> dict[str, Any]:
     ep = route.endpoint
     area_rule = (errors.InvalidRequest.slug, errors.OutsideServiceArea.slug)
     if ep in {"offers.bike", "offers.scooter"}:
@@ -223,7 +224,7 @@ def _operation(route: Route) -> dict[str, Any]:
             "description": "Deterministic for the same input." + _TRIP_RULE,
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": _ref(schemas.RideshareRequest)}},
+                "content": {JSON: {"schema": _ref(schemas.RideshareRequest)}},
             },
             "responses": {
                 "200": _ok("The quote", schemas.RideshareQuote),
@@ -246,7 +247,7 @@ def _operation(route: Route) -> dict[str, Any]:
             "as a whole is refused only when it does not match its schema.",
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": _ref(schemas.BatchRequest)}},
+                "content": {JSON: {"schema": _ref(schemas.BatchRequest)}},
             },
             "responses": {
                 "200": _ok("The quotes", schemas.BatchResponse),
@@ -263,15 +264,17 @@ def _operation(route: Route) -> dict[str, Any]:
                 **_problems(421, s400=(ABOUT_BLANK,), s503=_SHED, s504=(ABOUT_BLANK,)),
             },
         }
-    if ep in extra_endpoints():
+    if ep in extra:
         return {
-            "summary": f"{ep}: an extra endpoint ($PRICING_EXTRA_ENDPOINTS), not the service's",
+            "summary": f"{ep}: an extra endpoint (create_app's extra_endpoints), not the service's",
             "responses": {"200": {"description": "OK"}, **_problems(421)},
         }
     raise KeyError(ep)
 
 
-def build_spec(config: RouteConfig) -> dict[str, Any]:
+def build_spec(config: RouteConfig, extra: Collection[str] = ()) -> dict[str, Any]:
+    """The OpenAPI document of *config*'s routes; *extra* names the endpoints the app
+    was given beside the service's own (``create_app(extra_endpoints=...)``)."""
     _, defs = models_json_schema(
         [(m, "validation") for m in (schemas.RideshareRequest, schemas.BatchRequest)]
         + [
@@ -290,9 +293,9 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for route in config.app_routes():
         for method in route.methods:
-            op = _operation(route)
+            op = _operation(route, extra)
             op["operationId"] = f"{route.endpoint}.{method.lower()}"
-            op["x-pricing-pool"] = route.pool
+            op[POOL_HEADER] = route.pool  # an extension under the header's name
             paths.setdefault(route.path, {})[method.lower()] = op
     # Health and readiness are not listed: every pool answers them on its own
     # address for Envoy's health checks, but Envoy does not route them (a
@@ -306,7 +309,7 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
                 "200": {
                     "description": "OpenAPI 3.1",
                     "headers": {REQUEST_ID_HEADER: _REQUEST_ID},
-                    "content": {"application/json": {"schema": {"type": "object"}}},
+                    "content": {JSON: {"schema": {"type": "object"}}},
                 },
                 **_problems(s400=(ABOUT_BLANK,), s503=(ABOUT_BLANK,), s504=(ABOUT_BLANK,)),
             },
@@ -320,12 +323,12 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
             "version": API_VERSION,
             "description": "Prices bike, scooter and rideshare offers in the service areas "
             "GET /v1/regions lists.\n\n"
-            "Errors are RFC 9457 problem details (application/problem+json), from the app "
-            "and from Envoy alike, each with the request's `request_id` (also the "
-            "x-request-id response header). Problem types:\n"
+            f"Errors are RFC 9457 problem details ({PROBLEM_JSON}), from the app "
+            f"and from Envoy alike, each with the request's `{LOG_REQUEST_ID}` (also the "
+            f"{REQUEST_ID_HEADER} response header). Problem types:\n"
             f"{types}\n\n"
             "A method a path does not declare is answered 405 with an Allow header. Every "
-            "response the app makes names the pool that served it in the x-pricing-pool "
+            f"response the app makes names the pool that served it in the {POOL_HEADER} "
             f"header. Each pool also answers GET {meta.healthz} and {meta.readyz} (schema "
             "Health) on its own loopback address, for Envoy's health checks; they are not "
             "routed through Envoy.",
@@ -335,6 +338,6 @@ def build_spec(config: RouteConfig) -> dict[str, Any]:
     }
 
 
-def init_app(app: Flask) -> None:
+def init_app(app: Flask, extra: Collection[str] = ()) -> None:
     config: RouteConfig = app.extensions["pricing.routes"]
-    app.extensions["pricing.web.openapi"] = json.dumps(build_spec(config), indent=1)
+    app.extensions["pricing.web.openapi"] = json.dumps(build_spec(config, extra), indent=1)

@@ -15,17 +15,10 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from pricing.domain.errors import FieldError, PricingError
+from toolkit.contract import LOG_REQUEST_ID, PROBLEM_JSON, REQUEST_ID_HEADER, TRACE_ID_HEADER
 from tracing.logs import current_ids
 
-PROBLEM_JSON = "application/problem+json"
 PROBLEM_TYPE_PREFIX = "urn:pricingservice:problem:"
-# Set by Envoy on every request it routes; Envoy's own problems carry it too.
-REQUEST_ID_HEADER = "x-request-id"
-#: Every response the app makes names the pool that served it in this header.
-POOL_HEADER = "x-pricing-pool"
-#: A 5xx problem's trace id (the request id when the request has none), also its body's
-#: ``trace_id``: what to search the logs and Jaeger for.
-TRACE_ID_HEADER = "x-pricing-trace-id"
 # Seconds a client should wait before retrying a 503.
 RETRY_AFTER_S = 1
 
@@ -50,7 +43,7 @@ def problem_response(
     }
     request_id = request.headers.get(REQUEST_ID_HEADER) if request else None
     if request_id:
-        body["request_id"] = request_id
+        body[LOG_REQUEST_ID] = request_id
     if errors:
         body["errors"] = [{"field": e.field, "message": e.message} for e in errors]
     headers = dict(headers or {})

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from pricing.domain.regions import REGIONS
+from toolkit.contract import REQUEST_ID_HEADER
 
 MAX_BATCH_QUOTES = 16
 USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -216,7 +217,7 @@ class Problem(_Out):
     detail: str
     instance: str | None = None
     request_id: str | None = Field(
-        default=None, description="the request's x-request-id (also a response header)"
+        default=None, description=f"the request's {REQUEST_ID_HEADER} (also a response header)"
     )
     errors: list[FieldProblem] | None = None
 

@@ -7,20 +7,28 @@ config) gets a clear answer instead of being served by the wrong pool.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from flask import Flask, Response
 
 from pricing.domain.errors import Misdirected
 from pricing.web.admission import admitted
-from pricing.web.views import META_VIEWS, endpoints
+from pricing.web.views import ENDPOINTS, META_VIEWS, ViewFactory
 from routing.errors import RouteConfigError
 from routing.model import Layout, Route, RouteConfig
 
 
-def register_routes(app: Flask, config: RouteConfig, pool: str, layout: Layout) -> None:
+def register_routes(
+    app: Flask,
+    config: RouteConfig,
+    pool: str,
+    layout: Layout,
+    extra: Mapping[str, ViewFactory] | None = None,
+) -> None:
+    """The service's endpoints (``ENDPOINTS``) and *extra* ones the app was given
+    (``create_app(extra_endpoints=...)``: the benchmark's synthetic service)."""
     meta_paths = config.meta.endpoints()
-    factories = endpoints()
+    factories = {**ENDPOINTS, **(extra or {})}
     for endpoint, view in META_VIEWS.items():
         app.add_url_rule(meta_paths[endpoint], endpoint=endpoint, view_func=view, methods=["GET"])
     for route in config.app_routes():

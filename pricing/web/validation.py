@@ -20,6 +20,7 @@ from pricing.domain.errors import (
 from pricing.domain.geo import LatLng
 from pricing.domain.regions import REGIONS, Region, region_for
 from pricing.web.schemas import LAT_RANGE, LNG_RANGE, NUMBER_PATTERN, USER_ID_PATTERN
+from toolkit.contract import JSON
 
 # Matched with fullmatch: `$` alone also matches before a trailing newline.
 _USER_ID = re.compile(USER_ID_PATTERN)
@@ -135,10 +136,8 @@ def _latlng(name: str, text: str | None, errors: list[FieldError]) -> LatLng | N
 def parse_json_body(model: type[M], body: bytes, content_type: str | None) -> M:
     """Validate a JSON body against `model`; errors name the field by its JSON path."""
     mimetype = (content_type or "").split(";", 1)[0].strip().lower()
-    if mimetype != "application/json":
-        raise UnsupportedMediaType(
-            f"send the body as application/json (got {mimetype or 'no content type'})"
-        )
+    if mimetype != JSON:
+        raise UnsupportedMediaType(f"send the body as {JSON} (got {mimetype or 'no content type'})")
     if not body:
         raise MalformedBody("the request body is empty; send a JSON object")
     try:

@@ -4,7 +4,6 @@ which URL it answers and in which pool comes from the route config, not from her
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -12,7 +11,7 @@ from typing import Any
 
 from flask import Response, current_app, request
 
-from pricing.domain.errors import FieldError, InvalidRequest, NoRoute, NotReady, PricingError
+from pricing.domain.errors import FieldError, InvalidRequest, NotReady, PricingError
 from pricing.domain.regions import REGIONS
 from pricing.upstream.gateway import Gateway
 from pricing.web.admission import current_deadline
@@ -20,15 +19,14 @@ from pricing.web.offers import Mode, build_offer, offer_calls
 from pricing.web.schemas import BatchQuote, BatchRequest, RideshareRequest
 from pricing.web.validation import parse_json_body, parse_offer_query, resolve_region
 from routing.model import Route
+from toolkit.contract import JSON, POOL_ENV
 
 View = Callable[..., Response]
 ViewFactory = Callable[[Route], View]
 
 
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json"
-    )
+    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype=JSON)
 
 
 def _gateway() -> Gateway:
@@ -49,7 +47,7 @@ def micromobility_offer(mode: Mode) -> ViewFactory:
 
 
 def _quote(body: BatchQuote) -> dict[str, Any]:
-    from pricing.domain.fares import NoRouteError, RideshareQuoteInput, quote_rideshare
+    from pricing.domain.fares import RideshareQuoteInput, quote_rideshare
     from pricing.domain.geo import LatLng
 
     origin = LatLng(body.origin.lat, body.origin.lng)
@@ -57,10 +55,7 @@ def _quote(body: BatchQuote) -> dict[str, Any]:
     region = resolve_region(origin, destination, body.region)
     requested_at = body.requested_at or datetime.now(UTC).replace(second=0, microsecond=0)
     requested_at = requested_at.astimezone(UTC)
-    try:
-        quote = quote_rideshare(RideshareQuoteInput(origin, destination, region, requested_at))
-    except NoRouteError as exc:
-        raise NoRoute(str(exc)) from None
+    quote = quote_rideshare(RideshareQuoteInput(origin, destination, region, requested_at))
     return {
         "mode": "rideshare",
         "region": quote.region,
@@ -141,7 +136,7 @@ def regions(route: Route) -> View:
 
 def healthz() -> Response:
     """Alive: the process answers. Nothing else is checked."""
-    return json_response({"status": "ok", "pool": current_app.config["PRICING_POOL"]})
+    return json_response({"status": "ok", "pool": current_app.config[POOL_ENV]})
 
 
 # What ready means, and the app.extensions key each step leaves behind.
@@ -162,7 +157,7 @@ def readyz() -> Response:
 
 
 def openapi() -> Response:
-    return Response(current_app.extensions["pricing.web.openapi"], mimetype="application/json")
+    return Response(current_app.extensions["pricing.web.openapi"], mimetype=JSON)
 
 
 # Endpoint name -> view factory. routes.toml places each in exactly one pool.
@@ -175,41 +170,6 @@ ENDPOINTS: dict[str, ViewFactory] = {
 }
 
 
-def endpoints() -> dict[str, ViewFactory]:
-    """ENDPOINTS, and the extra ones of the spec $PRICING_EXTRA_ENDPOINTS names (the
-    benchmark's synthetic service): the module its ``views`` key names makes them. The
-    app imports no benchmark code unless a pool is started that way."""
-    return {**ENDPOINTS, **extra_endpoints()}
-
-
-def extra_endpoints() -> dict[str, ViewFactory]:
-    import os
-
-    from routing.env import EXTRA_ENDPOINTS_ENV
-
-    path = os.environ.get(EXTRA_ENDPOINTS_ENV)
-    return dict(_spec_endpoints(path)) if path else {}
-
-
-@functools.lru_cache(maxsize=4)
-def _spec_endpoints(path: str) -> dict[str, ViewFactory]:
-    import importlib
-
-    from routing.env import EXTRA_ENDPOINTS_ENV
-    from routing.errors import RouteConfigError
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            spec = json.load(f)
-        module = importlib.import_module(spec["views"])
-    except (OSError, ValueError, KeyError, ImportError) as exc:
-        raise RouteConfigError(
-            f"{EXTRA_ENDPOINTS_ENV}={path}: not an endpoint spec: {exc}"
-        ) from None
-    made: dict[str, ViewFactory] = module.endpoints(spec)
-    return made
-
-
 # Meta routes: every pool serves them, at the paths [meta] in routes.toml gives them
 # (meta.metrics is served by tracing.metrics, whatever the tracing mode).
 META_VIEWS: dict[str, View] = {
@@ -218,4 +178,4 @@ META_VIEWS: dict[str, View] = {
     "meta.openapi": openapi,
 }
 
-__all__ = ["ENDPOINTS", "META_VIEWS", "FieldError", "endpoints", "json_response"]
+__all__ = ["ENDPOINTS", "META_VIEWS", "FieldError", "json_response"]

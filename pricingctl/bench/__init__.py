@@ -7,6 +7,10 @@
     pricingctl bench http-client [--quick] [--clients ours,geventhttpclient,urllib3] ...
     pricingctl bench timing-accuracy [--quick] [--calls N] [--hogs N] ...
     pricingctl bench timing-cost [--quick] [--rounds N] [--repeat N]
+    pricingctl bench span-cost [--quick] [--requests N] [--repeat N] [--profile]
+    pricingctl bench log-cost [--quick] [--n N]
+    pricingctl bench metrics-cost [--quick] [--n N]
+    pricingctl bench instructions [--quick] [--offers N] [--warmup N] [--repeats N]
     pricingctl bench soak [--minutes M] [--kill-every-s S] ...
     pricingctl bench overload [--quick] [--multiples X,X] [--pools io,cpu] ...
     pricingctl bench suggest [--quick] [--rates offers=R,cpu=R,batch=R] ...
@@ -15,7 +19,7 @@
 Every part runs through one skeleton (`skeleton.measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail. The
 flags the parts share are in `flags`; each family of parts has its module: `compare`
-(no part), `capacity`, `overhead`, `stress`, `timing`, `routes`.
+(no part), `capacity`, `overhead`, `stress`, `timing`, `cost`, `routes`.
 
 Exit codes: 0 measured (targets met or not: they are reported, not enforced),
 1 the benchmark could not run (a bad route config included), 2 bad flags, 130
@@ -24,8 +28,14 @@ interrupted (143 on SIGTERM).
 
 from __future__ import annotations
 
-from pricingctl.bench.capacity import cpu_capacity_parser, envoy_hop_parser, io_capacity_parser
+from pricingctl.bench.capacity import envoy_hop_parser, io_capacity_parser
 from pricingctl.bench.compare import compare_flags
+from pricingctl.bench.cost import (
+    instructions_parser,
+    log_cost_parser,
+    metrics_cost_parser,
+    span_cost_parser,
+)
 from pricingctl.bench.flags import Parts
 from pricingctl.bench.overhead import http_client_parser, tracing_overhead_parser
 from pricingctl.bench.routes import routes_scale_parser, suggest_parser
@@ -46,7 +56,6 @@ def add_parser(subparsers: Parts) -> None:
     sub = bench.add_subparsers(dest="bench_command", metavar="PART")
     envoy_hop_parser(sub)
     io_capacity_parser(sub)
-    cpu_capacity_parser(sub)
     tracing_overhead_parser(sub)
     overload_parser(sub)
     http_client_parser(sub)
@@ -54,4 +63,8 @@ def add_parser(subparsers: Parts) -> None:
     soak_parser(sub)
     suggest_parser(sub)
     timing_cost_parser(sub)
+    span_cost_parser(sub)
+    log_cost_parser(sub)
+    metrics_cost_parser(sub)
+    instructions_parser(sub)
     routes_scale_parser(sub)

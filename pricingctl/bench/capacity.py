@@ -1,16 +1,14 @@
-"""`pricingctl bench envoy-hop`, `io-capacity`, `cpu-capacity`: what the stack
-sustains, and what the Envoy hop adds."""
+"""`pricingctl bench envoy-hop`, `io-capacity`: what one io worker sustains, and what
+the Envoy hop adds."""
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from bench.run import STACK_START_EST_S, LoadSettings, planned_seconds
-from pricingctl.bench.flags import DEFAULT_WORKERS, Defaults, Parts, common_flags, positive, seconds
+from pricingctl.bench.flags import DEFAULT_WORKERS, Defaults, Parts, common_flags, positive
 from pricingctl.bench.skeleton import Part, Run, part_handler
-from routing.load import load_routes
+from toolkit.contract import TRACING_ENV
 
 HOP_FULL, HOP_QUICK = Defaults(30.0, 5.0, 1), Defaults(10.0, 3.0, 1)
 CAPACITY_FULL, CAPACITY_QUICK = Defaults(15.0, 3.0, 1), Defaults(6.0, 2.0, 1)
@@ -38,39 +36,10 @@ def io_capacity_parser(sub: Parts) -> None:
     cap.add_argument(
         "--tracing",
         action="store_true",
-        help="pools with tracing at its production default (PRICING_TRACING=full, the "
+        help=f"pools with tracing at its production default ({TRACING_ENV}=full, the "
         "route config's [tracing].sample_percent); default: tracing off",
     )
     cap.set_defaults(handler=part_handler(IO_CAPACITY))
-
-
-def cpu_capacity_parser(sub: Parts) -> None:
-    cpu_cap = sub.add_parser(
-        "cpu-capacity", help="rideshare quotes per second one cpu worker serves"
-    )
-    cpu_cap.add_argument("--config", type=Path, default=None, help="route config")
-    cpu_cap.add_argument("--duration", type=seconds(1.0), default=20.0, metavar="S")
-    cpu_cap.add_argument(
-        "--clients", type=int, default=2, help="closed-loop clients (default 2: one queued)"
-    )
-    cpu_cap.add_argument(
-        "--run-dir", type=Path, default=Path(".run/bench-cpu-capacity"), help="stack logs"
-    )
-    cpu_cap.set_defaults(handler=_cpu_capacity)
-
-
-def _cpu_capacity(args: argparse.Namespace) -> int:
-
-    from bench.cpu_capacity import run_cpu_capacity
-
-    result = run_cpu_capacity(
-        load_routes(args.config),
-        duration_s=args.duration,
-        clients=max(1, args.clients),
-        run_dir=args.run_dir,
-    )
-    print(json.dumps(result))
-    return 0
 
 
 def _measure_envoy_hop(run: Run) -> str:

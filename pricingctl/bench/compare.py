@@ -9,8 +9,10 @@ import sys
 from dataclasses import replace
 
 from bench.run import BenchError, LoadSettings, planned_seconds
-from pricingctl.bench.flags import FULL, QUICK, Defaults, common_flags, load_flags, number
+from pricingctl import argtypes
+from pricingctl.bench.flags import FULL, QUICK, Defaults, common_flags, load_flags
 from pricingctl.bench.skeleton import Part, Run, command_line, guarded, part_handler
+from toolkit.contract import TRACING_ENV
 
 # `bench --tracing`: every request sampled, so that every offer has a breakdown.
 TRACING_SAMPLE_PERCENT = 100.0
@@ -108,12 +110,12 @@ def compare_flags(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "--tracing",
         action="store_true",
-        help="start the pools with PRICING_TRACING=full, each stack with Jaeger (when its "
+        help=f"start the pools with {TRACING_ENV}=full, each stack with Jaeger (when its "
         "binary is cached; otherwise the span file), and break every traced offer down",
     )
     bench.add_argument(
         "--sample-percent",
-        type=lambda text: number(text, low=0.0, what="percent"),
+        type=argtypes.percent,
         default=TRACING_SAMPLE_PERCENT,
         metavar="P",
         help="with --tracing: Envoy samples P %% of requests "

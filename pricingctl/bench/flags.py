@@ -4,13 +4,13 @@ their values (argparse `type=`: a bad value becomes one clear line, exit 2)."""
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
 from bench.traffic import GROUPS
+from pricingctl import argtypes
 
 DEFAULT_OUT = Path("bench-out")
 DEFAULT_RUN_DIR = Path(".run/bench")
@@ -38,56 +38,29 @@ QUICK = Defaults(duration_s=15.0, warmup_s=4.0, repeats=1)
 
 
 def number(text: str, *, low: float, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{what}: expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < low:
-        raise argparse.ArgumentTypeError(f"{what}: must be at least {low:g}, got {text}")
-    return value
+    """A finite number at least *low* (`argtypes.number`)."""
+    return argtypes.number(what, low)(text)
 
 
 def seconds(low: float) -> Callable[[str], float]:
-    return lambda text: number(text, low=low, what="seconds")
+    return argtypes.number("seconds", low)
 
 
 def count(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
-        return value
-
-    return parse
+    return argtypes.whole(low, high)
 
 
-def positive(text: str) -> float:
-    value = number(text, low=0.0, what="value")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-    return value
+#: Above 0 and finite (a rate, a step, a limit in ms).
+positive = argtypes.number("value", 0.0, above=True)
+
+_group_rates = argtypes.rates(GROUPS, high=10_000)
 
 
 def parse_rates(text: str) -> dict[str, float]:
-    """`cpu=35,offers=100` (either or both; requests per second)."""
-    rates: dict[str, float] = {}
-    for part in text.split(","):
-        key, sep, value = part.strip().partition("=")
-        if not sep or key not in GROUPS:
-            raise argparse.ArgumentTypeError(
-                f"expected KEY=RATE[,KEY=RATE] with KEY in {', '.join(GROUPS)}, got {part!r}"
-            )
-        if key in rates:
-            raise argparse.ArgumentTypeError(f"{key} given twice")
-        rate = number(value, low=0.0, what=key)
-        if key == "offers" and rate <= 0:
-            raise argparse.ArgumentTypeError("offers must be greater than 0")
-        if rate > 10_000:
-            raise argparse.ArgumentTypeError(f"{key}: at most 10000/s, got {value}")
-        rates[key] = rate
+    """`cpu=35,offers=100` (either or both; requests per second, at most 10000)."""
+    rates = _group_rates(text)
+    if rates.get("offers", 1.0) <= 0:
+        raise argparse.ArgumentTypeError("offers must be greater than 0")
     return rates
 
 
@@ -113,22 +86,25 @@ def common_flags(p: argparse.ArgumentParser, defaults: Defaults) -> None:
     )
     p.add_argument(
         "--upstream-ms",
-        type=lambda text: number(text, low=0.0, what="milliseconds"),
+        type=argtypes.number("milliseconds", 0.0, 600_000.0),
         default=DEFAULT_UPSTREAM_MS,
         metavar="MS",
         help="every upstream answers after exactly this long (default 100)",
     )
-    p.add_argument("--seed", type=count(0, 2**31), default=1, help="arrival schedule seed")
+    p.add_argument("--seed", type=argtypes.seed, default=1, help="arrival schedule seed")
     p.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"results directory (default {DEFAULT_OUT})"
+        "--out",
+        type=argtypes.output,
+        default=DEFAULT_OUT,
+        help=f"results directory (default {DEFAULT_OUT})",
     )
     p.add_argument(
         "--run-dir",
-        type=Path,
+        type=argtypes.path,
         default=DEFAULT_RUN_DIR,
         help=f"logs, raw samples, derived configs (default {DEFAULT_RUN_DIR})",
     )
-    p.add_argument("--config", type=Path, default=None, help="route config (default routes.toml)")
+    argtypes.add_config_flag(p, None)
 
 
 def load_flags(p: argparse.ArgumentParser, defaults: Defaults) -> None:
@@ -195,5 +171,8 @@ def timing_flags(p: argparse.ArgumentParser) -> None:
         "--quick", action="store_true", help="a short run: a smoke test, not a figure to quote"
     )
     p.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"results directory (default {DEFAULT_OUT})"
+        "--out",
+        type=argtypes.output,
+        default=DEFAULT_OUT,
+        help=f"results directory (default {DEFAULT_OUT})",
     )

@@ -42,7 +42,7 @@ def _modes(text: str) -> tuple[str, ...]:
 
 
 def _clients(text: str) -> tuple[str, ...]:
-    from pricing.upstream.client_choice import CLIENTS, OURS
+    from bench.clients import CLIENTS, OURS
 
     return compared(text, CLIENTS, OURS, "client")
 
@@ -203,16 +203,16 @@ def _client_settings(args: argparse.Namespace, settings: LoadSettings) -> LoadSe
 
 
 def _planned_http_client(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    from bench.clients import CLIENTS
     from bench.http_client import arms
     from bench.run import run_order
-    from pricing.upstream.client_choice import CLIENTS
 
     return planned_seconds(settings, len(run_order(arms(args.clients or CLIENTS), d.repeats)))
 
 
 def _measure_http_client(run: Run) -> str:
+    from bench.clients import CLIENTS
     from bench.http_client import run_http_client, write_http_client
-    from pricing.upstream.client_choice import CLIENTS
 
     doc = run_http_client(
         run.config,
@@ -230,7 +230,7 @@ def _measure_http_client(run: Run) -> str:
 def _check_http_client(args: argparse.Namespace) -> str | None:
     import importlib.util
 
-    from pricing.upstream.client_choice import CLIENTS, OURS
+    from bench.clients import CLIENTS, OURS
 
     missing = [c for c in args.clients or CLIENTS if c != OURS and not importlib.util.find_spec(c)]
     if missing:

@@ -10,6 +10,7 @@ from pathlib import Path
 from bench import suggest as suggest_part
 from bench.progress import Progress
 from bench.run import STACK_START_EST_S, LoadSettings
+from pricingctl import argtypes
 from pricingctl.bench.flags import (
     Defaults,
     Parts,
@@ -56,9 +57,9 @@ def routes_scale_parser(sub: Parts) -> None:
     scale.add_argument(
         "--routes", type=count(4, 5000), default=None, help="synthetic routes (default 300)"
     )
-    scale.add_argument("--seed", type=int, default=1, help="of the synthetic service")
+    scale.add_argument("--seed", type=argtypes.seed, default=1, help="of the synthetic service")
     scale.add_argument(
-        "--run-dir", type=Path, default=Path(".run/bench-routes-scale"), help="stack logs"
+        "--run-dir", type=argtypes.path, default=Path(".run/bench-routes-scale"), help="stack logs"
     )
     scale.set_defaults(handler=_routes_scale)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bench.progress import Progress
+from pricingctl import argtypes
 from pricingctl.bench.flags import Parts, count, positive, timing_flags
 from pricingctl.bench.skeleton import command_line, measure_and_report, resolved
 
@@ -24,7 +25,7 @@ def timing_accuracy_parser(sub: Parts) -> None:
     acc.add_argument("--reply-ms", type=count(0, 10_000), default=20, help="upstream delay")
     acc.add_argument("--concurrency", type=count(1, 1000), default=4, help="client greenlets")
     acc.add_argument("--pause-ms", type=positive, default=10.0, help="max pause between calls")
-    acc.add_argument("--seed", type=count(0, 2**31), default=1, help="random seed")
+    acc.add_argument("--seed", type=argtypes.seed, default=1, help="random seed")
     acc.set_defaults(handler=_timing_accuracy)
 
 

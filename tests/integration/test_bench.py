@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +262,22 @@ def test_timing_parts_quick(tmp_path: Path) -> None:
         "culprits_of_1ms_with_100_switches",
         "set_greenlet_label",
     }
+    assert doc["culprits_us_by_switches"]["python"]["8000"] > 0
+    assert "naming culprits, python" in cost.stdout
+
+
+@pytest.mark.skipif(
+    not (shutil.which("valgrind") and shutil.which("callgrind_control")), reason="no valgrind"
+)
+def test_instructions_quick(tmp_path: Path) -> None:
+    """`bench instructions` counts both modes under callgrind and reports the difference."""
+    done = pricingctl("bench", "instructions", "--quick", "--out", str(tmp_path), timeout_s=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((tmp_path / "instructions.json").read_text())
+    assert set(doc["per_offer"]) == {"off", "full"}
+    assert all(v > 0 for values in doc["per_offer"].values() for v in values)
+    assert len(doc["tracing_adds_by_repeat"]) == doc["settings"]["repeats"] == 1
+    assert "tracing adds" in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ podman-compose, traffic through Envoy by service name, a pool replica killed.
 
 Skipped, with the reason in one line, where podman or podman-compose is missing or
 cannot start a container. The first run builds the base image, the wheelhouse and the
-images (a few minutes); later runs reuse them (tests/integration/podman.py).
+images (a few minutes); later runs reuse them (tests/integration/support/podman.py).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def topology(
     rendered = tmp_path_factory.mktemp("compose")
     render = ["deploy", "--config", str(all_traced_routes.source), "render", "compose"]
     result = subprocess.run(
-        [sys.executable, "-m", "pricingctl", *render, "--output", str(rendered)],
+        [sys.executable, "-m", "pricingctl", *render, "--out", str(rendered)],
         capture_output=True,
         text=True,
         cwd=podman.REPO_ROOT,

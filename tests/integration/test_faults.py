@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from pricing.upstream.gateway import UPSTREAMS
-from routing.edge import SHED_HEADER
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from stack.procfs import children, connections_to
@@ -37,6 +36,7 @@ from tests.integration.support.load import (
 )
 from tests.integration.support.stack import derived_config
 from tests.samples import OFFER_QUERY
+from toolkit.contract import SHED_HEADER
 from toolkit.fetch import Reply
 from toolkit.wait import wait_until
 

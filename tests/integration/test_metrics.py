@@ -1,6 +1,6 @@
 """/metrics on a real gunicorn pool (two workers) behind Envoy, read with
 prometheus_client's own parser: every scrape, whichever worker answers it, gives the
-pool's totals once the workers have flushed (tracing.metrics.FLUSH_INTERVAL_S); a
+pool's totals once the workers have flushed (tracing.metric_flush.FLUSH_INTERVAL_S); a
 SIGKILLed worker's flushed counts stay, its live gauge goes."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.integration.support.http import http, reset_upstreams, set_upstream
 from tests.prometheus import Samples, samples, total, value
 from tests.samples import BIKE_ROUTE, OFFER_PATH
 from toolkit.wait import wait_until
-from tracing.metrics import FLUSH_INTERVAL_S
+from tracing.metric_flush import FLUSH_INTERVAL_S
 
 pytestmark = pytest.mark.integration
 HTTP_COUNT = "http_server_request_duration_seconds_count"

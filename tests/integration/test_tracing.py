@@ -297,7 +297,7 @@ def test_pricingctl_traces_prints_a_table_from_jaeger(jaeger_stack: Stack) -> No
         "-m",
         "pricingctl",
         "traces",
-        "--jaeger-url",
+        "--from-jaeger",
         str(jaeger_stack.jaeger_url),
     ]
     table = subprocess.run(cli, capture_output=True, text=True, timeout=30)
@@ -314,6 +314,8 @@ def test_pricingctl_traces_prints_a_table_from_jaeger(jaeger_stack: Stack) -> No
     endpoint = rows[("endpoint", "GET /v1/offers/bike")]
     assert endpoint["inbound_delay_p50_ms"] is not None
     assert endpoint["inbound_delay_p50_ms"] <= endpoint["inbound_delay_p99_ms"]
+    # Its critical call's network time, never the sum over its parallel calls.
+    assert endpoint["network_p50_ms"] <= endpoint["duration_p50_ms"]
     assert "inb p50" in table.stdout.splitlines()[0]
     trace_id = from_jaeger(str(jaeger_stack.jaeger_url), limit=1)[0].trace_id
     one = subprocess.run([*cli, "--trace-id", trace_id], capture_output=True, text=True, timeout=30)
@@ -332,7 +334,7 @@ def test_pricingctl_traces_says_so_when_jaeger_is_unreachable(tmp_path: Path) ->
             "-m",
             "pricingctl",
             "traces",
-            "--jaeger-url",
+            "--from-jaeger",
             f"http://127.0.0.1:{free_port()}",
         ],
         capture_output=True,

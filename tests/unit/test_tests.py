@@ -90,13 +90,13 @@ def is_fixture(node: ast.FunctionDef) -> bool:
 
 
 def not_fixtures(source: str) -> list[str]:
-    """The top-level functions and classes of a conftest that are not fixtures (a
-    private `_helper` of its fixtures excepted)."""
+    """The top-level functions and classes of a conftest that are neither fixtures nor
+    pytest's hooks (`pytest_*`); a private `_helper` of its fixtures is let be."""
     return [
         node.name
         for node in ast.parse(source).body
         if isinstance(node, ast.FunctionDef | ast.ClassDef)
-        and not node.name.startswith("_")
+        and not node.name.startswith(("_", "pytest_"))
         and not (isinstance(node, ast.FunctionDef) and is_fixture(node))
     ]
 
@@ -110,7 +110,10 @@ def test_conftest_files_hold_fixtures_only() -> None:
     assert {path: names for path, names in found.items() if names} == {}, (
         "helpers the tests call live in a support module"
     )
-    assert not_fixtures("def http(): ...\nclass Fake: ...\n") == ["http", "Fake"]
+    assert not_fixtures("def http(): ...\nclass Fake: ...\ndef pytest_addoption(): ...") == [
+        "http",
+        "Fake",
+    ]
     assert (
         not_fixtures("@pytest.fixture\ndef a(): ...\n@pytest.fixture(scope='module')\ndef b(): ...")
         == []

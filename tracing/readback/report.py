@@ -65,6 +65,8 @@ class Row:
     count: int
     duration_p50_ms: float | None
     duration_p99_ms: float | None
+    # Network time and scheduling delay: an upstream's calls', an endpoint's critical
+    # call's (`_SPLIT`).
     network_p50_ms: float | None
     network_p99_ms: float | None
     delay_p50_ms: float | None
@@ -73,7 +75,8 @@ class Row:
     # The slowest spans of the row, in distinct traces, slowest first.
     slowest: tuple[Example, ...] = ()
     # Of the scheduling delay (sched), the share in % the process waited for a CPU
-    # (gevent.scheduling.cpu_wait); None without the attribute or without any delay.
+    # (gevent.scheduling.cpu_wait, an endpoint's critical call's); None without the
+    # attribute or without any delay.
     delay_cpu_wait_pct: float | None = None
     # Endpoints: gevent.inbound.delay, its CPU-wait share (gevent.inbound.cpu_wait) and
     # who held the hub meanwhile (gevent.inbound.culprits). None / () on upstreams and on
@@ -96,6 +99,25 @@ class Row:
         return d
 
 
+#: The attributes a row's network, scheduling delay and its CPU wait come from. An
+#: endpoint's calls may run in parallel, and its server span's ``gevent.network.duration``
+#: is their sum: its row reads the critical call's instead (the call its handler waited
+#: for last, picked in the pool by ``call_state.critical_call`` and written on the
+#: server span), so its network time never exceeds the request's own time.
+_SPLIT = {
+    "endpoint": (
+        attributes.CRITICAL_NETWORK,
+        attributes.CRITICAL_SCHEDULING_DELAY,
+        attributes.CRITICAL_CPU_WAIT,
+    ),
+    "upstream": (
+        attributes.NETWORK_DURATION,
+        attributes.SCHEDULING_DELAY,
+        attributes.SCHEDULING_CPU_WAIT,
+    ),
+}
+
+
 def summarize(spans: Iterable[Span], top: int = 3, examples: int = 3) -> list[Row]:
     groups: dict[tuple[str, str], list[Span]] = defaultdict(list)
     for span in spans:
@@ -108,8 +130,9 @@ def summarize(spans: Iterable[Span], top: int = 3, examples: int = 3) -> list[Ro
     rows = []
     for (kind, name), members in sorted(groups.items()):
         durations = [s.duration_us / 1000 for s in members]
-        network = _ms(members, attributes.NETWORK_DURATION)
-        delay = _ms(members, attributes.SCHEDULING_DELAY)
+        network_key, delay_key, cpu_wait_key = _SPLIT[kind]
+        network = _ms(members, network_key)
+        delay = _ms(members, delay_key)
         inbound = _ms(members, attributes.INBOUND_DELAY)
         rows.append(
             Row(
@@ -124,9 +147,7 @@ def summarize(spans: Iterable[Span], top: int = 3, examples: int = 3) -> list[Ro
                 delay_p99_ms=_percentile_ms(delay, 99),
                 top_culprits=_top_culprits(members, attributes.SCHEDULING_CULPRITS, top),
                 slowest=_slowest(members, examples),
-                delay_cpu_wait_pct=_share_pct(
-                    members, attributes.SCHEDULING_CPU_WAIT, attributes.SCHEDULING_DELAY
-                ),
+                delay_cpu_wait_pct=_share_pct(members, cpu_wait_key, delay_key),
                 inbound_delay_p50_ms=_percentile_ms(inbound, 50),
                 inbound_delay_p99_ms=_percentile_ms(inbound, 99),
                 inbound_cpu_wait_pct=_share_pct(
@@ -231,6 +252,10 @@ def render_table(rows: Sequence[Row]) -> str:
         "sched = waiting for the gevent hub after the bytes arrived"
     )
     lines.append(
+        "endpoint net / sched: its critical call's (the one the handler waited for last), "
+        "not a sum over parallel calls"
+    )
+    lines.append(
         "inb = inbound delay: the request's bytes in the pool's kernel until its handler ran"
     )
     lines.append(
@@ -301,16 +326,20 @@ def trace_as_dicts(spans: Sequence[Span]) -> list[dict[str, Any]]:
 
 
 def _timing(span: Span) -> str:
-    """What a span's line says after its name: the split of its calls' time, and for a
-    pool server span its inbound delay; '-' for what an older span does not carry."""
+    """What a span's line says after its name: the split of its call's time (a pool
+    server span: its critical call's), and for a pool server span its inbound delay;
+    '-' for what an older span does not carry."""
     attrs = span.attributes
     text = ""
-    net = _number(attrs.get(attributes.NETWORK_DURATION))
-    delay = _number(attrs.get(attributes.SCHEDULING_DELAY))
+    network_key, delay_key, cpu_wait_key = _SPLIT[
+        "endpoint" if _is_pool_server(span) else "upstream"
+    ]
+    net = _number(attrs.get(network_key))
+    delay = _number(attrs.get(delay_key))
     if net is not None and delay is not None:
         text += (
             f"  net {net * 1000:.1f} / sched {delay * 1000:.1f}"
-            f" (cpu wait {_ms_or_dash(attrs.get(attributes.SCHEDULING_CPU_WAIT))})"
+            f" (cpu wait {_ms_or_dash(attrs.get(cpu_wait_key))})"
         )
     text += _who(attrs.get(attributes.SCHEDULING_CULPRITS))
     if _is_pool_server(span):

@@ -23,7 +23,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from toolkit.fetch import fetch
-from tracing import attributes, metrics
+from tracing import attributes
+from tracing import metric_families as families
 from tracing.readback.report import parse_culprits, percentile
 from tracing.readback.spans import Span
 from tracing.timing.call_state import critical_call
@@ -170,37 +171,40 @@ def usage_from_metrics(
     buckets: dict[str, list[tuple[float, float]]] = defaultdict(list)
     victims: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     # Requests and handler time per route from the RED summary, which keeps every route
-    # (the timing histograms name the busiest routes only: ``metrics.ROUTE_TIMING_TOP_K``,
-    # the RED histogram too: ``metrics.RED_TOP_K``); from the handler histogram only for
+    # (the timing histograms name the busiest routes only: ``families.ROUTE_TIMING_TOP_K``,
+    # the RED histogram too: ``families.RED_TOP_K``); from the handler histogram only for
     # an exposition without it.
     red: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for (name, labels), value in counts.items():
         label = dict(labels)
-        if name in (f"{metrics.ROUTE_REQUESTS}_count", f"{metrics.ROUTE_REQUESTS}_sum"):
+        if name in (
+            f"{families.ROUTE_REQUESTS}_count",
+            f"{families.ROUTE_REQUESTS}_sum",
+        ):
             template = f"{label.get('http_request_method', '')} {label.get('http_route', '')}"
             red[template]["requests" if name.endswith("_count") else "wall_s"] += value
             continue
         route = label.get("route")
         if route is None:
             continue
-        if name == metrics.ROUTE_CULPRIT:
+        if name == families.ROUTE_CULPRIT:
             victim = label.get("victim", "")
             if victim != route:
                 victims[route][victim] += value
             continue
-        if name == f"{metrics.HANDLER}_count":
+        if name == f"{families.HANDLER}_count":
             per[route]["handler_requests"] += value
-        elif name == f"{metrics.HANDLER}_sum":
+        elif name == f"{families.HANDLER}_sum":
             per[route]["handler_s"] += value
-        elif name == f"{metrics.INBOUND_DELAY}_sum":
+        elif name == f"{families.INBOUND_DELAY}_sum":
             per[route]["inbound_s"] += value
-        elif name == metrics.ROUTE_CPU:
+        elif name == families.ROUTE_CPU:
             per[route]["cpu_s"] += value
-        elif name == metrics.ROUTE_NETWORK:
+        elif name == families.ROUTE_NETWORK:
             per[route]["network_s"] += value
-        elif name == f"{metrics.ROUTE_HUB_WAIT}_sum":
+        elif name == f"{families.ROUTE_HUB_WAIT}_sum":
             per[route]["hub_wait_s"] += value
-        elif name == f"{metrics.ROUTE_HUB_WAIT}_bucket":
+        elif name == f"{families.ROUTE_HUB_WAIT}_bucket":
             le = label.get("le", "+Inf")
             buckets[route].append((float("inf") if le == "+Inf" else float(le), value))
     for route, sums in per.items():

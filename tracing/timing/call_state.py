@@ -43,8 +43,9 @@ class CpuWaitClock(Protocol):
 
 
 #: Delay pieces shorter than this (seconds) are counted but their culprits are not named:
-#: walking the switch log costs ~0.12 us per switch inside the piece, and nobody needs
-#: the culprits of a 200 us delay.
+#: walking the switch log costs per switch inside the piece (``pricingctl bench
+#: timing-cost``, naming the culprits of a delay), and nobody needs the culprits of a
+#: delay shorter than a millisecond.
 CULPRIT_THRESHOLD_S: Final = 0.001
 #: How many culprits a span names (the largest; the rest are in the metrics).
 TOP_CULPRITS: Final = 5
@@ -52,7 +53,7 @@ TOP_CULPRITS: Final = 5
 NS_PER_S: Final = 1_000_000_000
 
 # A realtime/monotonic offset sample whose bracketing reads are further apart than this
-# was probably preempted (ns); normally they are ~0.2 us apart.
+# was probably preempted (ns); normally they are a small fraction of it apart.
 _MAX_OFFSET_GAP_NS: Final = 20_000
 
 # Kinds of pieces remembered between a request send and the first read of its reply.
@@ -104,8 +105,8 @@ class CallTiming(NamedTuple):
     """Where the wall time of one outbound call went (seconds).
 
     A named tuple rather than a frozen dataclass: one is made for every call, and a
-    frozen dataclass sets each field through ``object.__setattr__`` (1.3 us against
-    0.45 us, ``timeit`` with keywords)."""
+    frozen dataclass sets each field through ``object.__setattr__``, about three times
+    slower to make (``timeit`` with keywords)."""
 
     duration_s: float
     network_s: float

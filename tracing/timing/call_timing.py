@@ -14,6 +14,7 @@ the outer one. What is counted as network, delay or blocked: ``call_state``.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ __all__ = [
     "CallTiming",
     "begin_call",
     "bound_calls",
+    "finish_call",
     "measure_call",
 ]
 
@@ -54,39 +56,42 @@ class CallMeasurement:
 
     def finish(self) -> CallTiming:
         """End the measurement (idempotent) and return its timing. Never raises."""
-        if self.timing is not None:
-            return self.timing
-        if native.reason is None and _compiled_finish is not None:
-            return _compiled_finish(self)
-        end = time.monotonic_ns()
-        state = self._state
-        try:
-            tag = self._tag
-            if tag is not None:
-                if tag.call is state:
-                    tag.call = state.previous
+        return finish_call(self)
+
+
+def finish_call(measurement: CallMeasurement) -> CallTiming:
+    """``measurement.finish()``: the reference, replaced by the compiled one (``native``)."""
+    if measurement.timing is not None:
+        return measurement.timing
+    end = time.monotonic_ns()
+    state = measurement._state
+    try:
+        tag = measurement._tag
+        if tag is not None:
+            if tag.call is state:
+                tag.call = state.previous
+                call_state.measuring[0] -= 1
+                if state.previous is not None:
+                    state.previous.absorb(state)
+            else:
+                # Finished out of order (an outer call before an inner one): unlink it
+                # so that it does not come back to life when the inner one finishes.
+                node = tag.call
+                while node is not None and node.previous is not state:
+                    node = node.previous
+                if node is not None:
+                    node.previous = state.previous
                     call_state.measuring[0] -= 1
-                    if state.previous is not None:
-                        state.previous.absorb(state)
-                else:
-                    # Finished out of order (an outer call before an inner one): unlink it
-                    # so that it does not come back to life when the inner one finishes.
-                    node = tag.call
-                    while node is not None and node.previous is not state:
-                        node = node.previous
-                    if node is not None:
-                        node.previous = state.previous
-                        call_state.measuring[0] -= 1
-            self.timing = state.to_timing(end)
-        except Exception as exc:
-            swallow("finish call measurement", exc)
-            self.timing = CallTiming(
-                duration_s=(end - state.start_ns) / NS_PER_S,
-                network_s=0.0,
-                scheduling_delay_s=0.0,
-                blocked_s=0.0,
-            )
-        return self.timing
+        measurement.timing = state.to_timing(end)
+    except Exception as exc:
+        swallow("finish call measurement", exc)
+        measurement.timing = CallTiming(
+            duration_s=(end - state.start_ns) / NS_PER_S,
+            network_s=0.0,
+            scheduling_delay_s=0.0,
+            blocked_s=0.0,
+        )
+    return measurement.timing
 
 
 def begin_call(offset_ns: int | None = None) -> CallMeasurement:
@@ -96,8 +101,6 @@ def begin_call(offset_ns: int | None = None) -> CallMeasurement:
     use :func:`measure_call`. *offset_ns*: the realtime - monotonic offset already sampled
     for the request the call is part of (else one is sampled for the call).
     """
-    if native.reason is None and _compiled_begin is not None:
-        return _compiled_begin(offset_ns)
     try:
         tag = tag_of(getcurrent())
         previous = tag.call
@@ -113,34 +116,12 @@ def begin_call(offset_ns: int | None = None) -> CallMeasurement:
         return CallMeasurement(CallState(), None)
 
 
-def _compiled_calls() -> tuple[Any, Any]:
-    """The compiled ``begin_call`` and ``finish`` (``native``), handed this module's types
-    once; (None, None) where the extension was not built or does not take them."""
-    module = native.module
-    if module is None:
-        return None, None
-    try:
-        module.configure_calls(
-            CallMeasurement, CallState, CallTiming, call_state.NO_CULPRITS, MAX_NESTING
-        )
-    except (TypeError, ValueError, AttributeError) as exc:
-        swallow("compiled call measurement", exc)
-        return None, None
-    return module.begin_call, module.finish_call
-
-
-_compiled_begin, _compiled_finish = _compiled_calls()
-
-
 def bound_calls() -> tuple[
     Callable[[int | None], CallMeasurement], Callable[[CallMeasurement], CallTiming]
 ]:
-    """``begin_call`` and a measurement's ``finish`` of the path that runs now (compiled,
-    else the reference), for a caller that binds them once per process and then skips
-    the dispatch on every call (``tracing.client``'s observer)."""
-    if native.reason is None and _compiled_begin is not None:
-        return _compiled_begin, _compiled_finish
-    return begin_call, CallMeasurement.finish
+    """``begin_call`` and ``finish_call`` of the path that runs now, for a caller that
+    binds them once per process (``tracing.client``'s observer)."""
+    return begin_call, finish_call
 
 
 @contextmanager
@@ -151,3 +132,13 @@ def measure_call() -> Iterator[CallMeasurement]:
         yield measurement
     finally:
         measurement.finish()
+
+
+def _compiled(extension: Any) -> dict[str, Any]:
+    extension.configure_calls(
+        CallMeasurement, CallState, CallTiming, call_state.NO_CULPRITS, MAX_NESTING
+    )
+    return {"begin_call": extension.begin_call, "finish_call": extension.finish_call}
+
+
+native.accelerate(sys.modules[__name__], _compiled)

@@ -108,7 +108,9 @@ class GeventTimingInstrumentor:
             return
         self._thread_ident = _os_thread_ident()
         native.announce(logger)
-        if native.active() is not None and type(self.switch_log) is switchlog.SwitchLog:
+        if type(self.switch_log) is switchlog.SwitchLog and not switchlog.is_current(
+            self.switch_log
+        ):
             # Created while the reference was asked for; the compiled tracer needs its log.
             self.switch_log = switchlog.new_log(self._switch_log_size)
             self._tracer = SwitchTracer(self.switch_log)

@@ -5,7 +5,8 @@ greenlets it spawns for fan-out inherit the label the first time they are seen. 
 log records labels, so attribution never has to keep a greenlet alive.
 
 A label lives in a small tag object stored as an attribute on the greenlet itself: a lookup
-is one ``getattr`` (about 0.1 us), cheap enough for every greenlet switch. The same tag
+is one ``getattr``, cheap enough for every greenlet switch (``pricingctl bench
+timing-cost``: the switch tracer, and ``set_greenlet_label``). The same tag
 carries the greenlet's active call measurement, so the switch tracer and the socket hooks
 find both with one lookup.
 """

@@ -16,10 +16,10 @@ from typing import Any, Final
 from tracing.timing.hook_errors import swallow
 
 #: Default period of the timer (seconds): one sample of the lag a second. Each tick of an
-#: idle hub is a wake-up of the process (~60-130 us of CPU on a shared VM, whatever the
-#: tick does: four a second cost an idle worker 0.5 ms of CPU a second), so the gauge
-#: samples rather than watches; a busy hub is watched by the switch tracer, which counts
-#: every hub block and names every delay's culprits.
+#: idle hub is a wake-up of the process, which costs CPU whatever the tick does
+#: (BENCHMARKS.md, "Tracing's wake-ups"), so the gauge samples rather than watches; a
+#: busy hub is watched by the switch tracer, which counts every hub block and names
+#: every delay's culprits.
 DEFAULT_INTERVAL_S: Final = 1.0
 
 #: The period when the ticks must also be the idle hub's heartbeat for the hub-block

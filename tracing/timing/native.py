@@ -1,40 +1,45 @@
-"""The compiled hot path (``_native``, built from ``_native.c`` at install) or the Python
-reference: which one the timing core runs, decided once per process.
+"""The one switch between the compiled hot path (``_native``, built from C at install)
+and the Python reference, decided once per process.
 
 What runs on every greenlet switch and around every socket wait (the switch tracer, the
 switch log, relabelling, a long run's CPU with its run-queue read, the ``_wait`` hook with
 its receive-timestamp peek, the read hooks with a request's inbound stamp and the stamped
-read that takes a reply's stamp itself), a call's
-measurement begun and finished (``call_timing``), a request's (``server_timing``), the
-histograms every request and call feeds (``histogram``), and the observer around an
-unsampled request's upstream call (``tracing.client``'s, handed its classes), exists
-twice: the Python modules are the reference, ``_native.c`` follows them and is what runs
-when it was built.
-``PRICING_TIMING_NATIVE=0`` forces the reference (tests run both and compare). Without a
-compiler the install builds no extension and the reference runs; :func:`announce` says so
-in one line when a worker instruments itself.
+read that takes a reply's stamp itself), a call's measurement begun and finished
+(``call_timing``), a request's (``server_timing``), the histograms every request and call
+feeds (``histogram``), and the observer around an unsampled request's upstream call
+(``tracing.client``), exists twice: the Python modules are the reference, the C follows
+them and is what runs when it was built.
 
-Cost, compiled against the reference (``pricingctl bench timing-cost``, CPU time): the
-switch tracer adds 0.32 us to a greenlet switch (0.56 us), a measured send + read wait
-4.1 us (6.0 us), naming the culprits of a delay ~3-4 us whatever its length
-(``python -m bench.culprit_cost``; 8-11 us).
+As gevent's ``import_c_accel``: each of those modules is written as the reference, and
+its last lines hand :func:`accelerate` the names the compiled module replaces. This
+module swaps them in (or back, :func:`use`); a caller calls the module's name and never
+asks which path runs. ``PRICING_TIMING_NATIVE=0`` (as gevent's ``PURE_PYTHON=1``) forces
+the reference; without a compiler the install builds no extension and the reference
+runs, and :func:`announce` says so in one line when a worker instruments itself.
+
+Cost of each path: ``pricingctl bench timing-cost`` (the switch tracer, a measured send
+and read wait) and ``python -m bench.culprit_cost`` (naming the culprits of a delay).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from greenlet import getcurrent
 
 from tracing.timing import call_state, kernel_rx, labels, request_state, runqueue
+from tracing.timing.hook_errors import swallow
 
 #: Set to 0 (or off/false/no) to run the Python reference even where the C path was built.
 ENV: Final = "PRICING_TIMING_NATIVE"
 
 module: Any = None
-#: Why the Python reference runs (None: the compiled path does).
+#: Why the Python reference runs (None: the compiled path does). For messages; callers
+#: never test it.
 reason: str | None = None
 
 try:
@@ -57,34 +62,63 @@ else:
         reason = f"{ENV}={os.environ[ENV]}"
 
 
-def active() -> Any:
-    """The compiled module when it is in use, else None (the Python reference runs)."""
-    return module if reason is None else None
+class _Swap:
+    """The names of one owner (a module or a class) the compiled path replaces."""
+
+    __slots__ = ("compiled", "owner", "reference")
+
+    def __init__(self, owner: Any, compiled: Mapping[str, Any]) -> None:
+        self.owner = owner
+        self.compiled = dict(compiled)
+        self.reference = {name: getattr(owner, name) for name in compiled}
+
+    def apply(self, use_compiled: bool) -> None:
+        for name, value in (self.compiled if use_compiled else self.reference).items():
+            setattr(self.owner, name, value)
 
 
-def use(compiled: bool) -> None:
-    """Switch between the compiled path and the reference for what is installed from now
-    on (tests). Raises RuntimeError when the compiled path was not built."""
+_swaps: list[_Swap] = []
+
+
+def accelerate(
+    owner: Any, compiled: Callable[[Any], Mapping[str, Any]], extension: Any = None
+) -> None:
+    """Register the names of *owner* (a module or a class, as written: the reference)
+    that ``compiled(extension)`` replaces, and put in the path this process runs.
+
+    *compiled* is called once, with the compiled module (``_native`` unless an
+    *extension* is given); it configures that module with the owner's types and returns
+    the replacements by name. Where the module was not built, or refuses the types (a
+    stale build), the owner keeps its reference."""
+    extension = module if extension is None else extension
+    if extension is None:
+        return
+    try:
+        swap = _Swap(owner, compiled(extension))
+    except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        swallow(f"compiled {getattr(owner, '__name__', owner)}", exc)
+        return
+    _swaps.append(swap)
+    swap.apply(reason is None)
+
+
+def use(compiled: bool) -> bool:
+    """Switch every registered name to the compiled path or the reference (tests);
+    returns whether the compiled path ran before. Raises RuntimeError when the compiled
+    path was not built."""
     global reason
     if compiled and module is None:
         raise RuntimeError(reason or "the compiled extension is not built")
+    before = reason is None
     reason = None if compiled else "the Python reference was asked for"
+    for swap in _swaps:
+        swap.apply(compiled)
+    return before
 
 
-def peek_arrival_ns(raw_sock: Any) -> int | None:
-    """``kernel_rx.peek_arrival_ns``, compiled where the compiled path runs (one
-    ``recvmsg`` without the Python socket method, its ancillary list and struct)."""
-    if reason is None:
-        return module.peek_arrival_ns(raw_sock)
-    return kernel_rx.peek_arrival_ns(raw_sock)
-
-
-def explain_delay(start_ns: int, end_ns: int, culprits_ns: dict[str, int]) -> int:
-    """``call_state.explain_delay``, compiled where the compiled path runs (the switch log
-    walked and the run-queue clock read without a Python call)."""
-    if reason is None:
-        return int(module.explain_delay(start_ns, end_ns, culprits_ns))
-    return call_state.explain_delay(start_ns, end_ns, culprits_ns)
+def compiled_runs() -> bool:
+    """Whether this process runs the compiled path (for reports and tests)."""
+    return reason is None
 
 
 def bad_states() -> int:
@@ -97,3 +131,18 @@ def announce(logger: logging.Logger) -> None:
     """One line, at start, when the Python reference runs instead of the compiled path."""
     if reason is not None:
         logger.warning("timing core: the Python reference runs (%s); it costs more CPU", reason)
+
+
+# ``kernel_rx.peek_arrival_ns`` and ``call_state.explain_delay``, compiled where the
+# compiled path runs (one ``recvmsg`` without the Python socket method; the switch log
+# walked and the run-queue clock read without a Python call). Named here rather than
+# swapped in their modules: the reference stays callable there, for the parity tests.
+peek_arrival_ns: Callable[[Any], int | None] = kernel_rx.peek_arrival_ns
+explain_delay: Callable[[int, int, dict[str, int]], int] = call_state.explain_delay
+
+
+def _compiled_helpers(extension: Any) -> dict[str, Any]:
+    return {"peek_arrival_ns": extension.peek_arrival_ns, "explain_delay": extension.explain_delay}
+
+
+accelerate(sys.modules[__name__], _compiled_helpers)

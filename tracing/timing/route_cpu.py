@@ -13,8 +13,9 @@ long run, the kind CPU-heavy routes make, has the thread's run-queue wait during
 busy machine. Blocking calls a greenlet makes while holding the hub (off CPU, but the
 hub is held all the same) count as its time.
 
-Reading the thread's CPU clock at every switch would be exact, but costs ~0.7 us a
-switch here; this costs ~0.1 us (a dict update), plus one ``pread`` per long run.
+Reading the thread's CPU clock at every switch would be exact, but costs several times
+what this does (a dict update, plus one ``pread`` per long run); the switch tracer's
+cost, this included: ``pricingctl bench timing-cost``.
 
 A run of a greenlet (not the hub, whose long runs are its idle waits in ``epoll_wait``)
 that lasts ``block_ns`` or more held the hub that long: it is counted in ``blocks``, per

@@ -6,7 +6,7 @@ CPU (a busy machine, the cpu pool next door, a container's CPU quota). Linux cou
 second per thread in ``/proc/thread-self/schedstat`` (second field: ns spent runnable on
 a run queue; needs CONFIG_SCHED_INFO, on in every common kernel).
 
-Reading it costs a ``pread`` (1.5-4 us here), too much for every greenlet switch. The
+Reading it costs a ``pread``, too much for every greenlet switch. The
 switch tracer calls :meth:`RunQueueClock.maybe_sample` on each switch and it reads at most
 once per ``sample_interval_ns``; a delay interval ``[start, end)`` is then charged the
 wait between the newest sample at or before ``start`` and a fresh read at ``end``. The
@@ -28,7 +28,7 @@ from typing import Final
 SCHEDSTAT_PATH: Final = "/proc/thread-self/schedstat"
 
 #: Default minimum gap between two samples taken from the switch tracer (ns). Each read
-#: costs a pread (1.5-4 us): at 2 ms, at most 500 reads a second (~1 ms of CPU), and
+#: costs a pread: at 2 ms, at most 500 reads a second, and
 #: the error of a delay's CPU wait is at most the run-queue wait of 2 ms of a busy thread.
 DEFAULT_SAMPLE_INTERVAL_NS: Final = 2_000_000
 

@@ -24,6 +24,7 @@ again (``wake``).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -194,25 +195,7 @@ class RequestMeasurement:
     ) -> RequestTiming:
         """End the measurement (idempotent) and explain the handler's wait with the
         critical one of *calls* (``(upstream, timing)`` pairs). Never raises."""
-        if self.timing is not None:
-            return self.timing
-        if native.reason is None and _compiled_finish is not None:
-            return _compiled_finish(self, calls, end_ns)
-        end = time.monotonic_ns() if end_ns is None else end_ns
-        state = self._state
-        try:
-            tag = self._tag
-            if tag is not None and tag.request is state:
-                tag.request = None
-                call_state.measuring[0] -= 1
-            if self._inbound is not None:
-                self._inbound.armed = True
-            running = state.running_ns + max(end - state.in_ns, 0)
-            self.timing = self._timing(end, running, state.waits, calls)
-        except Exception as exc:
-            swallow("finish request measurement", exc)
-            self.timing = self._timing(end, end - self.start_ns, [], ())
-        return self.timing
+        return finish_request(self, calls, end_ns)
 
     def _timing(
         self,
@@ -253,6 +236,32 @@ class RequestMeasurement:
         )
 
 
+def finish_request(
+    measurement: RequestMeasurement,
+    calls: Sequence[tuple[str, CallTiming]] = (),
+    end_ns: int | None = None,
+) -> RequestTiming:
+    """``measurement.finish(calls, end_ns)``: the reference, replaced by the compiled one
+    (``native``)."""
+    if measurement.timing is not None:
+        return measurement.timing
+    end = time.monotonic_ns() if end_ns is None else end_ns
+    state = measurement._state
+    try:
+        tag = measurement._tag
+        if tag is not None and tag.request is state:
+            tag.request = None
+            call_state.measuring[0] -= 1
+        if measurement._inbound is not None:
+            measurement._inbound.armed = True
+        running = state.running_ns + max(end - state.in_ns, 0)
+        measurement.timing = measurement._timing(end, running, state.waits, calls)
+    except Exception as exc:
+        swallow("finish request measurement", exc)
+        measurement.timing = measurement._timing(end, end - measurement.start_ns, [], ())
+    return measurement.timing
+
+
 def _explain_wait(
     waits: Sequence[tuple[int, int]], call_start_ns: int, call_end_ns: int
 ) -> tuple[int, int, int]:
@@ -283,8 +292,6 @@ def begin_request() -> RequestMeasurement:
     Takes the arrival stamped on its connection (if watched) and explains the inbound
     delay at once, while the switch log still covers it.
     """
-    if native.reason is None and _compiled_begin is not None:
-        return _compiled_begin()
     offset, now = realtime_offset_ns()
     try:
         tag = tag_of(getcurrent())
@@ -307,30 +314,18 @@ def begin_request() -> RequestMeasurement:
         return RequestMeasurement(None, now, offset)
 
 
-def _compiled_requests() -> tuple[Any, Any]:
-    """The compiled ``begin_request`` and ``finish`` (``native``), handed this module's
-    types once; (None, None) where the extension was not built or does not take them."""
-    module = native.module
-    if module is None:
-        return None, None
-    try:
-        module.configure_requests(RequestMeasurement, RequestState, RequestTiming, NO_CULPRITS)
-    except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
-        swallow("compiled request measurement", exc)
-        return None, None
-    return module.begin_request, module.finish_request
-
-
-_compiled_begin, _compiled_finish = _compiled_requests()
-
-
 def bound_requests() -> tuple[
     Callable[[], RequestMeasurement],
     Callable[[RequestMeasurement, Sequence[tuple[str, CallTiming]]], RequestTiming],
 ]:
-    """``begin_request`` and a measurement's ``finish`` of the path that runs now
-    (compiled, else the reference), for a caller that binds them once per process and
-    then skips the dispatch on every request (``tracing.server``'s hooks)."""
-    if native.reason is None and _compiled_begin is not None:
-        return _compiled_begin, _compiled_finish
-    return begin_request, RequestMeasurement.finish
+    """``begin_request`` and ``finish_request`` of the path that runs now, for a caller
+    that binds them once per process (``tracing.server``'s hooks)."""
+    return begin_request, finish_request
+
+
+def _compiled(extension: Any) -> dict[str, Any]:
+    extension.configure_requests(RequestMeasurement, RequestState, RequestTiming, NO_CULPRITS)
+    return {"begin_request": extension.begin_request, "finish_request": extension.finish_request}
+
+
+native.accelerate(sys.modules[__name__], _compiled)

@@ -30,6 +30,7 @@ stamped read in its place).
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -113,10 +114,6 @@ _unhooked: dict[str, Callable[..., Any]] = {}
 
 def _make_wait(original: Callable[..., Any]) -> Callable[..., Any]:
     _unhooked["wait"] = original
-    compiled = native.active()
-    if compiled is not None:
-        # The same, compiled (_native.c: WaitHook_call); this function is its reference.
-        return compiled.Hook(original, "wait")
 
     def _wait(self: Any, watcher: Any, timeout_exc: Any = None) -> Any:
         if not measuring[0]:
@@ -158,10 +155,6 @@ def _make_connect(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _make_sendall(original: Callable[..., Any]) -> Callable[..., Any]:
-    compiled = native.active()
-    if compiled is not None:
-        return compiled.Hook(original, "sendall")  # _native.c: sendall_call
-
     def sendall(self: Any, data: Any, flags: int = 0) -> Any:
         if not measuring[0]:
             return original(self, data, flags)
@@ -313,12 +306,6 @@ def _plain_read_args(
 def _make_read(original: Callable[..., Any], kind: str = "read") -> Callable[..., Any]:
     """The hook on a read: SSL ``read`` (*kind* "read": peeks for the stamps), or a plain
     socket's ``recv`` / ``recv_into`` (whose reads take their stamps themselves)."""
-    compiled = native.active()
-    if compiled is not None:
-        # _native.c: read_call (and stamp_arrival, stamped_read, compiled)
-        hook = compiled.Hook(original, kind, watching, _check_queued_reply)
-        functools.update_wrapper(hook, original)
-        return hook
     stamped = kind != "read"
     into = kind == "recv_into"
 
@@ -354,7 +341,8 @@ def _make_read(original: Callable[..., Any], kind: str = "read") -> Callable[...
                 else:
                     # The greenlet ran without pause since the send: a reply already
                     # queued arrived while it was busy, so there is no delay to find
-                    # (and nothing was recorded since the send). Saves a 1.5 us peek.
+                    # (and nothing was recorded since the send). Saves a peek
+                    # (``pricingctl bench timing-cost``: peek of a receive timestamp).
                     call.awaiting_first_read = False
         return original(self, *args, **kwargs)
 
@@ -403,3 +391,25 @@ def verify() -> list[str]:
         if not is_patch(getattr(cls, "_wait", None)):
             problems.append(f"{cls.__module__}.{cls.__qualname__}._wait is not hooked")
     return problems
+
+
+def _compiled(extension: Any) -> dict[str, Any]:
+    """The hooks' makers, compiled (``Hook``: the wait, the send, the reads with their
+    stamps); the functions above are their reference."""
+
+    def make_wait(original: Callable[..., Any]) -> Callable[..., Any]:
+        _unhooked["wait"] = original
+        return extension.Hook(original, "wait")
+
+    def make_sendall(original: Callable[..., Any]) -> Callable[..., Any]:
+        return extension.Hook(original, "sendall")
+
+    def make_read(original: Callable[..., Any], kind: str = "read") -> Callable[..., Any]:
+        hook = extension.Hook(original, kind, watching, _check_queued_reply)
+        functools.update_wrapper(hook, original)
+        return hook
+
+    return {"_make_wait": make_wait, "_make_sendall": make_sendall, "_make_read": make_read}
+
+
+native.accelerate(sys.modules[__name__], _compiled)

@@ -9,6 +9,7 @@ update (``route_cpu``); more only for greenlets with an active call measurement.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -142,9 +143,9 @@ class SwitchTracer:
         self._previous = greenlet.gettrace()
         # A fresh flag per install: a disabled tracer left in someone's chain stays off.
         self._enabled = [True]
-        compiled = native.active()
-        if compiled is not None and isinstance(self.log, compiled.SwitchLog):
-            self._native = compiled.Tracer(
+        compiled_tracer = compiled_tracer_for(self.log)
+        if compiled_tracer is not None:
+            self._native = compiled_tracer(
                 self.log,
                 self._previous,
                 self.route_cpu,
@@ -195,3 +196,19 @@ class SwitchTracer:
         self._trace = None
         self._previous = None
         return restored
+
+
+def compiled_tracer_for(log: Any) -> Any:
+    """The compiled tracer's class where the compiled path runs and *log* is a compiled
+    switch log (the only kind it writes into); None: the reference tracer runs."""
+    return None
+
+
+def _compiled(extension: Any) -> dict[str, Any]:
+    def tracer_for(log: Any) -> Any:
+        return extension.Tracer if isinstance(log, extension.SwitchLog) else None
+
+    return {"compiled_tracer_for": tracer_for}
+
+
+native.accelerate(sys.modules[__name__], _compiled)

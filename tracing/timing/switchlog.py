@@ -22,14 +22,16 @@ oldest entry still in the log is ``UNRECORDED_LABEL``. Two ways to the same numb
 from __future__ import annotations
 
 import bisect
+import sys
 from collections import deque
 from typing import Any
 
 from tracing.timing import native
 from tracing.timing.labels import UNKNOWN_LABEL
 
-#: Default capacity (entries). At ~20k switches/s under load this covers ~0.4 s; a delay
-#: reaching further back is partly attributed to ``UNRECORDED_LABEL``.
+#: Default capacity (entries): how far back it reaches is this over the switch rate (a
+#: loaded io worker's: ``pricingctl bench timing-accuracy``); a delay reaching further
+#: back is partly attributed to ``UNRECORDED_LABEL``.
 DEFAULT_SIZE = 8192
 
 #: Entries between two checkpoints of the cumulative counters: an interval's end and its
@@ -185,7 +187,24 @@ class SwitchLog:
 
 
 def new_log(size: int = DEFAULT_SIZE) -> Any:
-    """A switch log: the compiled one where the compiled path runs (the compiled switch
-    tracer writes only into that kind), else :class:`SwitchLog`."""
-    compiled = native.active()
-    return SwitchLog(size) if compiled is None else compiled.SwitchLog(size)
+    """A switch log: :class:`SwitchLog`, or the compiled one where the compiled path runs
+    (the compiled switch tracer writes only into that kind)."""
+    return SwitchLog(size)
+
+
+def is_current(log: Any) -> bool:
+    """Whether *log* is of the kind :func:`new_log` makes now."""
+    return type(log) is SwitchLog
+
+
+def _compiled(extension: Any) -> dict[str, Any]:
+    def new_compiled_log(size: int = DEFAULT_SIZE) -> Any:
+        return extension.SwitchLog(size)
+
+    def is_compiled(log: Any) -> bool:
+        return type(log) is extension.SwitchLog
+
+    return {"new_log": new_compiled_log, "is_current": is_compiled}
+
+
+native.accelerate(sys.modules[__name__], _compiled)

@@ -1,5 +1,6 @@
 """`routes synth` (bench.synth): the synthetic service is reproducible, valid, served
-only when PRICING_EXTRA_ENDPOINTS names it, and scored against its truth."""
+only by the benchmark's app entry (bench.pool_app, through the service's factory), and
+scored against its truth."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.routes_scale import placement_score
+from bench import pool_app
+from bench.routes_scale import config_figures, placement_score
+from bench.run import BenchError
 from bench.synth import synthesize
 from pricing import create_app
 from pricingctl.main import main
-from routing.env import EXTRA_ENDPOINTS_ENV
+from routing.errors import RouteConfigError
 from routing.load import load_routes
 from routing.model import RouteConfig
 from tests.unit.support.gateway import FakeGateway
+from toolkit.contract import POOL_ENV, ROUTES_ENV
 
 
 def test_the_same_seed_writes_the_same_service(tmp_path: Path) -> None:
@@ -48,24 +52,36 @@ def test_its_routes_its_truth_and_its_zipf_profile(tmp_path: Path, routes: Route
     assert json.loads((tmp_path / "profile.json").read_text()) == synth.profile
 
 
-def test_routes_check_needs_the_spec_and_passes_with_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_the_service_does_not_know_the_synthetic_endpoints_the_bench_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`routes check` (the service's endpoints) refuses the synthetic routes; the
+    benchmark's own check, which knows the spec's endpoints, passes them."""
     synth = synthesize(8, 2, tmp_path)
-    monkeypatch.delenv(EXTRA_ENDPOINTS_ENV, raising=False)
     assert main(["routes", "check", "--config", str(synth.routes_path)]) == 1
     assert "synth.r0001" in capsys.readouterr().err
-    monkeypatch.setenv(EXTRA_ENDPOINTS_ENV, str(synth.spec_path))
-    assert main(["routes", "check", "--config", str(synth.routes_path)]) == 0
+    figures = config_figures(synth.config, synth)
+    assert figures["routes"] == len(synth.config.routes)
+    with pytest.raises(BenchError, match=r"synth\.r0001"):
+        config_figures(synth.config)
 
 
 def test_a_pool_serves_the_generic_views_and_the_service_keeps_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The bench's app entry, as gunicorn loads it, hands the spec's views to
+    `create_app`; the factory alone serves none of them."""
+    from gunicorn.util import import_app
+
     synth = synthesize(12, 4, tmp_path)
-    monkeypatch.setenv(EXTRA_ENDPOINTS_ENV, str(synth.spec_path))
+    with pytest.raises(RouteConfigError, match=r"synth\.r0001"):
+        create_app("io", config=synth.config, gateway=FakeGateway())
+    monkeypatch.setenv(POOL_ENV, "io")
+    monkeypatch.setenv(ROUTES_ENV, str(synth.routes_path))
+    app = import_app(pool_app.entry(spec=synth.spec_path))
     gateway = FakeGateway()
-    client = create_app("io", config=synth.config, gateway=gateway).test_client()
+    app.extensions["pricing.gateway"] = gateway
+    client = app.test_client()
     io_name = next(n for n, b in synth.spec["endpoints"].items() if b["kind"] == "io")
     io_route = synth.config.route_for_endpoint(io_name)
     answer = client.get(io_route.path)
@@ -91,5 +107,7 @@ def test_placement_is_scored_against_the_truth(tmp_path: Path) -> None:
 def test_synth_refuses_a_service_too_small_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["routes", "synth", "--routes", "2", "--out", str(tmp_path)]) == 1
+    with pytest.raises(SystemExit) as exc:  # refused at the door: a bad flag value
+        main(["routes", "synth", "--routes", "2", "--out", str(tmp_path)])
+    assert exc.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from gunicorn.config import Config
 
-from routing.env import ROUTES_ENV
 from routing.model import RouteConfig
 from routing.write import write_routes
+from toolkit.contract import ROUTES_ENV
 
 HOOKS = ("child_exit", "on_starting", "post_fork", "post_worker_init", "worker_exit")
 

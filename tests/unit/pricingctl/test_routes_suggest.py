@@ -17,7 +17,7 @@ from pricingctl.main import main
 from routing.load import load_routes
 from routing.write import write_routes
 from tests.samples import BIKE_ROUTE, RIDE_ROUTE
-from tracing import metrics
+from tracing import metric_families as families
 
 
 class FakePool:
@@ -32,14 +32,14 @@ class FakePool:
         base = 'pool="io",pid="4242"'
         return "\n".join(
             [
-                f'{metrics.HANDLER}_count{{{base},route="{RIDE_ROUTE}"}} {rides}',
-                f'{metrics.HANDLER}_sum{{{base},route="{RIDE_ROUTE}"}} {rides * 0.05}',
-                f'{metrics.ROUTE_CPU}{{{base},route="{RIDE_ROUTE}"}} {rides * 0.03}',
-                f'{metrics.HANDLER}_count{{{base},route="{BIKE_ROUTE}"}} {bikes}',
-                f'{metrics.HANDLER}_sum{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.2}',
-                f'{metrics.ROUTE_CPU}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.002}',
-                f'{metrics.ROUTE_NETWORK}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.1}',
-                f'{metrics.ROUTE_CULPRIT}{{{base},route="{RIDE_ROUTE}"'
+                f'{families.HANDLER}_count{{{base},route="{RIDE_ROUTE}"}} {rides}',
+                f'{families.HANDLER}_sum{{{base},route="{RIDE_ROUTE}"}} {rides * 0.05}',
+                f'{families.ROUTE_CPU}{{{base},route="{RIDE_ROUTE}"}} {rides * 0.03}',
+                f'{families.HANDLER}_count{{{base},route="{BIKE_ROUTE}"}} {bikes}',
+                f'{families.HANDLER}_sum{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.2}',
+                f'{families.ROUTE_CPU}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.002}',
+                f'{families.ROUTE_NETWORK}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.1}',
+                f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE_ROUTE}"'
                 f',victim="{BIKE_ROUTE}"}} {bikes * 0.05}',
             ]
         )
@@ -175,3 +175,20 @@ def test_the_benchmark_reads_the_moves_and_hub_waits_from_the_evidence_table(
     assert bike[:end].split()[-1] == bike.split()[6] == "-"  # no hub-wait histogram served
     assert hub_wait_p99_ms(out, "offers.bike") is None
     assert hub_wait_p99_ms(out, "offers.nowhere") is None
+
+
+def test_json_is_one_document_with_the_moves_the_sizing_and_the_diff(
+    pool_url: str, wrong_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    argv = suggest("--from-metrics", pool_url, "--config", str(wrong_config), "--json")
+    assert main(argv) == 1  # the same exit codes as the text
+    doc = json.loads(capsys.readouterr().out)
+    routes = {r["endpoint"]: r for r in doc["routes"]}
+    assert routes["offers.rideshare"]["proposed_pool"] == "cpu"
+    assert routes["offers.rideshare"]["moves"] is True
+    assert routes["offers.rideshare"]["cpu_ms"] == pytest.approx(30.0, rel=0.2)
+    assert {p["pool"] for p in doc["pools"]} >= {"io", "cpu"}
+    assert doc["changed"] is True and '+pool = "cpu"' in doc["diff"]
+    assert doc["written"] is None and doc["measured"].startswith("/metrics of ")

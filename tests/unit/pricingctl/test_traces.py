@@ -1,4 +1,4 @@
-"""`pricingctl traces --file`: the table, JSON, one trace's waterfall, and clear failures."""
+"""`pricingctl traces --from-spans`: the table, JSON, one trace's waterfall, and clear failures."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_table_per_endpoint_and_upstream(
     span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, _ = span_file
-    assert main(["traces", "--file", str(path)]) == 0
+    assert main(["traces", "--from-spans", str(path)]) == 0
     out, err = capsys.readouterr()
     assert err == ""
     lines = out.splitlines()
@@ -75,7 +75,7 @@ def test_table_per_endpoint_and_upstream(
 
 def test_json_rows(span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
     path, _ = span_file
-    assert main(["traces", "--file", str(path), "--json"]) == 0
+    assert main(["traces", "--from-spans", str(path), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     rows = {row["name"]: row for row in document["rows"]}
     assert set(rows) == {"GET /v1/offers/bike", "GET /vehicles/v1/nearby", "GET /routing/v1/route"}
@@ -94,7 +94,7 @@ def test_trace_id_prints_the_waterfall(
     span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, trace_ids = span_file
-    assert main(["traces", "--file", str(path), "--trace-id", trace_ids[1]]) == 0
+    assert main(["traces", "--from-spans", str(path), "--trace-id", trace_ids[1]]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"trace {trace_ids[1]}  (3 spans")
     assert "pricingservice: GET /v1/offers/bike [server]" in lines[1]
@@ -108,7 +108,7 @@ def test_table_ends_with_each_rows_slowest_trace_as_a_command(
     span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, trace_ids = span_file
-    assert main(["traces", "--file", str(path)]) == 0
+    assert main(["traces", "--from-spans", str(path)]) == 0
     out = capsys.readouterr().out
     table, _, examples = out.partition("\n\nslowest trace of each row, slowest first")
     assert "times in ms" in table
@@ -116,7 +116,7 @@ def test_table_ends_with_each_rows_slowest_trace_as_a_command(
     assert len(lines) == 3  # one per row
     for line in lines:
         command = line[line.index("pricingctl traces") :]
-        assert command.startswith(f"pricingctl traces --file {path} --trace-id ")
+        assert command.startswith(f"pricingctl traces --from-spans {path} --trace-id ")
         assert command.split()[-1] in trace_ids
 
 
@@ -171,7 +171,7 @@ def test_table_shows_inbound_delay_and_cpu_wait_shares(
     measured_file: tuple[Path, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, _ = measured_file
-    assert main(["traces", "--file", str(path)]) == 0
+    assert main(["traces", "--from-spans", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "inb p50" in lines[0] and "cpu%" in lines[0]
     endpoint = next(line for line in lines if "GET /v1/offers/bike" in line)
@@ -189,7 +189,7 @@ def test_table_shows_inbound_delay_and_cpu_wait_shares(
     vehicles = next(line for line in lines if "GET /vehicles/v1/nearby" in line)
     assert vehicles.split()[10:14] == ["25", "-", "-", "-"]
 
-    assert main(["traces", "--file", str(path), "--json"]) == 0
+    assert main(["traces", "--from-spans", str(path), "--json"]) == 0
     rows = {r["kind"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows["endpoint"]["inbound_delay_p50_ms"] == pytest.approx(20.0)
     assert rows["endpoint"]["inbound_cpu_wait_pct"] == pytest.approx(25.0)
@@ -204,7 +204,7 @@ def test_trace_id_shows_where_the_offers_time_went(
     measured_file: tuple[Path, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, trace_id = measured_file
-    assert main(["traces", "--file", str(path), "--trace-id", trace_id]) == 0
+    assert main(["traces", "--from-spans", str(path), "--trace-id", trace_id]) == 0
     lines = capsys.readouterr().out.splitlines()
     server = next(line for line in lines if "pricingservice: GET /v1/offers/bike" in line)
     assert "inbound 20.0 (cpu wait 5.0)  <- POST /v1/offers/rideshare 272.8" in server
@@ -218,7 +218,7 @@ def test_trace_id_shows_where_the_offers_time_went(
     assert parts["inbound cpu wait"] == "5.0" and parts["inbound hub busy"] == "15.0"
     assert parts["network"] == "100.0" and parts["delay cpu wait"] == "10.0"
 
-    assert main(["traces", "--file", str(path), "--trace-id", trace_id, "--json"]) == 0
+    assert main(["traces", "--from-spans", str(path), "--trace-id", trace_id, "--json"]) == 0
     spans = json.loads(capsys.readouterr().out)
     (server_span,) = (
         s for s in spans if s["service"] == "pricingservice" and s["kind"] == "server"
@@ -234,11 +234,11 @@ def test_trace_id_of_spans_without_the_measurement_still_renders(
     span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, trace_ids = span_file
-    assert main(["traces", "--file", str(path), "--trace-id", trace_ids[0]]) == 0
+    assert main(["traces", "--from-spans", str(path), "--trace-id", trace_ids[0]]) == 0
     out = capsys.readouterr().out
     assert "inbound - (cpu wait -)" in out
     assert "went: - (no gevent measurement on its span)" in out
-    assert main(["traces", "--file", str(path), "--trace-id", trace_ids[0], "--json"]) == 0
+    assert main(["traces", "--from-spans", str(path), "--trace-id", trace_ids[0], "--json"]) == 0
     spans = json.loads(capsys.readouterr().out)
     assert [s["breakdown"] for s in spans if s["kind"] == "server"] == [None]
 
@@ -318,13 +318,13 @@ def fake_jaeger(jaeger_queries: list[str]) -> Iterator[str]:
 def test_rows_from_jaeger_link_to_its_ui_slowest_first(
     fake_jaeger: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["traces", "--jaeger", f"{fake_jaeger}/"]) == 0
+    assert main(["traces", "--from-jaeger", f"{fake_jaeger}/"]) == 0
     out = capsys.readouterr().out
     examples = out.split("(open in Jaeger's UI):\n", 1)[1].splitlines()
     assert examples[0].endswith(f"400.0 ms  {fake_jaeger}/trace/abc123?uiFind=s1")
     assert examples[1].endswith(f"380.0 ms  {fake_jaeger}/trace/abc123?uiFind=c1")
 
-    assert main(["traces", "--jaeger", fake_jaeger, "--json"]) == 0
+    assert main(["traces", "--from-jaeger", fake_jaeger, "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     (slowest,) = rows["GET /vehicles/v1/nearby"]["slowest"]
     assert slowest["url"] == f"{fake_jaeger}/trace/abc123?uiFind=c1"
@@ -339,22 +339,22 @@ def test_jaeger_is_asked_for_the_service_name_the_pools_use(
 
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
-    assert main(["traces", "--jaeger", fake_jaeger]) == 0
+    assert main(["traces", "--from-jaeger", fake_jaeger]) == 0
     assert service_asked() == ["pricingservice"]
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=pricing-attr,team=fares")
-    assert main(["traces", "--jaeger", fake_jaeger]) == 0
+    assert main(["traces", "--from-jaeger", fake_jaeger]) == 0
     assert service_asked() == ["pricing-attr"]
     monkeypatch.setenv("OTEL_SERVICE_NAME", "pricing-eu")  # wins, as on the resource
-    assert main(["traces", "--jaeger", fake_jaeger]) == 0
+    assert main(["traces", "--from-jaeger", fake_jaeger]) == 0
     assert service_asked() == ["pricing-eu"]
-    assert main(["traces", "--jaeger", fake_jaeger, "--service", "envoy"]) == 0
+    assert main(["traces", "--from-jaeger", fake_jaeger, "--service", "envoy"]) == 0
     assert service_asked() == ["envoy"]
 
 
 def test_trace_id_from_jaeger_ends_with_its_ui_link(
     fake_jaeger: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["traces", "--jaeger", fake_jaeger, "--trace-id", "abc123"]) == 0
+    assert main(["traces", "--from-jaeger", fake_jaeger, "--trace-id", "abc123"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("trace abc123")
     assert lines[-1] == f"in Jaeger's UI: {fake_jaeger}/trace/abc123"
@@ -364,23 +364,36 @@ def test_trace_id_with_json_lists_its_spans(
     span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, trace_ids = span_file
-    assert main(["traces", "--file", str(path), "--trace-id", trace_ids[0], "--json"]) == 0
+    assert main(["traces", "--from-spans", str(path), "--trace-id", trace_ids[0], "--json"]) == 0
     spans = json.loads(capsys.readouterr().out)
     assert len(spans) == 3
     assert {s["trace_id"] for s in spans} == {trace_ids[0]}
     assert {s["kind"] for s in spans} == {"server", "client"}
 
 
-def test_missing_file_exits_1_with_one_line_on_stderr(
+def test_missing_file_exits_2_with_one_line_on_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "nope.jsonl"
-    assert main(["traces", "--file", str(missing)]) == 1
+    with pytest.raises(SystemExit) as info:
+        main(["traces", "--from-spans", str(missing)])
+    assert info.value.code == 2  # a bad flag value, refused at the door
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("pricingctl traces: error: argument --from-spans: no such file")
+    assert str(missing) in err
+
+
+def test_missing_default_file_exits_1_with_one_line_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pricingctl.traces.DEFAULT_SPAN_FILE", tmp_path / "spans.jsonl")
+    assert main(["traces", "--from-spans"]) == 1  # the default file: read, not checked
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1
     assert err.startswith("pricingctl: ")
-    assert str(missing) in err
     assert "Traceback" not in err
 
 
@@ -388,7 +401,7 @@ def test_unknown_trace_id_exits_1(
     span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, _ = span_file
-    assert main(["traces", "--file", str(path), "--trace-id", "0" * 32]) == 1
+    assert main(["traces", "--from-spans", str(path), "--trace-id", "0" * 32]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not found" in err
 
@@ -400,7 +413,7 @@ def test_malformed_file_exits_1_naming_the_line(
     with path.open("a") as f:
         f.write("{truncated\n")
     lines = len(path.read_text().splitlines())
-    assert main(["traces", "--file", str(path)]) == 1
+    assert main(["traces", "--from-spans", str(path)]) == 1
     err = capsys.readouterr().err
     assert err == f"pricingctl: {path}:{lines}: not an OTLP JSON line\n"
 
@@ -410,7 +423,7 @@ def test_empty_file_prints_the_friendly_sentence(
 ) -> None:
     path = tmp_path / "spans.jsonl"
     path.write_text("")
-    assert main(["traces", "--file", str(path)]) == 0
+    assert main(["traces", "--from-spans", str(path)]) == 0
     assert capsys.readouterr().out.strip() == (
         "no spans of pricingservice yet: send some traffic first"
     )
@@ -421,25 +434,31 @@ def test_limit_below_one_exits_2(
     span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str], limit: str
 ) -> None:
     path, _ = span_file
-    assert main(["traces", "--file", str(path), "--limit", limit]) == 2
+    with pytest.raises(SystemExit) as info:
+        main(["traces", "--from-spans", str(path), "--limit", limit])
+    assert info.value.code == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == "pricingctl: --limit must be at least 1\n"
+    assert err.startswith("pricingctl traces: error: argument --limit: must be between 1 and")
+    assert err.count("\n") == 1
 
 
 def test_unreachable_jaeger_exits_1_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    assert main(["traces", "--jaeger", f"http://127.0.0.1:{port}"]) == 1
+    assert main(["traces", "--from-jaeger", f"http://127.0.0.1:{port}"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "cannot reach Jaeger" in err
-    assert "--file" in err  # tells the user the other source
+    assert "--from-spans" in err  # tells the user the other source
 
 
-def test_file_and_jaeger_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
+def test_file_and_jaeger_are_exclusive(
+    span_file: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = span_file
     with pytest.raises(SystemExit) as info:
-        main(["traces", "--file", "x", "--jaeger", "http://127.0.0.1:1"])
+        main(["traces", "--from-spans", str(path), "--from-jaeger", "http://127.0.0.1:1"])
     assert info.value.code == 2
     assert "not allowed with" in capsys.readouterr().err

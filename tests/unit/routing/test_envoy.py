@@ -42,13 +42,13 @@ def test_render_check_fails_on_a_stale_file(tmp_path: Path) -> None:
         "routes",
         "render",
         "--check",
-        "--output",
+        "--out",
         str(stale),
     ]
     result = subprocess.run(cli, capture_output=True, text=True)
     assert result.returncode == 1
     assert "is stale" in result.stderr
-    subprocess.run([*cli[:-3], "--output", str(stale)], check=True, capture_output=True)
+    subprocess.run([*cli[:-3], "--out", str(stale)], check=True, capture_output=True)
     assert subprocess.run(cli, capture_output=True).returncode == 0
 
 

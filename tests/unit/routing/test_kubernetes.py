@@ -23,7 +23,6 @@ from routing.kubernetes import (
     ENVOY_REPLICAS,
     KUBERNETES_VERSION,
     LOOP_LAG_METRIC,
-    LOOP_LAG_SERIES,
     MONITORING_FILES,
     MONITORING_NAMESPACE,
     render_kubernetes,
@@ -31,6 +30,7 @@ from routing.kubernetes import (
 from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Pool
 from routing.sizing import Traffic, size
+from toolkit.contract import LOOP_LAG_SERIES
 
 ROOT = DEFAULT_ROUTES_PATH.parent
 K8S_DIR = ROOT / "deploy" / "kubernetes"

@@ -45,7 +45,7 @@ def test_pool_env_is_what_the_pool_reads(
     settings = TracingSettings.from_env()
     assert settings.span_file == stack.span_file
     assert settings.otlp_endpoint == "http://127.0.0.1:4999/v1/traces"
-    from routing.env import POOL_ENV, UPSTREAM_URL_ENV
+    from toolkit.contract import POOL_ENV, UPSTREAM_URL_ENV
 
     assert stack.pool_env("io")[POOL_ENV] == "io"
     assert stack.pool_env("io")[UPSTREAM_URL_ENV] == "http://127.0.0.1:8299"

@@ -16,9 +16,8 @@ def timing_path(compiled: bool) -> Iterator[None]:
     built) or the Python reference; the path before is restored after."""
     if compiled and native.module is None:
         pytest.skip(native.reason or "the compiled path is not built")
-    previous = native.reason
-    native.use(compiled)
+    previous = native.use(compiled)
     try:
         yield
     finally:
-        native.reason = previous
+        native.use(previous)

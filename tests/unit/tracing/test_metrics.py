@@ -78,7 +78,7 @@ def test_unknown_methods_share_one_series_and_unmatched_paths_have_no_route() ->
 
 def test_the_buckets_reach_the_longest_route_timeout_and_bracket_the_hpa_target() -> None:
     from routing.load import load_routes
-    from tracing.metrics import DURATION_BUCKETS_S, LOOP_LAG_BUCKETS_S
+    from tracing.metric_families import DURATION_BUCKETS_S, LOOP_LAG_BUCKETS_S
 
     longest_s = max(route.timeout_ms for route in load_routes().routes) / 1000
     assert DURATION_BUCKETS_S[-1] >= longest_s
@@ -371,7 +371,7 @@ def test_timing_histograms_name_the_busiest_routes_and_fold_the_rest_into_other(
 
 def test_per_route_timing_buckets_bracket_what_suggest_and_the_hpa_read() -> None:
     from routing.suggest import Thresholds
-    from tracing.metrics import LOOP_LAG_BUCKETS_S, ROUTE_TIMING_BUCKETS_S
+    from tracing.metric_families import LOOP_LAG_BUCKETS_S, ROUTE_TIMING_BUCKETS_S
 
     assert len(ROUTE_TIMING_BUCKETS_S) <= 8
     assert Thresholds().cpu_heavy_ms / 1000 in ROUTE_TIMING_BUCKETS_S
@@ -391,7 +391,7 @@ def test_per_route_timing_buckets_bracket_what_suggest_and_the_hpa_read() -> Non
 
 
 def test_at_300_routes_a_worker_exposes_each_timing_histogram_for_the_top_k_only() -> None:
-    from tracing.metrics import ROUTE_TIMING_BUCKETS_S, ROUTE_TIMING_TOP_K
+    from tracing.metric_families import ROUTE_TIMING_BUCKETS_S, ROUTE_TIMING_TOP_K
 
     registry = CollectorRegistry()
     metrics = PoolMetrics(registry)
@@ -490,7 +490,7 @@ def test_at_hundreds_of_routes_the_red_histogram_stays_top_k_and_the_rest_is_two
 ) -> None:
     """The rule that keeps a pool's /metrics under 1 MB at 300 routes: a test fails if
     the RED family grows with routes x buckets again."""
-    from tracing.metrics import DURATION_BUCKETS_S, RED_TOP_K
+    from tracing.metric_families import DURATION_BUCKETS_S, RED_TOP_K
 
     seen, text = red_exposition(routes)
     buckets = [labels for (n, labels) in seen if n == DURATION + "_bucket"]

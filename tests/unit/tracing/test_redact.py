@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from tracing.redact import QUERY_ALLOW_ENV, QueryRedactor, allow_from_env, redact_url
+from toolkit.contract import QUERY_ALLOW_ENV
+from tracing.redact import QueryRedactor, allow_from_env, redact_url
 
 
 def test_values_are_redacted_unless_allowed() -> None:

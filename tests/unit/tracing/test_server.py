@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
+import tracing.request_spans
 import tracing.server
 from pricing import create_app
 from routing.load import load_routes
@@ -16,9 +17,11 @@ from routing.model import RouteConfig
 from tests.prometheus import samples, total, value
 from tests.samples import OFFER_PATH, OFFER_QUERY
 from tests.unit.support.gateway import FakeGateway
+from toolkit.contract import TRACING_ENV
 from tracing.client import TracingCallObserver
+from tracing.flask_tracing import FlaskTracing
 from tracing.readback.spans import Span, from_file
-from tracing.settings import TRACING_ENV, Mode, TracingSettings
+from tracing.settings import Mode, TracingSettings
 
 TRACEPARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT_PARENT = "00f067aa0ba902b7"
@@ -153,10 +156,10 @@ def test_health_checks_are_not_traced(
     assert names == ["GET /v1/offers/bike"]
 
 
-def test_init_app_returns_a_span_making_observer(
+def test_instrument_returns_a_span_making_observer(
     worker: tracing.server.WorkerTracing, span_file: Path
 ) -> None:
-    observer = tracing.server.init_app(Flask(__name__))
+    observer = FlaskTracing(tracing.server.current()).instrument(Flask(__name__))
     assert isinstance(observer, TracingCallObserver)
     with observer.call("vehicles", "GET", "127.0.0.1", 8200, "/vehicles/v1/nearby?x=1") as obs:
         obs.status = 200
@@ -172,7 +175,7 @@ def test_shutdown_worker_flushes_and_forgets_the_worker(
     tracing.server.shutdown_worker()
     assert tracing.server.current() is None
     assert [s.name for s in from_file(span_file)] == ["GET /v1/offers/bike"]
-    assert tracing.server.init_app(Flask(__name__)) is None
+    assert FlaskTracing(tracing.server.current()).instrument(Flask(__name__)) is None
 
 
 def test_shutdown_worker_shuts_the_shared_exporter_down_once(
@@ -195,7 +198,7 @@ def test_mode_off_sets_nothing_up(tmp_path: Path) -> None:
     settings = TracingSettings(mode=Mode.OFF, otlp_endpoint=None, span_file=tmp_path / "s")
     assert tracing.server.setup_worker("io", settings) is None
     assert tracing.server.current() is None
-    assert tracing.server.init_app(Flask(__name__)) is None
+    assert FlaskTracing(tracing.server.current()).instrument(Flask(__name__)) is None
     assert not (tmp_path / "s").exists()
 
 
@@ -297,7 +300,7 @@ def test_metrics_count_every_request_whatever_the_sampling(
 def test_metrics_say_what_each_route_costs_the_hub(span_file: Path, config: RouteConfig) -> None:
     """The families `routes suggest` reads: CPU per route from the switch tracer, the
     hub wait of every request, read back as `suggest` reads them (two scrapes)."""
-    from tracing import metrics
+    from tracing import metric_families
     from tracing.readback import usage
 
     worker = full_worker(span_file, tracing.server.Sampling(ratio=0.0, default_slow_s=60))
@@ -305,13 +308,13 @@ def test_metrics_say_what_each_route_costs_the_hub(span_file: Path, config: Rout
     before = usage.parse_text(client.get("/metrics").get_data(as_text=True))
     for _ in range(4):
         assert client.get(OFFER_PATH).status_code == 200
-    tracing.server.sync_metrics(worker)
+    worker.sync_metrics()
     after = usage.parse_text(client.get("/metrics").get_data(as_text=True))
     assert set(after) == {""}  # the pool's totals: no pid label
     counts = usage.delta(before, after)
     route = (("route", "GET /v1/offers/bike"),)
-    assert counts[(metrics.ROUTE_CPU, route)] > 0
-    assert counts[(f"{metrics.ROUTE_HUB_WAIT}_count", route)] == 4
+    assert counts[(metric_families.ROUTE_CPU, route)] > 0
+    assert counts[(f"{metric_families.ROUTE_HUB_WAIT}_count", route)] == 4
     (bike,) = [u for u in usage.usage_from_metrics(counts, 1.0) if u.route.endswith("bike")]
     assert bike.requests == 4 and 0 < bike.cpu_s < bike.wall_s
 
@@ -331,7 +334,7 @@ def test_slow_exports_are_capped_per_worker(span_file: Path, config: RouteConfig
         assert client.get(OFFER_PATH).status_code == 200
     assert len(flushed(worker, span_file)) == 2
     assert (worker.slow_budget.exported, worker.slow_budget.dropped) == (2, 4)
-    tracing.server.sync_metrics(worker)
+    worker.sync_metrics()
     after = samples(client.get("/metrics").get_data(as_text=True))
     for outcome, count in (("skipped", 4), ("exported", 2)):
         name = "pricing_slow_traces_total"
@@ -445,7 +448,7 @@ def test_delayed_is_the_hub_wait_along_the_critical_path_one_definition() -> Non
     from tracing.timing.call_state import CallTiming
     from tracing.timing.server_timing import RequestTiming
 
-    assert tracing.server.is_delayed is server_timing.is_delayed
+    assert tracing.request_spans.is_delayed is server_timing.is_delayed
 
     def offer(call_delay_s: float) -> tuple[RequestTiming, RequestTotals]:
         call = CallTiming(
@@ -473,10 +476,10 @@ def test_delayed_is_the_hub_wait_along_the_critical_path_one_definition() -> Non
     # Three parallel calls delayed 20 ms each: 70 ms summed, but the request waited
     # 10 + 1 + 20 + 2 = 33 ms for the hub.
     timing, totals = offer(0.020)
-    out = tracing.server.request_attributes("GET /v1/offers/bike", timing, totals)
+    out = tracing.request_spans.request_attributes("GET /v1/offers/bike", timing, totals)
     assert out[attributes.SCHEDULING_DELAY] == pytest.approx(0.060)
     assert timing.hub_wait_s == pytest.approx(0.033)
     assert out[attributes.DELAYED] is False
     timing, totals = offer(0.040)  # 10 + 1 + 40 + 2 = 53 ms
-    out = tracing.server.request_attributes("GET /v1/offers/bike", timing, totals)
+    out = tracing.request_spans.request_attributes("GET /v1/offers/bike", timing, totals)
     assert out[attributes.DELAYED] is True

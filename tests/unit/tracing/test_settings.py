@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.contract import OTLP_ENDPOINT_ENV, SPAN_FILE_ENV, TRACING_ENV
 from tracing.export import make_exporter
 from tracing.settings import (
     BSP_EXPORT_TIMEOUT_ENV,
@@ -13,16 +14,13 @@ from tracing.settings import (
     BSP_MAX_QUEUE_SIZE_ENV,
     BSP_SCHEDULE_DELAY_ENV,
     DEFAULT_SPAN_FILE,
-    OTLP_ENDPOINT_ENV,
     OTLP_PROTOCOL_ENV,
     OTLP_TRACES_ENDPOINT_ENV,
     OTLP_TRACES_PROTOCOL_ENV,
     SAMPLER_ARG_ENV,
     SAMPLER_ENV,
     SDK_DISABLED_ENV,
-    SPAN_FILE_ENV,
     TRACES_EXPORTER_ENV,
-    TRACING_ENV,
     BatchSettings,
     Exporter,
     Mode,

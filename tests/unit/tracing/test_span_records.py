@@ -14,6 +14,7 @@ from flask import Flask
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
 
 import tracing.server
+from tracing.flask_tracing import FlaskTracing
 from tracing.server_span import sampled_traceparent
 from tracing.settings import Mode, TracingSettings
 
@@ -48,7 +49,7 @@ def serve(span_file: Path, *, build: bool) -> tuple[list[dict[str, Any]], list[d
     assert worker is not None and worker.build_sampled  # our sampler keeps sampled parents
     worker.build_sampled = build
     app = Flask(__name__)
-    observer = tracing.server.init_app(app)
+    observer = FlaskTracing(tracing.server.current()).instrument(app)
     assert observer is not None
     sent: list[dict[str, str]] = []
 
@@ -159,7 +160,7 @@ def test_the_logs_see_the_built_server_spans_ids(tmp_path: Path) -> None:
     settings = TracingSettings(mode=Mode.FULL, otlp_endpoint=None, span_file=tmp_path / "s")
     assert tracing.server.setup_worker("io", settings) is not None
     app = Flask(__name__)
-    tracing.server.init_app(app)
+    FlaskTracing(tracing.server.current()).instrument(app)
     seen = []
 
     @app.get("/v1/x")

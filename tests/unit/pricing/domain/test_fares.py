@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pricing.domain import fares, roadgraph
+from pricing.domain.errors import NoRoute as NoRouteError
 from pricing.domain.fares import (
     Fare,
-    NoRouteError,
     RideshareQuote,
     RideshareQuoteInput,
     fare_minor,

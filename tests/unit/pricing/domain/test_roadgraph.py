@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pricing.domain import roadgraph
+from pricing.domain.errors import NoRoute as NoRouteError
 from pricing.domain.geo import BoundingBox, LatLng, haversine_m
 from pricing.domain.regions import REGIONS, Region
 from pricing.domain.roadgraph import (
-    NoRouteError,
     PathResult,
     RoadGraph,
     build_road_graph,

@@ -184,6 +184,59 @@ def test_summarize_groups_endpoints_and_upstreams_and_skips_envoy() -> None:
     assert vehicles.delay_p99_ms == pytest.approx(273.0)
 
 
+def parallel_calls() -> list[Span]:
+    """One request whose handler made two 45 ms calls at once: its server span's
+    ``gevent.network.duration`` is their sum (90 ms, more than the request's 50), the
+    ``gevent.critical.*`` attributes the call it waited for last."""
+    server = span(
+        "GET /v1/offers/bike",
+        "server",
+        duration_ms=50,
+        span_id="00000000000000aa",
+        net=0.090,
+        sched=0.007,
+        **{
+            attributes.SCHEDULING_CPU_WAIT: 0.007,
+            attributes.CRITICAL_UPSTREAM: "vehicles",
+            attributes.CRITICAL_NETWORK: 0.044,
+            attributes.CRITICAL_SCHEDULING_DELAY: 0.004,
+            attributes.CRITICAL_CPU_WAIT: 0.001,
+        },
+    )
+    calls = [
+        span(
+            name,
+            "client",
+            duration_ms=46,
+            start_ms=1,
+            parent_id=server.span_id,
+            net=net,
+            sched=sched,
+            **{attributes.SCHEDULING_CPU_WAIT: cpu, attributes.UPSTREAM: upstream},
+        )
+        for name, upstream, net, sched, cpu in (
+            ("GET /vehicles/v1/nearby", "vehicles", 0.044, 0.004, 0.001),
+            ("GET /promotions/v1/active", "promotions", 0.046, 0.003, 0.006),
+        )
+    ]
+    return [server, *calls]
+
+
+def test_endpoint_row_shows_its_critical_calls_network_and_delay_not_the_sum() -> None:
+    rows = {r.name: r for r in summarize(parallel_calls())}
+    bike = rows["GET /v1/offers/bike"]
+    assert bike.network_p50_ms == pytest.approx(44.0)  # not 90: the calls overlapped
+    assert bike.network_p99_ms == pytest.approx(44.0)
+    assert bike.delay_p50_ms == pytest.approx(4.0)  # not 7
+    assert bike.delay_cpu_wait_pct == pytest.approx(25.0)  # 1 of 4, not 7 of 7
+    assert bike.duration_p50_ms is not None and bike.network_p50_ms <= bike.duration_p50_ms
+    line = next(x for x in render_table(list(rows.values())).splitlines() if "bike" in x)
+    cols = cells(line, "bike")
+    assert (cols["net50"], cols["sched50"], cols["cpu"]) == ("44.0", "4.0", "25")
+    server_line = next(x for x in waterfall(parallel_calls()).splitlines() if "[server]" in x)
+    assert "net 44.0 / sched 4.0 (cpu wait 1.0)" in server_line
+
+
 def test_summarize_lists_endpoints_before_upstreams() -> None:
     kinds = [r.kind for r in summarize(sample())]
     assert kinds == sorted(kinds)
@@ -220,9 +273,11 @@ def measured() -> list[Span]:
             "GET /v1/offers/bike",
             "server",
             duration_ms=300,
-            sched=0.200,
+            sched=0.300,  # the sum over its two calls; the critical one's below
             **{
-                attributes.SCHEDULING_CPU_WAIT: 0.050,
+                attributes.SCHEDULING_CPU_WAIT: 0.100,
+                attributes.CRITICAL_SCHEDULING_DELAY: 0.200,
+                attributes.CRITICAL_CPU_WAIT: 0.050,
                 attributes.INBOUND_DELAY: 0.040,
                 attributes.INBOUND_CPU_WAIT: 0.010,
                 attributes.INBOUND_CULPRITS: ["POST /v1/offers/rideshare=0.03", "<hub>=0.001"],
@@ -235,6 +290,8 @@ def measured() -> list[Span]:
             sched=0.0,
             **{
                 attributes.SCHEDULING_CPU_WAIT: 0.0,
+                attributes.CRITICAL_SCHEDULING_DELAY: 0.0,
+                attributes.CRITICAL_CPU_WAIT: 0.0,
                 attributes.INBOUND_DELAY: 0.002,
                 attributes.INBOUND_CPU_WAIT: 0.002,
                 attributes.INBOUND_CULPRITS: ["POST /v1/offers/rideshare=0.02"],
@@ -268,7 +325,7 @@ def test_summarize_endpoints_inbound_delay_its_cpu_share_and_culprits() -> None:
         ("POST /v1/offers/rideshare", pytest.approx(0.05)),
         ("<hub>", pytest.approx(0.001)),
     )
-    assert bike.delay_cpu_wait_pct == pytest.approx(25.0)  # the calls' sums: 0.05 / 0.2
+    assert bike.delay_cpu_wait_pct == pytest.approx(25.0)  # the critical calls': 0.05 / 0.2
     assert bike.top_culprits == ()  # server spans carry the inbound culprits only
 
 
@@ -384,10 +441,11 @@ def test_render_table_shows_each_row_with_its_numbers() -> None:
     bike = next(line for line in lines if "GET /v1/offers/bike" in line)
     assert bike.startswith("endpoint")
     assert " - " in bike  # no network split for an endpoint without one
-    footer = lines[-3:]
+    footer = lines[-4:]
     assert footer[0].startswith("times in ms")
-    assert footer[1].startswith("inb = inbound delay")
-    assert footer[2].startswith("cpu% = ")
+    assert footer[1].startswith("endpoint net / sched: its critical call's")
+    assert footer[2].startswith("inb = inbound delay")
+    assert footer[3].startswith("cpu% = ")
 
 
 # The numeric columns after the count, in order.

@@ -4,7 +4,8 @@ spans: the numbers `pricingctl routes suggest` places routes by."""
 from __future__ import annotations
 
 from tests.samples import BIKE_ROUTE, RIDE_ROUTE
-from tracing import attributes, metrics
+from tracing import attributes
+from tracing import metric_families as families
 from tracing.readback.spans import Span
 from tracing.readback.usage import (
     bucket_quantile,
@@ -23,22 +24,22 @@ def exposition(pid: int, rides: int, bikes: int) -> str:
     base = f'pool="io",pid="{pid}"'
     return "\n".join(
         [
-            f"# TYPE {metrics.HANDLER} histogram",
-            f'{metrics.HANDLER}_sum{{{base},route="{RIDE_ROUTE}"}} {rides * 0.031}',
-            f'{metrics.HANDLER}_count{{{base},route="{RIDE_ROUTE}"}} {rides}',
-            f'{metrics.HANDLER}_sum{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.142}',
-            f'{metrics.HANDLER}_count{{{base},route="{BIKE_ROUTE}"}} {bikes}',
-            f'{metrics.ROUTE_CPU}{{{base},route="{RIDE_ROUTE}"}} {rides * 0.030}',
-            f'{metrics.ROUTE_CPU}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.002}',
-            f'{metrics.ROUTE_CPU}{{{base},route="<hub>"}} 9.5',
-            f'{metrics.ROUTE_NETWORK}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.100}',
-            f'{metrics.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE_ROUTE}",le="0.025"}} 0',
-            f'{metrics.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE_ROUTE}",le="0.05"}} {bikes}',
-            f'{metrics.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE_ROUTE}",le="+Inf"}} {bikes}',
-            f'{metrics.ROUTE_HUB_WAIT}_sum{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.040}',
-            f'{metrics.ROUTE_CULPRIT}{{{base},route="{RIDE_ROUTE}"'
+            f"# TYPE {families.HANDLER} histogram",
+            f'{families.HANDLER}_sum{{{base},route="{RIDE_ROUTE}"}} {rides * 0.031}',
+            f'{families.HANDLER}_count{{{base},route="{RIDE_ROUTE}"}} {rides}',
+            f'{families.HANDLER}_sum{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.142}',
+            f'{families.HANDLER}_count{{{base},route="{BIKE_ROUTE}"}} {bikes}',
+            f'{families.ROUTE_CPU}{{{base},route="{RIDE_ROUTE}"}} {rides * 0.030}',
+            f'{families.ROUTE_CPU}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.002}',
+            f'{families.ROUTE_CPU}{{{base},route="<hub>"}} 9.5',
+            f'{families.ROUTE_NETWORK}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.100}',
+            f'{families.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE_ROUTE}",le="0.025"}} 0',
+            f'{families.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE_ROUTE}",le="0.05"}} {bikes}',
+            f'{families.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE_ROUTE}",le="+Inf"}} {bikes}',
+            f'{families.ROUTE_HUB_WAIT}_sum{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.040}',
+            f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE_ROUTE}"'
             f',victim="{BIKE_ROUTE}"}} {bikes * 0.03}',
-            f'{metrics.ROUTE_CULPRIT}{{{base},route="{RIDE_ROUTE}"'
+            f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE_ROUTE}"'
             f',victim="{RIDE_ROUTE}"}} {rides * 0.01}',
         ]
     )
@@ -76,7 +77,7 @@ def test_scrape_keeps_going_until_no_new_worker_shows_up() -> None:
     samples = scrape("http://pool/metrics", fetch=fetch, settle=6)
     assert set(samples) == {"11", "12"}
     assert len(calls) == 10  # the new worker at try 4, then 6 quiet tries
-    assert samples["11"][(metrics.ROUTE_CPU, (("pool", "io"), ("route", RIDE_ROUTE)))] == 0.09
+    assert samples["11"][(families.ROUTE_CPU, (("pool", "io"), ("route", RIDE_ROUTE)))] == 0.09
 
 
 def test_usage_from_scrapes_waits_the_window_between_them() -> None:
@@ -177,26 +178,26 @@ def test_requests_of_a_route_past_the_timing_cap_come_from_the_red_summary() -> 
         'http_request_method="GET",http_route="/v1/offers/bike",'
         'http_response_status_code="200",pool="io"'
     )
-    red = f"{metrics.ROUTE_REQUESTS}_count{{{red_labels}}}"
+    red = f"{families.ROUTE_REQUESTS}_count{{{red_labels}}}"
     red_sum = red.replace("_count{", "_sum{")
-    histogram = f"{metrics.HTTP_SERVER_DURATION}_count{{{red_labels}}}"
+    histogram = f"{families.HTTP_SERVER_DURATION}_count{{{red_labels}}}"
     folded = histogram.replace('http_route="/v1/offers/bike"', 'http_route="<other>"')
     base = 'pool="io"'
 
     def text(bikes: int, named: int) -> str:
         return "\n".join(
             [
-                f"# TYPE {metrics.HTTP_SERVER_DURATION} histogram",
+                f"# TYPE {families.HTTP_SERVER_DURATION} histogram",
                 f"{histogram} {named}",
                 f"{folded} {bikes - named}",
-                f"# TYPE {metrics.ROUTE_REQUESTS} summary",
+                f"# TYPE {families.ROUTE_REQUESTS} summary",
                 f"{red} {bikes}",
                 f"{red_sum} {bikes * 0.1}",
-                f"# TYPE {metrics.HANDLER} histogram",
-                f'{metrics.HANDLER}_count{{{base},route="{BIKE_ROUTE}"}} {named}',
-                f'{metrics.HANDLER}_sum{{{base},route="{BIKE_ROUTE}"}} {named * 0.142}',
-                f'{metrics.HANDLER}_count{{{base},route="<other>"}} {bikes - named}',
-                f'{metrics.ROUTE_CPU}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.002}',
+                f"# TYPE {families.HANDLER} histogram",
+                f'{families.HANDLER}_count{{{base},route="{BIKE_ROUTE}"}} {named}',
+                f'{families.HANDLER}_sum{{{base},route="{BIKE_ROUTE}"}} {named * 0.142}',
+                f'{families.HANDLER}_count{{{base},route="<other>"}} {bikes - named}',
+                f'{families.ROUTE_CPU}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.002}',
             ]
         )
 
@@ -213,7 +214,7 @@ def test_the_spans_hub_wait_is_the_timing_cores() -> None:
     metrics' hub wait use (one definition; not the calls' delays summed)."""
     from types import MappingProxyType
 
-    from tracing.server import request_attributes
+    from tracing.request_spans import request_attributes
     from tracing.timing.call_state import CallTiming
     from tracing.timing.server_timing import RequestTiming
 

@@ -235,11 +235,11 @@ def test_the_top_culprits_are_the_largest_the_first_of_a_tie() -> None:
 
     import tracing.client
     import tracing.readback.report
-    import tracing.server
+    import tracing.request_spans
     from tracing import attributes
     from tracing.timing.server_timing import RequestTiming
 
-    for module in (tracing.client, tracing.server, tracing.readback.report):
+    for module in (tracing.client, tracing.request_spans, tracing.readback.report):
         assert module.top_culprits is call_state.top_culprits, module.__name__
     call = call_state.CallTiming(
         duration_s=0.02,
@@ -261,7 +261,7 @@ def test_the_top_culprits_are_the_largest_the_first_of_a_tie() -> None:
         waiting_s=0.0,
     )
     client_span = tracing.client.timing_attributes(call)
-    server_span = tracing.server.request_attributes("GET /r", request, None)
+    server_span = tracing.request_spans.request_attributes("GET /r", request, None)
     written = client_span[attributes.SCHEDULING_CULPRITS]
     assert written == server_span[attributes.INBOUND_CULPRITS]
     assert tracing.readback.report.parse_culprits(written) == call_state.top_culprits(culprits)

@@ -1,0 +1,102 @@
+"""The compiled call observer leaks nothing: many observed calls of unsampled requests
+(the path that runs in C, with its histograms) leave the process's allocated blocks and
+its resident memory where a warm-up left them.
+
+The number of calls is ``pytest --leak-calls`` (CI's version job runs a million); the
+bound is per call, so a leak of one object a call fails at any count."""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+import sys
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from tests.unit.support.timing import timing_path
+from tracing.client import RequestTotals, TracingCallObserver, _CompiledCall, request_totals
+from tracing.timing.histogram import new_histogram
+
+UNSAMPLED = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+CALLS_PER_REQUEST = 8
+UPSTREAMS = ("vehicles", "routing", "promotions")
+# What a leak of one Python object a call would exceed many times over: a block per 100
+# calls, 16 bytes of resident memory a call (an object is at least 16 bytes).
+MAX_BLOCKS_PER_CALL = 0.01
+MAX_RSS_BYTES_PER_CALL = 16
+
+
+class CompiledMetrics:
+    """A CallMetrics whose histograms are the compiled ones (observed from C)."""
+
+    def __init__(self) -> None:
+        self.histograms: dict[str, tuple[object, object, object]] = {}
+
+    def call_histograms(self, upstream: str) -> tuple[object, object, object]:
+        if upstream not in self.histograms:
+            self.histograms[upstream] = tuple(  # type: ignore[assignment]
+                new_histogram([0.001, 0.01, 0.1]) for _ in range(3)
+            )
+        return self.histograms[upstream]
+
+    def observe_call(self, upstream: str, timing: object) -> None:
+        network, delay, cpu_wait = self.call_histograms(upstream)
+        network.observe(timing.network_s)  # type: ignore[attr-defined]
+        delay.observe(timing.scheduling_delay_s)  # type: ignore[attr-defined]
+        cpu_wait.observe(timing.cpu_wait_s)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def compiled() -> Iterator[None]:
+    with timing_path(True):
+        yield
+
+
+def requests(observer: TracingCallObserver, calls: int) -> None:
+    """*calls* observed calls, CALLS_PER_REQUEST to a request: each request's totals are
+    dropped after it, as a worker drops them once its response is sent. One call a request
+    answers 503 and one raises, so the error paths run too."""
+    for _ in range(max(1, calls // CALLS_PER_REQUEST)):
+        token = request_totals.set(RequestTotals(UNSAMPLED))
+        try:
+            for i in range(CALLS_PER_REQUEST):
+                try:
+                    with observer.call(UPSTREAMS[i % 3], "GET", "h", 80, "/p?q=1") as call:
+                        call.status = 503 if i == 1 else 200
+                        if i == 2:
+                            raise ConnectionResetError("reset")
+                except ConnectionResetError:
+                    pass
+        finally:
+            request_totals.reset(token)
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux's /proc")
+def test_a_great_many_observed_calls_leave_memory_flat(
+    compiled: None, pytestconfig: pytest.Config
+) -> None:
+    calls = pytestconfig.getoption("--leak-calls")
+    provider = TracerProvider()
+    observer = TracingCallObserver(
+        provider.get_tracer("leak"), measure=True, metrics=CompiledMetrics()
+    )
+    assert type(observer.call("vehicles", "GET", "h", 80, "/")) is _CompiledCall
+
+    requests(observer, max(calls // 10, 10_000))  # warm-up: caches and free lists filled
+    gc.collect()
+    blocks_before, rss_before = sys.getallocatedblocks(), resident_bytes()
+    requests(observer, calls)
+    gc.collect()
+    blocks_grown = sys.getallocatedblocks() - blocks_before
+    rss_grown = resident_bytes() - rss_before
+
+    assert blocks_grown <= MAX_BLOCKS_PER_CALL * calls, f"{blocks_grown} blocks more"
+    assert rss_grown <= MAX_RSS_BYTES_PER_CALL * calls, f"{rss_grown} bytes more resident"
