@@ -24,9 +24,9 @@ FROM ${WHEELHOUSE} AS wheelhouse
 
 # --- build: a venv from the runtime lock (wheels only), and the project's wheel ------
 # The project's own code is not installed into the venv: it runs from /app (PYTHONPATH).
-# The project's wheel is built here for the one compiled module it carries, the timing
-# core's hot path (tracing/timing/_native.c); the runtime stage copies that module and
-# gets no compiler.
+# The project's wheel is built here for the compiled modules it carries, the timing
+# core's hot path (tracing/timing/csrc/) and the call observer (tracing/_client_native.c);
+# the runtime stage copies those two and gets no compiler.
 FROM ${BASE} AS build
 
 # PIP_NO_INDEX=1: install only from the wheelhouse (a build that cannot reach PyPI).
@@ -93,6 +93,7 @@ COPY toolkit ./toolkit
 # The compiled hot path from the wheel (a missing file fails the build: no silent
 # fallback to the Python reference in the image).
 COPY --from=build /wheels/unpacked/tracing/timing/_native*.so ./tracing/timing/
+COPY --from=build /wheels/unpacked/tracing/_client_native*.so ./tracing/
 COPY simulator ./simulator
 COPY gunicorn_conf ./gunicorn_conf
 COPY deploy/container/entrypoint.sh /usr/local/bin/pricing-entrypoint

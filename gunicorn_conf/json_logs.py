@@ -4,7 +4,7 @@ the root logger, every log line of the app.
 
 The access line is on the path of every request: through ``logging`` it cost ~30 us
 (a LogRecord, the caller's frame looked up, handler locks; measured by
-``bench/log_cost.py``), so when the access log's handlers are gunicorn's own stream or
+``pricingctl bench log-cost``), so when the access log's handlers are gunicorn's own stream or
 file handlers the line is formatted and written directly (~10 us). Anything else
 configured (syslog, a ``logconfig_dict``, filters) goes through ``logging`` as usual.
 ``PRICING_ACCESS_LOG=off`` turns the line off (Envoy's access log has one per request

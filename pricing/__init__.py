@@ -98,7 +98,7 @@ def create_app(
         ca_file=os.environ.get(UPSTREAM_CA_FILE_ENV) or None,
     )
     problems.init_app(app)
-    urls.register_routes(app, config, pool, layout, extra_endpoints)
+    urls.register_routes(app, config, pool, layout, pool_metrics, extra_endpoints)
     openapi.init_app(app, extra=tuple(extra_endpoints or ()))
     _warm_up(config, pool, layout)
 

@@ -176,9 +176,9 @@ class TracingCallObserver:
         self._begin_call, self._finish_call = measure_calls
         self._metrics = metrics
         if calls is None and _compiled_observer is not None:
-            # The compiled observer: its ``call`` makes a _CompiledCall, whose __enter__
-            # and __exit__ run an unsampled request's call without a Python frame, and
-            # hand every other case to _Call's.
+            # The compiled observer (``_client_native.c``): its ``call`` makes a
+            # _CompiledCall, whose __enter__ and __exit__ run an unsampled request's call
+            # without a Python frame, and hand every other case to _Call's.
             core = _compiled_observer(self, request_totals, metrics, measure)
             self.call = core.call  # type: ignore[method-assign]
 
@@ -296,14 +296,17 @@ class _Call(UpstreamCall):
 
 
 class _CompiledCall(_Call):
-    """A _Call made by the compiled observer: its __enter__ and __exit__ are the compiled
-    ones (set by ``_compiled``), which follow _Call's for a request Envoy did not sample
-    and call them for anything else."""
+    """A _Call made by the compiled observer: its __enter__ and __exit__ are
+    ``_client_native.c``'s (set by ``_compiled``), which follow _Call's for a request
+    Envoy did not sample and call them for anything else. Its slots must be exactly the
+    C side's ``SLOT_NAMES``: ``configure_observer`` refuses the class otherwise."""
 
     __slots__ = ("_core",)
 
 
-#: The compiled observer's class where the compiled path runs (``native``), else None.
+#: The extension module of the compiled observer, built beside the timing core's.
+COMPILED_OBSERVER = "tracing._client_native"
+#: The compiled observer's class where the compiled path runs, else None.
 _compiled_observer: Any = None
 
 
@@ -318,8 +321,9 @@ def _compiled(extension: Any) -> dict[str, Any]:
     return {"_compiled_observer": extension.CallObserver}
 
 
-# The one place the compiled observer comes in.
-native.accelerate(sys.modules[__name__], _compiled)
+# The one place the compiled observer comes in: its own extension (_client_native.c),
+# which takes what it needs of the timing core's through that one's C API capsule.
+native.accelerate(sys.modules[__name__], _compiled, extension=COMPILED_OBSERVER)
 
 
 class Observes(Protocol):

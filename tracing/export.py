@@ -221,7 +221,7 @@ def encode_otlp_line(spans: Sequence[ReadableSpan]) -> str:
 
     Written straight to text, without building protobuf messages, walking them back
     (``MessageToDict``) and dumping the dicts, which cost the exporter thread several
-    times the CPU per span (both measured by ``python -m bench.span_cost``, batches of
+    times the CPU per span (both measured by ``pricingctl bench span-cost``, batches of
     512; it runs on the exporter's OS thread, never on the hub). The mapping's
     rules kept here: a field at its default (0, "", empty) is left out, except a value of
     an ``AnyValue`` (a oneof); 64-bit integers are decimal strings, ``fixed32`` flags a

@@ -6,7 +6,7 @@ template, measures it (``server_timing``) and accounts it (``request_spans``);
 carries a marker (``INSTRUMENTED``) with what was patched.
 
 The hooks run for every request: each is a closure over what it needs, bound once per
-app, with no lookup through the instrumentor. Their cost: ``python -m bench.span_cost``.
+app, with no lookup through the instrumentor. Their cost: ``pricingctl bench span-cost``.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _remove(hooks: list[Any] | None, hook: Any) -> None:
 def _wrap_wsgi(inner: Any, begin_request: Callable[[], RequestMeasurement] | None) -> Any:
     """Outermost, so the handler's time starts before Flask runs. The status line is read
     as the response starts, which Flask does before its teardown (``_end``): cheaper
-    than an after_request hook (``python -m bench.span_cost``)."""
+    than an after_request hook (``pricingctl bench span-cost``)."""
 
     def traced_wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
         if begin_request is not None:

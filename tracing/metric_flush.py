@@ -5,7 +5,7 @@ Only needed in multiprocess mode (other workers answer scrapes too). Where a hub
 already ticks (the loop-lag gauge, with the timing core on) the flush runs on its ticks
 rather than on a timer of its own, which would wake an idle worker once more a second
 (what a wake-up costs: BENCHMARKS.md, "Tracing's wake-ups"). The flush itself:
-``python -m bench.metrics_cost``.
+``pricingctl bench metrics-cost``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ second on the hub (``tracing.metric_flush``), before every scrape this worker an
 and at worker exit (gunicorn's ``worker_exit``). A scrape therefore sees the other
 workers' counts up to one flush interval late, and a SIGKILLed worker loses at most its
 last interval's counts; a graceful stop loses nothing. The cost of both paths:
-``python -m bench.metrics_cost``.
+``pricingctl bench metrics-cost``.
 
 Not routed through Envoy: like /healthz it is for whoever runs the pools.
 

@@ -3,7 +3,7 @@ before each flush into the pool's ``process_*`` families.
 
 prometheus_client's process collector reports the scraping process only in
 multiprocess mode; these are the pool's workers' own, each sampling itself (a few
-/proc reads, once a second, inside the flush ``python -m bench.metrics_cost`` times).
+/proc reads, once a second, inside the flush ``pricingctl bench metrics-cost`` times).
 """
 
 from __future__ import annotations

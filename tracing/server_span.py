@@ -3,7 +3,7 @@
 Envoy samples at the edge (1 % by default) and says so in ``traceparent``'s flags. A
 request it did not sample gets no OpenTelemetry object at all here: no span, no context,
 no attributes (the contrib Flask instrumentation made a non-recording span and its
-attribute dictionary for every one: ``python -m bench.span_cost``). Its trace id still reaches the
+attribute dictionary for every one: ``pricingctl bench span-cost``). Its trace id still reaches the
 upstreams: the incoming ``traceparent`` is kept on the request's totals and passed on as
 is (``tracing.client``). A slow unsampled request is exported afterwards from what was
 measured (``tracing.request_spans``).

@@ -2,7 +2,7 @@
 span while it runs.
 
 The SDK's live spans cost the hub most of a sampled request's tracing (measured by
-``python -m bench.span_cost``): the sampler, ``BoundedAttributes`` validating every value
+``pricingctl bench span-cost``): the sampler, ``BoundedAttributes`` validating every value
 as it is set and again for each event, the span's lock, the processors' ``on_start``. A
 request whose spans are built here pays for one ``ReadableSpan`` each, made once with its
 final attributes and handed to the exporting processor, which treats it as any ended

@@ -25,7 +25,7 @@ from pricing.domain.errors import Overloaded
 from routing.edge import parse_attempt, parse_envoy_start_ns, parse_timeout_ms
 from routing.model import Route
 from toolkit.contract import ENVOY_ATTEMPT_HEADER, ENVOY_START_HEADER, ENVOY_TIMEOUT_HEADER
-from tracing.metrics import pool_metrics
+from tracing.metrics import PoolMetrics
 from tracing.route import route_of
 
 _DEADLINE = "pricing_deadline"
@@ -78,10 +78,12 @@ class ServiceTime:
         self.recent_ms = self.floor_ms + SHED_DECAY * (self.recent_ms - self.floor_ms)
 
 
-def admitted(route: Route, view: Callable[..., Response]) -> Callable[..., Response]:
+def admitted(
+    route: Route, view: Callable[..., Response], metrics: PoolMetrics
+) -> Callable[..., Response]:
     """`view`, started only with the budget its route needs left (the larger of
     `min_budget_ms` and its recent service time); otherwise 503 at once (problem+json,
-    Retry-After), counted as shed, no upstream called."""
+    Retry-After), counted as shed in *metrics*, no upstream called."""
     service = ServiceTime(
         route.min_budget, (route.timeout_ms - RESPONSE_RESERVE_MS) * MAX_NEED_SHARE
     )
@@ -91,7 +93,7 @@ def admitted(route: Route, view: Callable[..., Response]) -> Callable[..., Respo
         need_ms = service.need_ms()
         if deadline.budget_ms < need_ms:
             service.shed()
-            pool_metrics().observe_shed(route_of(request), "budget")
+            metrics.observe_shed(route_of(request), "budget")
             raise Overloaded(
                 f"the request waited {deadline.waited_ms} ms before the pool could start "
                 f"it; {max(0, deadline.budget_ms)} ms of its {route.timeout_ms} ms were "

@@ -16,6 +16,7 @@ from pricing.web.admission import admitted
 from pricing.web.views import ENDPOINTS, META_VIEWS, ViewFactory
 from routing.errors import RouteConfigError
 from routing.model import Layout, Route, RouteConfig
+from tracing.metrics import PoolMetrics
 
 
 def register_routes(
@@ -23,10 +24,12 @@ def register_routes(
     config: RouteConfig,
     pool: str,
     layout: Layout,
+    metrics: PoolMetrics,
     extra: Mapping[str, ViewFactory] | None = None,
 ) -> None:
     """The service's endpoints (``ENDPOINTS``) and *extra* ones the app was given
-    (``create_app(extra_endpoints=...)``: the benchmark's synthetic service)."""
+    (``create_app(extra_endpoints=...)``: the benchmark's synthetic service), each
+    behind admission, which counts what it sheds in *metrics*."""
     meta_paths = config.meta.endpoints()
     factories = {**ENDPOINTS, **(extra or {})}
     for endpoint, view in META_VIEWS.items():
@@ -42,7 +45,7 @@ def register_routes(
             app.add_url_rule(
                 route.path,
                 endpoint=route.endpoint,
-                view_func=admitted(route, factory(route)),
+                view_func=admitted(route, factory(route), metrics),
                 methods=list(route.methods),
             )
         else:

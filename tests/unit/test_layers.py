@@ -9,6 +9,7 @@ a subprocess imports and uses it with both blocked."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -265,3 +266,65 @@ def test_the_timing_core_works_without_opentelemetry_or_flask() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "core ok"
+
+
+# -- the compiled sources ------------------------------------------------------------------
+# The import walk above cannot see C. A C file belongs to the layer of the directory it
+# sits in: the timing core's (tracing/timing/, its csrc/) names nothing of OpenTelemetry
+# nor of the wiring above it, in code or comment; C above the core reaches it only through
+# its C API header (csrc/capi.h), never its internal one (csrc/timing.h).
+TIMING_C_FORBIDDEN = re.compile(
+    r"opentelemetry|\botel|set_attributes?\b|start_as_current_span|\bspan(?:_id|_scope|s)?\b"
+    r"|traceparent|tracing[./]client|_client_native|\b_Call\b|_CompiledCall|CallObserver",
+    re.IGNORECASE,
+)
+C_SUFFIXES = (".c", ".h")
+
+
+def compiled_sources() -> dict[str, list[Path]]:
+    """The project's C sources, by layer."""
+    found: dict[str, list[Path]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*")):
+            if path.suffix in C_SUFFIXES and ".venv" not in path.parts:
+                module = ".".join(path.relative_to(ROOT).parent.parts)
+                found.setdefault(layer_of(module), []).append(path)
+    return found
+
+
+def forbidden_names(paths: list[Path]) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}"
+        for path in paths
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        for match in TIMING_C_FORBIDDEN.finditer(line)
+    ]
+
+
+def test_the_timing_cores_c_names_nothing_of_opentelemetry_or_the_wiring() -> None:
+    sources = compiled_sources()
+    core = sources.get("tracing.timing", [])
+    assert {"native.c", "switch_tracer.c", "timing.h", "capi.h"} <= {p.name for p in core}
+    assert forbidden_names(core) == []
+
+
+def test_the_check_sees_a_name_from_above() -> None:
+    """The pattern catches what it is for (a file of the core naming the wiring's)."""
+    probe = ROOT / "tracing" / "timing" / "csrc" / "native.c"
+    for line in ("/* see tracing.client */", "PyObject *span;", "OTEL_ENABLED", "_Call"):
+        assert TIMING_C_FORBIDDEN.search(line), line
+    assert TIMING_C_FORBIDDEN.search("begin_call(offset)") is None
+    assert probe in compiled_sources()["tracing.timing"]
+
+
+def test_c_above_the_core_uses_only_its_c_api() -> None:
+    """Compiled code outside the timing core includes the core's capi.h, not timing.h,
+    and C never sits below the core (routing, toolkit: pure Python)."""
+    sources = compiled_sources()
+    above = [p for layer, paths in sources.items() if layer != "tracing.timing" for p in paths]
+    assert {p.name for p in above} >= {"_client_native.c"}
+    includes = {
+        (p.name, name) for p in above for name in re.findall(r'#include\s+"([^"]+)"', p.read_text())
+    }
+    assert includes == {("_client_native.c", "timing/csrc/capi.h")}
+    assert not {"toolkit", "routing"} & set(sources)

@@ -1,7 +1,7 @@
 """Fixed-bucket histograms, cheap enough to observe every request and every call.
 
-One observation is a ``bisect`` and two additions (compiled: the extension's
-``Histogram``; both measured by ``python -m bench.metrics_cost``): the timings of 100 % of
+One observation is a ``bisect`` and two additions (compiled: ``csrc/histogram.c``'s
+``Histogram``; both measured by ``pricingctl bench metrics-cost``): the timings of 100 % of
 calls go in, whatever the span sampling. Counts are per bucket (not cumulative);
 exposition formats cumulate them. The labelled families, their bounds and the flush into
 prometheus_client are ``tracing.metrics``'.

@@ -1,5 +1,5 @@
-"""The one switch between the compiled hot path (``_native``, built from C at install)
-and the Python reference, decided once per process.
+"""The one switch between the compiled hot path (``_native``, built from ``csrc/`` at
+install) and the Python reference, decided once per process.
 
 What runs on every greenlet switch and around every socket wait (the switch tracer, the
 switch log, relabelling, a long run's CPU with its run-queue read, the ``_wait`` hook with
@@ -7,8 +7,11 @@ its receive-timestamp peek, the read hooks with a request's inbound stamp and th
 read that takes a reply's stamp itself), a call's measurement begun and finished
 (``call_timing``), a request's (``server_timing``), the histograms every request and call
 feeds (``histogram``), and the observer around an unsampled request's upstream call
-(``tracing.client``), exists twice: the Python modules are the reference, the C follows
-them and is what runs when it was built.
+(``tracing.client``), exists twice: the Python modules are the reference,
+``csrc/<module>.c`` follows each and is what runs when it was built. The observer
+belongs to the layer above this core and has its own extension
+(``tracing._client_native``), built on this one's C API capsule (``csrc/capi.h``); this
+module only swaps its names in, as it swaps the core's.
 
 As gevent's ``import_c_accel``: each of those modules is written as the reference, and
 its last lines hand :func:`accelerate` the names the compiled module replaces. This
@@ -18,11 +21,12 @@ the reference; without a compiler the install builds no extension and the refere
 runs, and :func:`announce` says so in one line when a worker instruments itself.
 
 Cost of each path: ``pricingctl bench timing-cost`` (the switch tracer, a measured send
-and read wait) and ``python -m bench.culprit_cost`` (naming the culprits of a delay).
+and read wait) and its culprits figure (naming the culprits of a delay).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -42,12 +46,11 @@ module: Any = None
 #: never test it.
 reason: str | None = None
 
-try:
-    from tracing.timing import _native  # type: ignore[attr-defined]
-except ImportError as exc:  # not built: no compiler at install, or a source checkout
-    reason = f"the compiled extension is not built ({exc})"
-else:
-    _native.configure(
+
+def configure_core(extension: Any) -> None:
+    """Hand the compiled core the reference's classes and functions it works with (it
+    reads each class's slots against its own tables, and refuses one that disagrees)."""
+    extension.configure(
         getcurrent=getcurrent,
         measuring=call_state.measuring,
         tag_of=labels.tag_of,
@@ -57,6 +60,14 @@ else:
         max_waits=request_state.MAX_WAITS,
         runqueue_type=runqueue.RunQueueClock,
     )
+
+
+try:
+    from tracing.timing import _native  # type: ignore[attr-defined]
+except ImportError as exc:  # not built: no compiler at install, or a source checkout
+    reason = f"the compiled extension is not built ({exc})"
+else:
+    configure_core(_native)
     module = _native
     if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
         reason = f"{ENV}={os.environ[ENV]}"
@@ -81,20 +92,27 @@ _swaps: list[_Swap] = []
 
 
 def accelerate(
-    owner: Any, compiled: Callable[[Any], Mapping[str, Any]], extension: Any = None
+    owner: Any, compiled: Callable[[Any], Mapping[str, Any]], extension: str | None = None
 ) -> None:
     """Register the names of *owner* (a module or a class, as written: the reference)
     that ``compiled(extension)`` replaces, and put in the path this process runs.
 
-    *compiled* is called once, with the compiled module (``_native`` unless an
-    *extension* is given); it configures that module with the owner's types and returns
+    *compiled* is called once, with the compiled module: ``_native``, or the module
+    named *extension* (a layer above this core with a compiled part of its own, built on
+    ``_native``'s C API). It configures that module with the owner's types and returns
     the replacements by name. Where the module was not built, or refuses the types (a
     stale build), the owner keeps its reference."""
-    extension = module if extension is None else extension
-    if extension is None:
+    if module is None:
         return
+    compiled_module = module
+    if extension is not None:
+        try:
+            compiled_module = importlib.import_module(extension)
+        except ImportError as exc:
+            swallow(f"compiled {getattr(owner, '__name__', owner)}", exc)
+            return
     try:
-        swap = _Swap(owner, compiled(extension))
+        swap = _Swap(owner, compiled(compiled_module))
     except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
         swallow(f"compiled {getattr(owner, '__name__', owner)}", exc)
         return

@@ -86,7 +86,7 @@ class RunQueueClock:
 
     def sample(self, now_ns: int) -> int:
         """Read now, remember it, and return the wait. (The compiled switch tracer does
-        the same for its periodic samples without calling this: ``_native.c``,
+        the same for its periodic samples without calling this: ``csrc/runqueue.c``,
         ``sample_runqueue``; it reads ``_fd``, ``_samples`` and ``sample_interval_ns``.)"""
         wait = self.read_ns()
         self.due_ns[0] = now_ns + self.sample_interval_ns

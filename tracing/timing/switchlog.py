@@ -15,7 +15,7 @@ oldest entry still in the log is ``UNRECORDED_LABEL``. Two ways to the same numb
   lazily, when an interval is asked for: each entry is folded into them once, so the
   switch tracer's per-switch work stays one append. A walk over a long interval's
   entries in Python would cost a few ms.
-- the compiled log (``_native.c``) walks the entries inside the interval: a few ns an
+- the compiled log (``csrc/switchlog.c``) walks the entries inside the interval: a few ns an
   entry, bounded by the log's size, and nothing to fold or copy.
 """
 

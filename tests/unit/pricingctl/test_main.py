@@ -115,13 +115,3 @@ def test_no_help_text_names_a_tracing_value_that_no_longer_exists() -> None:
     text = _all_help(build_parser())
     assert "PRICING_TRACING=1" not in text and "PRICING_TRACING=0" not in text
     assert "PRICING_TRACING=full" in text
-
-
-def test_no_function_in_pricingctl_is_over_80_lines() -> None:
-    import ast
-
-    for path in (ROOT / "pricingctl").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                assert lines <= 80, f"{path.relative_to(ROOT)}: {node.name} is {lines} lines"

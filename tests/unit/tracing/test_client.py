@@ -31,8 +31,8 @@ NEARBY = "/vehicles/v1/nearby?lat=37.77&lng=-122.42&radius_m=500"
 
 @pytest.fixture(autouse=True, params=["compiled", "reference"])
 def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every test here runs against the compiled observer (``_native.c``) and the Python
-    reference (``_Call``)."""
+    """Every test here runs against the compiled observer (``_client_native.c``) and the
+    Python reference (``_Call``)."""
     with timing_path(request.param == "compiled"):
         yield request.param
 
