@@ -1,20 +1,24 @@
-"""Real processes on free ports: the upstream simulator, gunicorn pools, Envoy.
+"""Fixtures of real processes on free ports: the upstream simulator, gunicorn pools,
+Envoy. They build on each other, as in Flask's tutorial: routes -> a stack -> a client
+and a load generator on it (or its upstreams reset around a test).
 
 Each stack is started once per module and stopped by process group. When a
-process fails to start, the error carries the tail of its log.
+process fails to start, the error carries the tail of its log. The helpers the
+tests call (requests, load, derived configs) are in `support`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from routing.model import Layout, RouteConfig
+from stack import jaeger
+from stack.jaeger import JaegerPorts
 from stack.launch import Stack
-from toolkit.fetch import Reply, fetch
+from tests.integration.support.http import Client, reset_upstreams
+from tests.integration.support.load import Load
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +44,18 @@ def hogged_routes(
 
 
 @pytest.fixture(scope="module")
+def own_jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerPorts]:
+    """A Jaeger of the module's own, outside any stack (skipped where none is built)."""
+    if jaeger.cached_binary() is None:
+        pytest.skip("no Jaeger binary cached (make jaeger)")
+    proc, ports = jaeger.start(tmp_path_factory.mktemp("own-jaeger"))
+    try:
+        yield ports
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
 def split_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with Stack.on_free_ports(routes, Layout.SPLIT, tmp_path_factory.mktemp("split")) as stack:
         yield stack
@@ -51,33 +67,26 @@ def shared_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) 
         yield stack
 
 
-def http(
-    method: str,
-    url: str,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-    timeout_s: float = 10.0,
-) -> Reply:
-    """One request; HTTP errors are returned, not raised."""
-    return fetch(url, method=method, body=body, headers=headers, timeout_s=timeout_s)
-
-
-def set_upstream(stack: Stack, name: str, **settings: Any) -> None:
-    reply = http("PUT", f"{stack.simulator_url}/_control/upstreams/{name}", settings)
-    assert reply.status == 200, reply.body
-
-
-def reset_upstreams(stack: Stack) -> None:
-    assert http("POST", f"{stack.simulator_url}/_control/reset", {}).status == 200
+@pytest.fixture(scope="module")
+def stack(split_stack: Stack) -> Stack:
+    """The stack a module's tests talk to: the split one, unless the module defines a
+    `stack` fixture of its own (its own config, or processes it kills)."""
+    return split_stack
 
 
 @pytest.fixture
-def fresh_upstreams(split_stack: Stack) -> Iterator[Stack]:
-    reset_upstreams(split_stack)
-    yield split_stack
-    reset_upstreams(split_stack)
+def client(stack: Stack) -> Client:
+    return Client(stack)
 
 
-def write_routes(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
+@pytest.fixture
+def load(stack: Stack) -> Load:
+    return Load(stack)
+
+
+@pytest.fixture
+def fresh_upstreams(stack: Stack) -> Iterator[Stack]:
+    """The stack with the simulator's upstreams reset before and after the test."""
+    reset_upstreams(stack)
+    yield stack
+    reset_upstreams(stack)

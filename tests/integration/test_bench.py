@@ -10,29 +10,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stack.launch import PROJECT_ROOT
+from tests.integration.support.cli import pricingctl
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def pricingctl(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pricingctl", *args],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
 
 
 def assert_ordered(stats: dict[str, Any]) -> None:

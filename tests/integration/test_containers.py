@@ -4,7 +4,7 @@ podman-compose, traffic through Envoy by service name, a pool replica killed.
 
 Skipped, with the reason in one line, where podman or podman-compose is missing or
 cannot start a container. The first run builds the base image, the wheelhouse and the
-images (a few minutes); later runs reuse them (tests/integration/podman.py).
+images (a few minutes); later runs reuse them (tests/integration/support/podman.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pytest
 
 from routing.container import IMAGE, POOL_PORT, SERVICE_NAMES
 from routing.model import RouteConfig
-from tests.integration import jaeger_api, podman
-from tests.integration.conftest import http
-from tests.integration.test_stack import OFFER_QUERY, call_endpoint
+from tests.integration.support import jaeger_api, podman
+from tests.integration.support.http import call_endpoint, http
+from tests.samples import OFFER_QUERY
 from toolkit.wait import wait_for, wait_until
 from tracing.readback.spans import Span, from_jaeger
 
@@ -35,7 +35,7 @@ KILLED_POOL = "io"  # its GETs retry on another replica on connect failure
 
 def test_the_runtime_wrapper_drops_rlimits_from_a_bundle_and_an_exec(tmp_path: Path) -> None:
     """No podman needed: what the wrapper changes before it runs runc."""
-    from tests.integration import oci_runtime_no_rlimits as wrapper
+    from tests.integration.support import oci_runtime_no_rlimits as wrapper
 
     rlimits = [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576}]
     config = tmp_path / "config.json"

@@ -24,8 +24,9 @@ from stack import jaeger
 from stack.launch import Stack
 from stack.procfs import tree
 from stack.procs import Proc
-from tests.integration.conftest import http
-from tests.integration.test_overload import OFFER_QUERY, derived_config
+from tests.integration.support.http import http
+from tests.integration.support.stack import derived_config
+from tests.samples import offer_query
 
 pytestmark = pytest.mark.integration
 
@@ -152,14 +153,12 @@ def test_the_listener_address_is_configurable(moved_listener_stack: Stack) -> No
     print(f"\nlistening with the listener moved: { {n: sorted(b) for n, b in binds.items()} }")
     assert (OTHER_LOOPBACK, port) in binds["envoy"]
     assert ("127.0.0.1", stack.config.admin.port) in binds["envoy"]  # admin stays put
-    reply = http("GET", f"http://{OTHER_LOOPBACK}:{port}/v1/offers/bike?{OFFER_QUERY.format(i=1)}")
+    reply = http("GET", f"http://{OTHER_LOOPBACK}:{port}/v1/offers/bike?{offer_query('u-1')}")
     assert reply.status == 200
     assert reply.headers["x-pricing-pool"] == "io"
     # Nothing answers on the old address.
     with pytest.raises(OSError):
-        http(
-            "GET", f"http://127.0.0.1:{port}/v1/offers/bike?{OFFER_QUERY.format(i=1)}", timeout_s=2
-        )
+        http("GET", f"http://127.0.0.1:{port}/v1/offers/bike?{offer_query('u-1')}", timeout_s=2)
 
 
 @pytest.mark.parametrize(

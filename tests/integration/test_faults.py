@@ -25,24 +25,23 @@ from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from stack.procfs import children, connections_to
 from stack.procs import free_port
-from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
-from tests.integration.test_overload import (
+from tests.integration.support.http import http, reset_upstreams, ride, set_upstream
+from tests.integration.support.load import (
     Background,
     Outcome,
     Tally,
-    derived_config,
     offer_request,
+    open_loop,
     shed,
 )
-from tests.integration.test_overload import (
-    ride as _ride,
-)
+from tests.integration.support.stack import derived_config
+from tests.samples import OFFER_QUERY
 from toolkit.contract import SHED_HEADER
+from toolkit.fetch import Reply
 from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
-OFFER_QUERY = "origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-42"
 DEADLINE_S = 0.5  # the offers' route timeout in routes.toml
 # What "within its deadline" may add on a busy shared machine. A hung or trickled
 # upstream would take 3 s, 5 s or forever: well beyond.
@@ -263,7 +262,7 @@ def test_a_hung_optional_upstream_holds_only_its_own_bulkhead(bulkhead_stack: St
     sockets = Sockets(stack)
     workers = len(sockets.workers())
     limit = UPSTREAMS["promotions"].max_concurrency * workers
-    rides_before = [_ride(stack) for _ in range(5)]
+    rides_before = [ride(stack) for _ in range(5)]
     assert all(r.status == 200 for r in rides_before)
     ride_before_s = sorted(r.elapsed_s for r in rides_before)[2]
     promotions_before = http("GET", f"{stack.simulator_url}/_control/stats").json()["requests"]
@@ -282,7 +281,7 @@ def test_a_hung_optional_upstream_holds_only_its_own_bulkhead(bulkhead_stack: St
             time.sleep(1.5)  # let the bulkhead fill
             peak = 0
             for _ in range(8):  # the CPU endpoint and the other offer, meanwhile
-                rides.append(_ride(stack))
+                rides.append(ride(stack))
                 scooters.append(offer(stack.url, 1))
                 peak = max(peak, sockets.count().get("ESTABLISHED", 0))
                 time.sleep(0.3)
@@ -336,7 +335,6 @@ def test_a_hung_optional_upstream_holds_only_its_own_bulkhead(bulkhead_stack: St
 
 @pytest.mark.slow
 def test_a_hung_optional_upstream_never_costs_an_offer(stack: Stack) -> None:
-    from tests.integration.test_overload import open_loop
 
     set_upstream(stack, "promotions", fault="hang", fault_rate=1.0)
     try:

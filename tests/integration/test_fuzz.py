@@ -23,21 +23,14 @@ from typing import Any
 import pytest
 
 from stack.launch import Stack
-from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
-from tests.integration.schemathesis_hooks import problem_issues
+from tests.integration.support.http import fixed_latency, http, reset_upstreams
+from tests.integration.support.schemathesis_hooks import problem_issues
+from tests.samples import DESTINATION, ORIGIN, RIDE
+from toolkit.fetch import Reply
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]  # where schemathesis.toml is
-FAST = {"dist": "fixed", "ms": 1}
-RIDE: dict[str, Any] = {
-    "origin": {"lat": 37.7749, "lng": -122.4194},
-    "destination": {"lat": 37.8049, "lng": -122.4094},
-    "user_id": "u-42",
-    "requested_at": "2026-11-20T17:30:00Z",
-}
-OFFER_QUERY = "origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-42"
-
 FIXED_SEED = 90210
 MAX_EXAMPLES = 80  # per operation and phase, as in the README's command
 MIN_CASES = 400  # fewer means operations went untested
@@ -47,8 +40,7 @@ MIN_CASES = 400  # fewer means operations went untested
 def stack(split_stack: Stack) -> Iterator[Stack]:
     """The split stack with every upstream answering in ~1 ms: no 503/504 expected."""
     reset_upstreams(split_stack)
-    for name in ("vehicles", "routing", "promotions"):
-        set_upstream(split_stack, name, latency=FAST)
+    fixed_latency(split_stack, 1)
     yield split_stack
     reset_upstreams(split_stack)
 
@@ -90,7 +82,7 @@ def test_schemathesis_runs_every_check_and_finds_nothing(stack: Stack, seed: int
         str(seed),
         "--no-color",
     ]
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks"}
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.integration.support.schemathesis_hooks"}
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
     summary = output[output.find("= SUMMARY =") - 40 :] if "= SUMMARY =" in output else output
@@ -139,7 +131,7 @@ def offer_path(query: str, mode: str = "bike") -> str:
     return f"/v1/offers/{mode}?{query}"
 
 
-GOOD_POINTS = "origin=37.7700,-122.4200&destination=37.7849,-122.4094"
+GOOD_POINTS = f"origin={ORIGIN}&destination={DESTINATION}"
 
 # (query, the field the 422 must name)
 BAD_QUERIES = [

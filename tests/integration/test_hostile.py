@@ -22,8 +22,9 @@ from routing.gunicorn import READ_TIMEOUT_S
 from routing.model import Layout, RouteConfig
 from stack.jaeger import cached_binary
 from stack.launch import Stack
-from tests.integration import jaeger_api
-from tests.integration.conftest import http, reset_upstreams, set_upstream
+from tests.integration.support import jaeger_api
+from tests.integration.support.http import http, reset_upstreams, set_upstream
+from tests.samples import DESTINATION, ORIGIN, RIDE
 from toolkit.wait import wait_until
 from tracing.readback.spans import from_jaeger
 from tracing.settings import service_name
@@ -35,16 +36,12 @@ MAX_CONNECTIONS = 40
 SECRET_USER = "u-secret-4711"
 QUERY = urllib.parse.urlencode(
     {
-        "origin": "37.7700,-122.4200",
-        "destination": "37.7849,-122.4094",
+        "origin": ORIGIN,
+        "destination": DESTINATION,
         "user_id": SECRET_USER,
     }
 )
-RIDE = {
-    "origin": {"lat": 37.7749, "lng": -122.4194},
-    "destination": {"lat": 37.8049, "lng": -122.4094},
-    "user_id": SECRET_USER,
-}
+SECRET_RIDE = {**RIDE, "user_id": SECRET_USER}
 PROBLEM_JSON = "application/problem+json"
 
 
@@ -257,7 +254,7 @@ def test_idle_connections_straight_to_the_cpu_pool_do_not_freeze_it(stack: Stack
         reply = http(
             "POST",
             f"{stack.pool_url('cpu')}/v1/offers/rideshare",
-            RIDE,
+            SECRET_RIDE,
             timeout_s=READ_TIMEOUT_S * 6,
         )
         assert reply.status == 200, reply.body

@@ -23,7 +23,7 @@ import yaml
 from stack import jaeger
 from stack.procfs import tcp_sockets
 from stack.procs import Proc
-from tests.integration import jaeger_api
+from tests.integration.support import jaeger_api
 from toolkit.fetch import fetch
 from toolkit.wait import wait_for
 

@@ -22,10 +22,11 @@ import pytest
 from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.launch import Stack
-from tests.integration import jaeger_api
-from tests.integration.browser import Browser, BrowserError, find_chromium
-from tests.integration.test_overload import offer_request, open_loop
-from tests.integration.test_tracing import D_MS, HOG_ROUTE, Hogs, fixed_latency
+from tests.integration.support import jaeger_api
+from tests.integration.support.browser import Browser, BrowserError, find_chromium
+from tests.integration.support.http import fixed_latency
+from tests.integration.support.load import D_MS, HOG_ROUTE, Hogs, offer_request, open_loop
+from tests.samples import BIKE_ROUTE
 from toolkit.wait import wait_for
 from tracing import attributes
 from tracing.readback.report import parse_culprits
@@ -33,7 +34,7 @@ from tracing.readback.spans import Span, from_jaeger, jaeger_trace_url
 
 pytestmark = pytest.mark.integration
 
-OFFER_OPERATION = "GET /v1/offers/bike"
+OFFER_OPERATION = BIKE_ROUTE
 # Rideshare quotes posted in parallel: enough to delay offers in the shared pool,
 # few enough that most are still answered within their deadline.
 HOG_THREADS = 4

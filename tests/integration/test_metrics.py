@@ -15,8 +15,9 @@ from pricing.web.schemas import MAX_BATCH_QUOTES
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from stack.procfs import children
-from tests.integration.conftest import http, reset_upstreams, set_upstream
+from tests.integration.support.http import http, reset_upstreams, set_upstream
 from tests.prometheus import Samples, samples, total, value
+from tests.samples import BIKE_ROUTE, OFFER_PATH
 from toolkit.wait import wait_until
 from tracing.metric_flush import FLUSH_INTERVAL_S
 
@@ -31,10 +32,8 @@ BIKE_200 = {
     "pool": "io",
 }
 
-BIKE = "GET /v1/offers/bike"
 BATCH = "POST /v1/quotes/batch"
 HUB_BLOCKS = "pricing_hub_blocks_total"
-OFFER = "/v1/offers/bike?origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-3"
 SENT = 12
 FAILED = 4
 # Each worker folds its counts into the pool's files every FLUSH_INTERVAL_S: a scrape
@@ -63,11 +62,11 @@ def test_every_scrape_gives_the_pool_totals_and_a_dead_worker_keeps_its_counts(
     workers = children(stack.procs["pool-io"].pid)
     assert len(workers) == stack.config.pool("io").workers == 2
     for _ in range(SENT):
-        assert http("GET", f"{stack.url}{OFFER}").status == 200
+        assert http("GET", f"{stack.url}{OFFER_PATH}").status == 200
     set_upstream(stack, "promotions", error_rate=1.0, error_status=503)
     try:
         for _ in range(FAILED):  # promotions is optional: a degraded 200
-            assert http("GET", f"{stack.url}{OFFER}").status == 200
+            assert http("GET", f"{stack.url}{OFFER_PATH}").status == 200
     finally:
         reset_upstreams(stack)
     offers = SENT + FAILED
@@ -81,7 +80,7 @@ def test_every_scrape_gives_the_pool_totals_and_a_dead_worker_keeps_its_counts(
                 scraped, "pricing_upstream_failures_total", upstream="promotions", reason="5xx"
             ),
             "failures": total(scraped, "pricing_upstream_failures_total"),
-            "handler": value(scraped, "pricing_handler_duration_seconds_count", route=BIKE),
+            "handler": value(scraped, "pricing_handler_duration_seconds_count", route=BIKE_ROUTE),
             "network": value(scraped, "pricing_upstream_network_seconds_count", upstream="routing"),
         }
 
@@ -162,7 +161,7 @@ def test_metrics_are_served_with_tracing_off(
         routes, Layout.SPLIT, run_dir, extra_env={"PRICING_TRACING": "off"}
     ) as off:
         for _ in range(3):
-            assert http("GET", f"{off.url}{OFFER}").status == 200
+            assert http("GET", f"{off.url}{OFFER_PATH}").status == 200
 
         def counted() -> bool:
             requests = value(scrape(off), HTTP_COUNT, **BIKE_200)
@@ -173,4 +172,4 @@ def test_metrics_are_served_with_tracing_off(
         assert value(scraped, HTTP_COUNT, **BIKE_200) == 3
         assert value(scraped, "pricing_upstream_calls_total", upstream="routing") == 3
         # No gevent timing without tracing: those families stay empty.
-        assert value(scraped, "pricing_handler_duration_seconds_count", route=BIKE) == 0
+        assert value(scraped, "pricing_handler_duration_seconds_count", route=BIKE_ROUTE) == 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,24 +18,23 @@ from pathlib import Path
 import pytest
 
 from routing.model import Layout, RouteConfig
-from stack.launch import PROJECT_ROOT, Stack
+from stack.launch import Stack
 from stack.ops import exclusive
 from stack.procfs import children
 from stack.state import Running, process_start, write_state
-from tests.integration.conftest import reset_upstreams, set_upstream
-from tests.integration.test_overload import (
-    RIDE_BODY,
+from tests.integration.support.cli import pricingctl
+from tests.integration.support.http import FAST_MS, fixed_latency, reset_upstreams
+from tests.integration.support.load import (
     Background,
     Outcome,
     Tally,
-    derived_config,
     offer_request,
-    post_json,
+    ride_request,
 )
+from tests.integration.support.stack import derived_config
 
 pytestmark = pytest.mark.integration
 
-FAST = {"dist": "fixed", "ms": 5}
 # Every fourth request a rideshare POST (cpu pool), the others bike and scooter GETs.
 RATE, COUNT = 20.0, 2000  # bounded above what any one operation takes
 SCOOTER_TO_CPU = {
@@ -49,31 +47,19 @@ SCOOTER_TO_CPU = {
 @pytest.fixture(scope="module")
 def stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with Stack.on_free_ports(routes, Layout.SPLIT, tmp_path_factory.mktemp("ops")) as stack:
-        for name in ("vehicles", "routing", "promotions"):
-            set_upstream(stack, name, latency=FAST)
+        fixed_latency(stack, FAST_MS)
         yield stack
         reset_upstreams(stack)
 
 
 def mixed(i: int) -> bytes:
     if i % 4 == 0:
-        return post_json("/v1/offers/rideshare", RIDE_BODY)
+        return ride_request(i)
     return offer_request(i, "scooter" if i % 4 in (1, 3) else "bike")
 
 
 def is_scooter(o: Outcome) -> bool:
     return o.index % 4 in (1, 3)
-
-
-def pricingctl(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pricingctl", *args],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
 
 
 def run_under_load(stack: Stack, *args: str) -> tuple[subprocess.CompletedProcess[str], Tally]:

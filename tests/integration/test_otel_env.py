@@ -6,7 +6,6 @@ to the pool's lines to its trace."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,38 +13,27 @@ from typing import Any
 import pytest
 
 from routing.model import Layout, RouteConfig
-from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.launch import Stack
-from tests.integration import jaeger_api
-from tests.integration.conftest import http, reset_upstreams, set_upstream
+from tests.integration.support import jaeger_api
+from tests.integration.support.http import http, reset_upstreams, set_upstream
+from tests.integration.support.stack import json_lines
+from tests.samples import OFFER_PATH
 from toolkit.wait import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
 SERVICE = "pricing-env-test"
-OFFER = "/v1/offers/bike?origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-7"
-
-
-@pytest.fixture(scope="module")
-def env_jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerPorts]:
-    if jaeger.cached_binary() is None:
-        pytest.skip("no Jaeger binary cached (make jaeger)")
-    proc, ports = jaeger.start(tmp_path_factory.mktemp("env-jaeger"))
-    try:
-        yield ports
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")
 def env_stack(
     all_traced_routes: RouteConfig,
-    env_jaeger: JaegerPorts,
+    own_jaeger: JaegerPorts,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Stack]:
     env = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": env_jaeger.otlp_http_url,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": own_jaeger.otlp_http_url,
         "OTEL_SERVICE_NAME": SERVICE,
         "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=ci,team=fares",
     }
@@ -62,10 +50,10 @@ def jaeger_traces(ports: JaegerPorts, service: str) -> list[dict[str, Any]]:
 
 
 def test_spans_arrive_in_jaeger_under_the_configured_service_name(
-    env_stack: Stack, env_jaeger: JaegerPorts
+    env_stack: Stack, own_jaeger: JaegerPorts
 ) -> None:
     for _ in range(3):
-        assert http("GET", f"{env_stack.url}{OFFER}").status == 200
+        assert http("GET", f"{env_stack.url}{OFFER_PATH}").status == 200
 
     def offer_traced(traces: list[dict[str, Any]]) -> bool:
         # A trace's server span ends last, and may leave in a later batch than its calls.
@@ -73,7 +61,7 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
 
     # the exporter thread sends every 0.5 s
     traces: list[dict[str, Any]] = wait_for(
-        lambda: jaeger_traces(env_jaeger, SERVICE), 15, 0.7, until=offer_traced
+        lambda: jaeger_traces(own_jaeger, SERVICE), 15, 0.7, until=offer_traced
     )
     assert traces, f"no trace of service {SERVICE!r} in Jaeger"
     spans = [s for t in traces for s in t["spans"]]
@@ -100,21 +88,12 @@ def test_spans_arrive_in_jaeger_under_the_configured_service_name(
     assert not Path(env_stack.span_file).exists() or SERVICE not in env_stack.span_file.read_text()
 
 
-def json_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a log file (Envoy's file also holds its own plain warnings)."""
-    out = []
-    for line in path.read_text().splitlines():
-        if line.startswith("{"):
-            out.append(json.loads(line))
-    return out
-
-
 def test_one_request_is_followed_from_envoys_log_to_the_pools_log_to_its_trace(
-    env_stack: Stack, env_jaeger: JaegerPorts
+    env_stack: Stack, own_jaeger: JaegerPorts
 ) -> None:
     set_upstream(env_stack, "vehicles", error_rate=1.0, error_status=503)
     try:
-        reply = http("GET", f"{env_stack.url}{OFFER}")
+        reply = http("GET", f"{env_stack.url}{OFFER_PATH}")
     finally:
         reset_upstreams(env_stack)
     # A 5xx problem names its trace: in the body and in a header.
@@ -146,7 +125,7 @@ def test_one_request_is_followed_from_envoys_log_to_the_pools_log_to_its_trace(
 
     def in_jaeger() -> bool:
         try:
-            traces = jaeger_api.v1(env_jaeger.query_url, f"/api/traces/{trace_id}")
+            traces = jaeger_api.v1(own_jaeger.query_url, f"/api/traces/{trace_id}")
         except OSError:
             return False
         return bool(traces) and any(s["spanID"] == access[0]["span_id"] for s in traces[0]["spans"])

@@ -3,233 +3,28 @@
 bounded latency, every process's memory stays bounded, and the stack recovers
 by itself within seconds.
 
-This module also holds the small tools the other robustness tests share: an
-open-loop load client (asyncio, one connection per request, bounded in count
-and time) and views of the stack's processes (children, RSS, TCP sockets).
+The open-loop load client it drives is in `support.load`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import statistics
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
-from routing.load import load_routes
-from routing.model import Layout, RouteConfig
+from routing.model import Layout
 from stack.launch import Stack
-from stack.procfs import (
-    descendants,
-    rss_kib,
-    serving_workers,
-)
-from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
+from stack.procfs import rss_kib
+from tests.integration.support.http import Client, reset_upstreams, set_upstream
+from tests.integration.support.load import Load, Tally, offer_request, shed
+from tests.integration.support.stack import derived_config, stack_pids
+from tests.samples import OFFER_QUERY
 from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
-OFFER_QUERY = "origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-{i}"
-RIDE_BODY = (
-    b'{"origin":{"lat":37.7749,"lng":-122.4194},"destination":{"lat":37.8049,'
-    b'"lng":-122.4094},"user_id":"u-42","requested_at":"2026-11-20T17:30:00Z"}'
-)
-
-
-# --- the load client -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one request saw. status 0: no HTTP answer at all (refused, reset, timeout)."""
-
-    index: int
-    sent_at_s: float  # since the run started
-    status: int
-    elapsed_s: float
-    headers: dict[str, str] = field(default_factory=dict)
-    error: str = ""
-
-
-def get_request(path: str) -> bytes:
-    return f"GET {path} HTTP/1.1\r\nHost: pricing\r\nConnection: close\r\n\r\n".encode()
-
-
-def post_json(path: str, body: bytes) -> bytes:
-    return (
-        f"POST {path} HTTP/1.1\r\nHost: pricing\r\nConnection: close\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-
-def offer_request(i: int, mode: str = "bike") -> bytes:
-    return get_request(f"/v1/offers/{mode}?{OFFER_QUERY.format(i=i)}")
-
-
-async def _exchange(host: str, port: int, request: bytes, timeout_s: float) -> tuple:
-    started = time.monotonic()
-    writer = None
-    try:
-        async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_connection(host, port)
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            status = int(lines[0].split(" ", 2)[1])
-            headers = {}
-            for line in lines[1:]:
-                name, sep, value = line.partition(":")
-                if sep:
-                    headers[name.strip().lower()] = value.strip()
-            if "content-length" in headers:
-                await reader.readexactly(int(headers["content-length"]))
-            else:
-                await reader.read()
-            return status, time.monotonic() - started, headers, ""
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-        return 0, time.monotonic() - started, {}, f"{type(exc).__name__}: {exc}"
-    except TimeoutError:
-        return 0, time.monotonic() - started, {}, f"no answer within {timeout_s} s"
-    finally:
-        if writer is not None:
-            writer.close()
-
-
-async def _open_loop(
-    url: str,
-    make: Callable[[int], bytes],
-    rate_per_s: float,
-    count: int,
-    timeout_s: float,
-    stop: threading.Event | None = None,
-) -> list[Outcome]:
-    host, port = url.removeprefix("http://").split(":")
-    start = time.monotonic()
-
-    async def one(i: int) -> Outcome:
-        sent_at = time.monotonic() - start
-        status, elapsed, headers, error = await _exchange(host, int(port), make(i), timeout_s)
-        return Outcome(i, sent_at, status, elapsed, headers, error)
-
-    tasks = []
-    for i in range(count):
-        if stop is not None and stop.is_set():
-            break
-        delay = start + i / rate_per_s - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(i)))
-    return list(await asyncio.gather(*tasks))
-
-
-def open_loop(
-    url: str,
-    make: Callable[[int], bytes],
-    *,
-    rate_per_s: float,
-    count: int,
-    timeout_s: float = 10.0,
-    stop: threading.Event | None = None,
-) -> list[Outcome]:
-    """Send `count` requests at a fixed rate, whatever the answers (open loop): each on
-    its own connection, each bounded by `timeout_s`. Takes count/rate + timeout_s at most;
-    sends no more once `stop` is set (the requests sent are all waited for)."""
-    return asyncio.run(_open_loop(url, make, rate_per_s, count, timeout_s, stop))
-
-
-class Background:
-    """An open-loop run in a thread, so the test can act while it runs."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        self.outcomes: list[Outcome] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=lambda: self.outcomes.extend(open_loop(*args, **kwargs, stop=self._stop)),  # type: ignore[arg-type]
-            daemon=True,
-        )
-
-    def stop(self) -> None:
-        """Send no more requests; those sent are still waited for."""
-        self._stop.set()
-
-    def __enter__(self) -> Background:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._thread.join(timeout=120)
-        assert not self._thread.is_alive(), "the load run did not finish"
-
-
-@dataclass
-class Tally:
-    """Figures of a run, for assertions and the report."""
-
-    outcomes: list[Outcome]
-
-    @property
-    def statuses(self) -> Counter[int]:
-        return Counter(o.status for o in self.outcomes)
-
-    def latencies(self, status: int | None = None) -> list[float]:
-        return sorted(o.elapsed_s for o in self.outcomes if status is None or o.status == status)
-
-    def quantile(self, q: float, status: int | None = None) -> float:
-        values = self.latencies(status)
-        if not values:
-            return 0.0
-        return values[min(len(values) - 1, int(q * len(values)))]
-
-    def errors(self) -> Counter[str]:
-        return Counter(o.error.split(":")[0] for o in self.outcomes if o.error)
-
-    def summary(self, name: str) -> str:
-        ok = self.latencies(200)
-        median = statistics.median(ok) * 1000 if ok else 0.0
-        return (
-            f"{name}: sent {len(self.outcomes)}, statuses {dict(sorted(self.statuses.items()))}"
-            f", transport errors {dict(self.errors())}; 200s p50 {median:.0f} ms"
-            f" p99 {self.quantile(0.99, 200) * 1000:.0f} ms"
-            f" max {self.quantile(1.0, 200) * 1000:.0f} ms"
-        )
-
-
-# --- the stack's processes (the /proc views live in stack.procfs) -------------
-
-
-def accepting_workers(stack: Stack, pool: str) -> list[int]:
-    """The pool's workers that are serving (app loaded, accept loop running)."""
-    port = stack.config.pool(pool, stack.layout).bind.port
-    return serving_workers(stack.procs[f"pool-{pool}"].pid, port)
-
-
-def stack_pids(stack: Stack) -> dict[str, list[int]]:
-    """Every process of the stack by part: the process started and its descendants."""
-    return {name: [proc.pid, *descendants(proc.pid)] for name, proc in stack.procs.items()}
-
-
-# --- a derived route config ----------------------------------------------------------
-
-
-def derived_config(tmp_path: Path, replace: dict[str, str]) -> RouteConfig:
-    """routes.toml with some text replaced, written to tmp (the pools read the FILE)."""
-    from routing.load import DEFAULT_ROUTES_PATH
-
-    text = DEFAULT_ROUTES_PATH.read_text()
-    for old, new in replace.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    path = tmp_path / "routes.toml"
-    path.write_text(text)
-    return load_routes(path)
-
-
-# --- the overload test -------------------------------------------------------------
 
 # A smaller io pool than the shipped one, so "several times its capacity" is a rate
 # this 2-core machine can send: 2 workers x 5 greenlets. With vehicles answering in
@@ -252,7 +47,7 @@ RSS_GROWTH_LIMIT_KIB = 64 * 1024  # per process, over the whole burst
 
 
 @pytest.fixture(scope="module")
-def small_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("overload")
     config = derived_config(tmp, SMALL_IO)
     assert config.pool("io").capacity == 10
@@ -307,44 +102,30 @@ def names_of(stack: Stack) -> dict[int, str]:
     return out
 
 
-def shed(outcome: Outcome) -> bool:
-    """Envoy refused the request itself (circuit breaker): 503 without a pool's name."""
-    return outcome.status == 503 and "x-pricing-pool" not in outcome.headers
-
-
 @pytest.mark.slow
-def test_offer_burst_is_shed_fast_and_the_service_recovers(small_stack: Stack) -> None:
-    stack = small_stack
+def test_offer_burst_is_shed_fast_and_the_service_recovers(
+    stack: Stack, client: Client, load: Load
+) -> None:
     before = {pid: kib for pid, kib in RssSampler(stack).sample().items()}
     pids_before = stack_pids(stack)
-    calm = Tally(
-        open_loop(stack.url, offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
-    )
+    calm = load.open_loop(offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
     overflow_before = stack.envoy_stat("cluster.io_pool.upstream_rq_pending_overflow")
 
     with RssSampler(stack) as rss:
-        burst = Tally(
-            open_loop(
-                stack.url,
-                offer_request,
-                rate_per_s=BURST_RATE,
-                count=int(BURST_RATE * BURST_S),
-                timeout_s=10,
-            )
+        burst = load.open_loop(
+            offer_request, rate_per_s=BURST_RATE, count=int(BURST_RATE * BURST_S), timeout_s=10
         )
     overflow = stack.envoy_stat("cluster.io_pool.upstream_rq_pending_overflow") - overflow_before
 
     # Recovery: no restart, normal answers again within seconds.
     ended = time.monotonic()
     assert wait_until(
-        lambda: http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY.format(i=0)}").status == 200,
+        lambda: client.get(f"/v1/offers/bike?{OFFER_QUERY}").status == 200,
         10,
         0.2,
     )
     recovered_s = time.monotonic() - ended
-    after = Tally(
-        open_loop(stack.url, offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
-    )
+    after = load.open_loop(offer_request, rate_per_s=CALM_RATE, count=int(CALM_RATE * CALM_S))
 
     names = names_of(stack)
     growth = {
@@ -398,14 +179,3 @@ def test_offer_burst_is_shed_fast_and_the_service_recovers(small_stack: Stack) -
     assert recovered_s < BURST_S, recovered_s
     assert after.statuses == {200: len(after.outcomes)}, after.summary("after")
     assert calm.statuses == {200: len(calm.outcomes)}, calm.summary("calm")
-
-
-def ride(stack: Stack) -> Reply:
-    """One rideshare quote through Envoy."""
-    return http(
-        "POST",
-        f"{stack.url}/v1/offers/rideshare",
-        RIDE_BODY,
-        {"content-type": "application/json"},
-        timeout_s=10,
-    )

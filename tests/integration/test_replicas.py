@@ -16,15 +16,16 @@ import pytest
 
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
-from tests.integration.conftest import http, reset_upstreams, set_upstream
-from tests.integration.test_overload import OFFER_QUERY, derived_config, offer_request
-from tests.integration.test_workers import (
-    FAST,
+from tests.integration.support.http import FAST_MS, fixed_latency, http, reset_upstreams
+from tests.integration.support.load import (
     OFFER_COUNT,
     OFFER_RATE,
     assert_nothing_lost,
+    offer_request,
     under_load,
 )
+from tests.integration.support.stack import derived_config
+from tests.samples import offer_query
 from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -46,8 +47,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         },
     )
     with Stack.on_free_ports(config, Layout.SPLIT, tmp / "run") as stack:
-        for name in ("vehicles", "routing", "promotions"):
-            set_upstream(stack, name, latency=FAST)
+        fixed_latency(stack, FAST_MS)
         yield stack
         reset_upstreams(stack)
 
@@ -75,7 +75,7 @@ def test_requests_spread_over_the_replicas(stack: Stack) -> None:
     assert sorted(host_stats(stack)) == sorted(REPLICA_HOSTS)
     before = served_by(stack)
     for i in range(60):
-        reply = http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY.format(i=i)}")
+        reply = http("GET", f"{stack.url}/v1/offers/bike?{offer_query(f'u-{i}')}")
         assert reply.status == 200
         assert reply.headers["x-pricing-pool"] == "io"
     after = served_by(stack)
@@ -117,7 +117,7 @@ def test_a_lost_replica_fails_no_get_is_ejected_and_comes_back(stack: Stack, how
 
     def serving_again() -> bool:
         for i in range(10):
-            reply = http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY.format(i=i)}")
+            reply = http("GET", f"{stack.url}/v1/offers/bike?{offer_query(f'u-{i}')}")
             assert reply.status == 200, reply.body
         return healthy(stack, victim_host) and served_by(stack)[victim_host] - before >= 5
 

@@ -25,15 +25,11 @@ import pytest
 from routing.model import Layout, RouteConfig
 from routing.write import write_routes
 from stack.launch import Stack
-from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
-from tests.integration.test_overload import (
-    OFFER_QUERY,
-    RIDE_BODY,
-    Tally,
-    accepting_workers,
-    open_loop,
-    post_json,
-)
+from tests.integration.support.http import http, reset_upstreams, set_upstream
+from tests.integration.support.load import Tally, open_loop, ride_request
+from tests.integration.support.stack import accepting_workers
+from tests.samples import RIDE_BODY, offer_query
+from toolkit.fetch import Reply
 from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -42,7 +38,7 @@ OVERLOADED = "urn:pricingservice:problem:overloaded"
 
 
 def offer(stack: Stack, i: int) -> Reply:
-    return http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY.format(i=i)}", timeout_s=10)
+    return http("GET", f"{stack.url}/v1/offers/bike?{offer_query(f'u-{i}')}", timeout_s=10)
 
 
 def concurrently(stack: Stack, count: int) -> list[Reply]:
@@ -205,7 +201,7 @@ def test_a_cpu_pool_at_twice_its_capacity_stays_healthy_and_sheds_the_excess(
         run = Tally(
             open_loop(
                 stack.url,
-                lambda i: post_json("/v1/offers/rideshare", RIDE_BODY),
+                ride_request,
                 rate_per_s=rate,
                 count=int(rate * 6),
                 timeout_s=15,

@@ -4,33 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from routing.model import Route, RouteConfig
+from routing.model import RouteConfig
 from stack.launch import Stack
-from tests.integration.conftest import http, set_upstream
+from tests.integration.support.http import Client, call_endpoint, http, set_upstream
+from tests.samples import OFFER_QUERY, RIDE
 
 pytestmark = pytest.mark.integration
-
-OFFER_QUERY = "origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-42"
-RIDE = {
-    "origin": {"lat": 37.7749, "lng": -122.4194},
-    "destination": {"lat": 37.8049, "lng": -122.4094},
-    "user_id": "u-42",
-    "requested_at": "2026-11-20T17:30:00Z",
-}
-
-
-def call_endpoint(url: str, route: Route) -> tuple[int, str]:
-    endpoint = route.endpoint
-    if endpoint in ("offers.bike", "offers.scooter"):
-        mode = endpoint.split(".")[1]
-        reply = http("GET", f"{url}/v1/offers/{mode}?{OFFER_QUERY}")
-    elif endpoint == "offers.rideshare":
-        reply = http("POST", f"{url}/v1/offers/rideshare", RIDE)
-    elif endpoint == "quotes.batch":
-        reply = http("POST", f"{url}/v1/quotes/batch", {"quotes": [RIDE, RIDE]})
-    else:  # the others take no input: /v1/regions, /openapi.json
-        reply = http("GET", f"{url}{route.path}")
-    return reply.status, reply.headers.get("x-pricing-pool", "")
 
 
 def test_each_endpoint_is_served_by_its_pool(split_stack: Stack, routes: RouteConfig) -> None:
@@ -55,16 +34,18 @@ def test_request_straight_to_the_wrong_pool_is_421(split_stack: Stack) -> None:
     assert reply.status == 421
 
 
-def test_unknown_path_is_a_problem_from_envoy(split_stack: Stack) -> None:
-    reply = http("GET", f"{split_stack.url}/v1/nothing")
+def test_unknown_path_is_a_problem_from_envoy(client: Client) -> None:
+    reply = client.get("/v1/nothing")
     assert reply.status == 404
     assert reply.headers["content-type"] == "application/problem+json"
     assert reply.json()["status"] == 404
 
 
-def test_offer_deadline_holds_when_a_required_upstream_is_slow(fresh_upstreams: Stack) -> None:
+def test_offer_deadline_holds_when_a_required_upstream_is_slow(
+    fresh_upstreams: Stack, client: Client
+) -> None:
     set_upstream(fresh_upstreams, "vehicles", latency={"dist": "fixed", "ms": 3000})
-    reply = http("GET", f"{fresh_upstreams.url}/v1/offers/bike?{OFFER_QUERY}")
+    reply = client.get(f"/v1/offers/bike?{OFFER_QUERY}")
     # Answered by the app before Envoy's 500 ms route timeout, as a problem.
     assert reply.status == 504
     assert reply.headers["x-pricing-pool"] == "io"
@@ -72,17 +53,17 @@ def test_offer_deadline_holds_when_a_required_upstream_is_slow(fresh_upstreams: 
     assert reply.elapsed_s < 1.0  # an order of magnitude below the upstream's 3 s
 
 
-def test_offer_degrades_when_promotions_is_slow(fresh_upstreams: Stack) -> None:
+def test_offer_degrades_when_promotions_is_slow(fresh_upstreams: Stack, client: Client) -> None:
     set_upstream(fresh_upstreams, "promotions", latency={"dist": "fixed", "ms": 3000})
-    reply = http("GET", f"{fresh_upstreams.url}/v1/offers/scooter?{OFFER_QUERY}")
+    reply = client.get(f"/v1/offers/scooter?{OFFER_QUERY}")
     assert reply.status == 200
     assert reply.json()["degraded"] == ["promotions"]
     assert reply.elapsed_s < 1.0
 
 
-def test_required_upstream_error_is_503_problem(fresh_upstreams: Stack) -> None:
+def test_required_upstream_error_is_503_problem(fresh_upstreams: Stack, client: Client) -> None:
     set_upstream(fresh_upstreams, "routing", error_rate=1.0)
-    reply = http("GET", f"{fresh_upstreams.url}/v1/offers/bike?{OFFER_QUERY}")
+    reply = client.get(f"/v1/offers/bike?{OFFER_QUERY}")
     assert reply.status == 503
     assert reply.headers["content-type"] == "application/problem+json"
     # A stable type; which upstream failed is in the pool's log, not the body.

@@ -25,20 +25,16 @@ from routing.model import Layout, RouteConfig
 from stack import jaeger
 from stack.jaeger import JaegerPorts
 from stack.launch import Stack
-from tests.integration import jaeger_api
-from tests.integration.conftest import http
+from tests.integration.support import jaeger_api
+from tests.integration.support.http import http
+from tests.integration.support.stack import json_lines
+from tests.samples import OFFER_PATH, RIDE
 from toolkit.wait import wait_until
 from tracing.readback.spans import Span
 
 pytestmark = pytest.mark.integration
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-BIKE = "/v1/offers/bike?origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-7"
-RIDE = {
-    "origin": {"lat": 37.7749, "lng": -122.4194},
-    "destination": {"lat": 37.8049, "lng": -122.4094},
-    "user_id": "u-7",
-}
 #: The older HTTP names the stable conventions replaced: none may appear on a pool span.
 OLD_HTTP_NAMES = {
     "http.method",
@@ -68,10 +64,6 @@ def traced_stack(
         yield stack
 
 
-def json_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
-
-
 def trace_of(stack: Stack, trace_id: str, services: set[str]) -> list[Span]:
     assert stack.jaeger_url is not None
     found = jaeger_api.wait_for_spans(
@@ -88,7 +80,7 @@ def trace_of(stack: Stack, trace_id: str, services: set[str]) -> list[Span]:
 @pytest.mark.parametrize(
     ("method", "path", "body", "pool", "route"),
     [
-        ("GET", BIKE, None, "io", "/v1/offers/bike"),
+        ("GET", OFFER_PATH, None, "io", "/v1/offers/bike"),
         ("POST", "/v1/offers/rideshare", RIDE, "cpu", "/v1/offers/rideshare"),
     ],
 )
@@ -195,7 +187,7 @@ def test_the_scrape_follows_prometheus_naming_rules(traced_stack: Stack) -> None
     histograms carry a base unit, no other unit, info metrics are 1, labels are
     bounded (no ids, raw paths or query strings)."""
     for pool in ("io", "cpu"):
-        http("GET", traced_stack.url + BIKE)
+        http("GET", traced_stack.url + OFFER_PATH)
         http("GET", traced_stack.url + "/v1/offers/bike?origin=1,2&destination=x&user_id=u")
         text = http("GET", traced_stack.pool_url(pool) + "/metrics").body.decode()
         families = list(text_string_to_metric_families(text))
@@ -242,17 +234,6 @@ processor = worker.processor
 shutdown_worker()
 print(json.dumps({"exported": processor.exported_spans, "dropped": processor.dropped_spans}))
 """
-
-
-@pytest.fixture(scope="module")
-def own_jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerPorts]:
-    if jaeger.cached_binary() is None:
-        pytest.skip("no Jaeger binary cached (make jaeger)")
-    proc, ports = jaeger.start(tmp_path_factory.mktemp("own-jaeger"))
-    try:
-        yield ports
-    finally:
-        proc.stop()
 
 
 def run_worker(

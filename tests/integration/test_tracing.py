@@ -7,11 +7,10 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from http.client import HTTPException, IncompleteRead
+from http.client import IncompleteRead
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,62 +19,16 @@ import pytest
 from bench.run import prepared_config
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
-from tests.integration import jaeger_api
-from tests.integration.conftest import http, set_upstream
+from tests.integration.support import jaeger_api
+from tests.integration.support.http import fixed_latency, http
+from tests.integration.support.load import D_MS, HOG_ROUTE, Hogs
+from tests.samples import OFFER_PATH
 from toolkit.wait import wait_for
 from tracing import attributes
 from tracing.readback.breakdown import Breakdown, breakdowns
 from tracing.readback.spans import Span, from_file, from_jaeger
 
 pytestmark = pytest.mark.integration
-
-D_MS = 60  # the exact delay every upstream answers with
-OFFER = "/v1/offers/bike?origin=37.7700,-122.4200&destination=37.7849,-122.4094&user_id=u-7"
-RIDE = {
-    "origin": {"lat": 37.7349, "lng": -122.4894},
-    "destination": {"lat": 37.8049, "lng": -122.3994},
-    "user_id": "hog",
-    "requested_at": "2026-11-20T17:30:00Z",
-}
-HOG_ROUTE = "POST /v1/offers/rideshare"
-
-
-def fixed_latency(stack: Stack, ms: int) -> None:
-    for name in ("vehicles", "routing", "promotions"):
-        set_upstream(stack, name, latency={"dist": "fixed", "ms": ms})
-
-
-class Hogs:
-    """Threads posting rideshare quotes (tens of ms of CPU each) as fast as served."""
-
-    def __init__(self, url: str, threads: int) -> None:
-        self.url = url
-        self.stop = threading.Event()
-        # status (or the exception's name) -> count: what a test that found no delay says
-        self.outcomes: Counter[int | str] = Counter()
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            # A hog's failure is not what these tests check.
-            try:
-                status: int | str = http(
-                    "POST", f"{self.url}/v1/offers/rideshare", RIDE, timeout_s=10
-                ).status
-            except (OSError, HTTPException) as exc:
-                status = type(exc).__name__
-            self.outcomes[status] += 1
-
-    def __enter__(self) -> Hogs:
-        for t in self.threads:
-            t.start()
-        time.sleep(0.5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=15)
 
 
 def offers(url: str, count: int, pause_s: float = 0.05) -> list[int]:
@@ -85,7 +38,7 @@ def offers(url: str, count: int, pause_s: float = 0.05) -> list[int]:
     statuses = []
     for _ in range(count):
         try:
-            statuses.append(http("GET", f"{url}{OFFER}", timeout_s=5).status)
+            statuses.append(http("GET", f"{url}{OFFER_PATH}", timeout_s=5).status)
         except IncompleteRead:
             statuses.append(0)
         time.sleep(pause_s)

@@ -22,8 +22,9 @@ from routing.model import Layout
 from routing.write import write_routes
 from stack.launch import Stack, config_on_free_ports
 from stack.procs import StartError, port_in_use
-from tests.integration.conftest import http
-from tests.integration.test_overload import Background, Tally, offer_request
+from tests.integration.support.cli import pricingctl
+from tests.integration.support.http import http
+from tests.integration.support.load import Background, Tally, offer_request
 from toolkit.wait import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
@@ -113,16 +114,6 @@ class Up:
                 os.kill(pid, signal.SIGKILL)
 
 
-def pricingctl(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pricingctl", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-
-
 def test_a_sigkilled_up_leaves_no_process_and_a_second_up_names_the_first(
     tmp_path: Path,
 ) -> None:
@@ -132,7 +123,7 @@ def test_a_sigkilled_up_leaves_no_process_and_a_second_up_names_the_first(
     with Up(ports, run_dir) as first:
         first.wait_up()
         # A second `up` from the same run dir: one line, pointing at `down`.
-        second = pricingctl("up", "--config", str(config), "--run-dir", str(run_dir))
+        second = pricingctl("up", "--config", str(config), "--run-dir", str(run_dir), timeout_s=60)
         assert second.returncode == 1
         assert second.stderr.count("\n") == 1, second.stderr
         assert "a stack from an earlier `pricingctl up` is still running" in second.stderr
@@ -145,7 +136,7 @@ def test_a_sigkilled_up_leaves_no_process_and_a_second_up_names_the_first(
     # Its pid file is stale now: the next `up` starts, and `down` stops it.
     with Up(ports, run_dir) as again:
         again.wait_up()
-        down = pricingctl("down", "--run-dir", str(run_dir))
+        down = pricingctl("down", "--run-dir", str(run_dir), timeout_s=60)
         assert down.returncode == 0, down.stderr
         assert again.proc.wait(timeout=30) == 0
         assert again.gone()
@@ -172,7 +163,7 @@ def test_down_under_load_answers_every_accepted_request(tmp_path: Path) -> None:
         assert reply.status == 200, reply.body
         with Background(url, offer_request, rate_per_s=40, count=4000, timeout_s=10) as load:
             time.sleep(2.0)
-            down = pricingctl("down", "--run-dir", str(run_dir))
+            down = pricingctl("down", "--run-dir", str(run_dir), timeout_s=60)
             time.sleep(0.5)
             load.stop()
         assert down.returncode == 0, down.stderr

@@ -21,31 +21,28 @@ import pytest
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from stack.procfs import children
-from tests.integration.conftest import Reply, http, reset_upstreams, set_upstream
-from tests.integration.test_overload import (
-    OFFER_QUERY,
-    RIDE_BODY,
+from tests.integration.support.http import FAST_MS, fixed_latency, http, reset_upstreams, ride
+from tests.integration.support.load import (
+    OFFER_COUNT,
+    OFFER_RATE,
+    STARVED_FRACTION,
     Background,
-    Outcome,
     Tally,
-    accepting_workers,
+    assert_nothing_lost,
+    failed,
     offer_request,
-    post_json,
+    ride_request,
+    timed_out,
+    under_load,
 )
-from tests.integration.test_overload import (
-    ride as _ride,
-)
+from tests.integration.support.stack import accepting_workers
+from tests.samples import OFFER_QUERY
+from toolkit.fetch import Reply
 from toolkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
-FAST = {"dist": "fixed", "ms": 5}
-OFFER_RATE, OFFER_COUNT = 25.0, 200  # 8 s of GETs
 RIDE_RATE, RIDE_COUNT = 4.0, 32  # 8 s of POSTs: a fraction of one cpu worker's capacity
-# On a machine shared with benchmarks, a starved process can miss Envoy's route
-# timeout whatever the test does; such 504s are counted and bounded, not hidden.
-# Every other failure (reset, refused, 503, truncated reply) must be zero.
-STARVED_FRACTION = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -53,48 +50,13 @@ def stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """A stack of this module's own: its processes get killed and frozen."""
     run_dir = tmp_path_factory.mktemp("workers")
     with Stack.on_free_ports(routes, Layout.SPLIT, run_dir) as stack:
-        for name in ("vehicles", "routing", "promotions"):
-            set_upstream(stack, name, latency=FAST)
+        fixed_latency(stack, FAST_MS)
         yield stack
         reset_upstreams(stack)
 
 
 def workers_of(stack: Stack, pool: str) -> list[int]:
     return children(stack.procs[f"pool-{pool}"].pid)
-
-
-def ride_request(i: int) -> bytes:
-    return post_json("/v1/offers/rideshare", RIDE_BODY)
-
-
-def failed(outcomes: list[Outcome]) -> list[Outcome]:
-    return [o for o in outcomes if o.status != 200]
-
-
-def timed_out(outcome: Outcome) -> bool:
-    """Envoy's own 504: the route timeout passed before any answer."""
-    return outcome.status == 504 and "x-pricing-pool" not in outcome.headers
-
-
-def assert_nothing_lost(tally: Tally) -> None:
-    """No request failed, except a bounded few that a starved machine let time out."""
-    lost = failed(tally.outcomes)
-    assert [o for o in lost if not timed_out(o)] == [], tally.summary("lost")
-    assert len(lost) <= max(1, STARVED_FRACTION * len(tally.outcomes)), tally.summary("lost")
-
-
-def under_load(
-    stack: Stack,
-    make: Callable[[int], bytes],
-    rate: float,
-    count: int,
-    action: Callable[[], None],
-    after_s: float = 2.0,
-) -> Tally:
-    with Background(stack.url, make, rate_per_s=rate, count=count, timeout_s=10) as load:
-        time.sleep(after_s)
-        action()
-    return Tally(load.outcomes)
 
 
 def retries(stack: Stack, pool: str) -> int:
@@ -225,7 +187,7 @@ def _offer_timeout_s(stack: Stack) -> float:
 
 
 def _offer(stack: Stack) -> Reply:
-    return http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY.format(i=0)}", timeout_s=10)
+    return http("GET", f"{stack.url}/v1/offers/bike?{OFFER_QUERY}", timeout_s=10)
 
 
 def test_a_frozen_pool_is_answered_503_at_once_and_the_other_keeps_serving(
@@ -249,7 +211,7 @@ def test_a_frozen_pool_is_answered_503_at_once_and_the_other_keeps_serving(
         assert wait_until(shedding, 20, 0.1), [r.status for r in replies]
         detected_s = time.monotonic() - started
         fast = [_offer(stack) for _ in range(10)]
-        rides = [_ride(stack) for _ in range(5)]
+        rides = [ride(stack) for _ in range(5)]
     finally:
         os.killpg(pgid, signal.SIGCONT)
     print(
@@ -279,7 +241,7 @@ def test_a_dead_pool_is_answered_503_at_once_and_the_other_keeps_serving(
     timeout_s = _offer_timeout_s(stack)
     os.killpg(stack.procs["pool-io"].pid, signal.SIGKILL)
     replies = [_offer(stack) for _ in range(10)]
-    rides = [_ride(stack) for _ in range(5)]
+    rides = [ride(stack) for _ in range(5)]
     print(
         f"\nio pool killed: offers {[(r.status, round(r.elapsed_s * 1000)) for r in replies]} ms;"
         f" cpu pool {[r.status for r in rides]}"

@@ -18,7 +18,7 @@ from pricingctl.main import main
 from routing.errors import RouteConfigError
 from routing.load import load_routes
 from routing.model import RouteConfig
-from tests.unit.pricing.conftest import FakeGateway
+from tests.unit.support.gateway import FakeGateway
 from toolkit.contract import POOL_ENV, ROUTES_ENV
 
 

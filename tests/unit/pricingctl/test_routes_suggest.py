@@ -16,9 +16,8 @@ import pytest
 from pricingctl.main import main
 from routing.load import load_routes
 from routing.write import write_routes
+from tests.samples import BIKE_ROUTE, RIDE_ROUTE
 from tracing import metric_families as families
-
-RIDE, BIKE = "POST /v1/offers/rideshare", "GET /v1/offers/bike"
 
 
 class FakePool:
@@ -33,14 +32,15 @@ class FakePool:
         base = 'pool="io",pid="4242"'
         return "\n".join(
             [
-                f'{families.HANDLER}_count{{{base},route="{RIDE}"}} {rides}',
-                f'{families.HANDLER}_sum{{{base},route="{RIDE}"}} {rides * 0.05}',
-                f'{families.ROUTE_CPU}{{{base},route="{RIDE}"}} {rides * 0.03}',
-                f'{families.HANDLER}_count{{{base},route="{BIKE}"}} {bikes}',
-                f'{families.HANDLER}_sum{{{base},route="{BIKE}"}} {bikes * 0.2}',
-                f'{families.ROUTE_CPU}{{{base},route="{BIKE}"}} {bikes * 0.002}',
-                f'{families.ROUTE_NETWORK}{{{base},route="{BIKE}"}} {bikes * 0.1}',
-                f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE}",victim="{BIKE}"}} {bikes * 0.05}',
+                f'{families.HANDLER}_count{{{base},route="{RIDE_ROUTE}"}} {rides}',
+                f'{families.HANDLER}_sum{{{base},route="{RIDE_ROUTE}"}} {rides * 0.05}',
+                f'{families.ROUTE_CPU}{{{base},route="{RIDE_ROUTE}"}} {rides * 0.03}',
+                f'{families.HANDLER}_count{{{base},route="{BIKE_ROUTE}"}} {bikes}',
+                f'{families.HANDLER}_sum{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.2}',
+                f'{families.ROUTE_CPU}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.002}',
+                f'{families.ROUTE_NETWORK}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.1}',
+                f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE_ROUTE}"'
+                f',victim="{BIKE_ROUTE}"}} {bikes * 0.05}',
             ]
         )
 
@@ -137,7 +137,7 @@ def test_from_spans_reads_the_span_file_the_pools_write(
     tracer = provider.get_tracer("test")
     start = time.time_ns()
     for i in range(40):
-        route, running = (RIDE, 0.030) if i % 2 else (BIKE, 0.002)
+        route, running = (RIDE_ROUTE, 0.030) if i % 2 else (BIKE_ROUTE, 0.002)
         span = tracer.start_span(route, kind=SpanKind.SERVER, start_time=start + i * 50_000_000)
         span.set_attributes(
             {

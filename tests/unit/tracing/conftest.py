@@ -7,13 +7,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from greenlet import getcurrent
 
-from tracing.timing import call_state, hook_errors, native
+from tests.unit.support.timing import timing_path
+from tracing.timing import call_state, hook_errors
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import TAG_ATTR
 
@@ -31,19 +31,6 @@ def _no_leaked_measurements() -> Iterator[None]:
         tag.call = None
         tag.label = None
     assert leaked == 0, "a test left a call measurement in progress"
-
-
-@contextmanager
-def timing_path(compiled: bool) -> Iterator[None]:
-    """What is installed or made inside runs the compiled path (skipped where it was not
-    built) or the Python reference; the path before is restored after."""
-    if compiled and native.module is None:
-        pytest.skip(native.reason or "the compiled path is not built")
-    previous = native.use(compiled)
-    try:
-        yield
-    finally:
-        native.use(previous)
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from tests.unit.tracing.conftest import timing_path
+from tests.samples import RIDE_ROUTE
+from tests.unit.support.timing import timing_path
 from tracing import attributes
 from tracing.client import (
     RequestTotals,
@@ -23,7 +24,7 @@ from tracing.client import (
 from tracing.timing.call_state import CallState
 from tracing.timing.histogram import Histogram
 
-HOG = "POST /v1/offers/rideshare"
+HOG = RIDE_ROUTE
 MS = 1_000_000
 NEARBY = "/vehicles/v1/nearby?lat=37.77&lng=-122.42&radius_m=500"
 

@@ -16,11 +16,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.prometheus import samples, value
+from tests.samples import BIKE_ROUTE, RIDE_ROUTE
 from tracing.metrics import PoolMetrics
 from tracing.timing.call_state import CallTiming
 from tracing.timing.server_timing import RequestTiming
-
-ROUTE = "GET /v1/offers/bike"
 
 
 def scraped(registry: CollectorRegistry) -> dict:
@@ -220,8 +219,6 @@ print(json.dumps(generate_latest(registry).decode()))
 
 # --- what routes suggest reads ---------------------------------------------------------
 
-RIDE = "POST /v1/offers/rideshare"
-
 
 def offer_delayed_by_quotes() -> RequestTiming:
     call = CallTiming(
@@ -229,7 +226,7 @@ def offer_delayed_by_quotes() -> RequestTiming:
         network_s=0.100,
         scheduling_delay_s=0.030,
         blocked_s=0.0,
-        culprits=MappingProxyType({RIDE: 0.025, "<hub>": 0.005}),
+        culprits=MappingProxyType({RIDE_ROUTE: 0.025, "<hub>": 0.005}),
     )
     return RequestTiming(
         arrival_unix_ns=1,
@@ -237,7 +234,7 @@ def offer_delayed_by_quotes() -> RequestTiming:
         end_unix_ns=3,
         inbound_delay_s=0.020,
         inbound_cpu_wait_s=0.0,
-        inbound_culprits=MappingProxyType({RIDE: 0.020}),
+        inbound_culprits=MappingProxyType({RIDE_ROUTE: 0.020}),
         duration_s=0.150,
         running_s=0.002,
         waiting_s=0.148,
@@ -252,17 +249,19 @@ def test_an_offer_delayed_by_quotes_says_who_and_how_long() -> None:
     registry = CollectorRegistry()
     metrics = PoolMetrics(registry)
     timing = offer_delayed_by_quotes()
-    metrics.observe_timing(ROUTE, timing)
+    metrics.observe_timing(BIKE_ROUTE, timing)
     metrics.flush()
     seen = scraped(registry)
-    assert value(seen, "pricing_route_hub_wait_seconds_count", route=ROUTE) == 1
+    assert value(seen, "pricing_route_hub_wait_seconds_count", route=BIKE_ROUTE) == 1
     # inbound 20 + presend 1 + the critical call's 30 + wake 2 ms
-    wait = value(seen, "pricing_route_hub_wait_seconds_sum", route=ROUTE)
+    wait = value(seen, "pricing_route_hub_wait_seconds_sum", route=BIKE_ROUTE)
     assert wait == pytest.approx(0.053) and timing.hub_wait_s == pytest.approx(0.053)
-    assert value(seen, "pricing_route_network_seconds_total", route=ROUTE) == pytest.approx(0.1)
+    assert value(seen, "pricing_route_network_seconds_total", route=BIKE_ROUTE) == pytest.approx(
+        0.1
+    )
     culprit = "pricing_route_culprit_seconds_total"
-    assert value(seen, culprit, route=RIDE, victim=ROUTE) == pytest.approx(0.045)
-    assert value(seen, culprit, route="<hub>", victim=ROUTE) == pytest.approx(0.005)
+    assert value(seen, culprit, route=RIDE_ROUTE, victim=BIKE_ROUTE) == pytest.approx(0.045)
+    assert value(seen, culprit, route="<hub>", victim=BIKE_ROUTE) == pytest.approx(0.005)
 
 
 CULPRIT = "pricing_route_culprit_seconds_total"
@@ -281,10 +280,10 @@ def test_culprits_per_victim_are_the_top_k_by_name_and_the_rest_one_other_series
     registry = CollectorRegistry()
     metrics = PoolMetrics(registry, culprit_top_k=2)
     # Ten culprits of one victim: the two with the most seconds keep their names.
-    metrics._blame(ROUTE, {f"GET /r{i}": 0.001 * (i + 1) for i in range(10)})
+    metrics._blame(BIKE_ROUTE, {f"GET /r{i}": 0.001 * (i + 1) for i in range(10)})
     metrics.flush()
     seen = scraped(registry)
-    series = culprit_series(seen, ROUTE)
+    series = culprit_series(seen, BIKE_ROUTE)
     assert set(series) == {"GET /r9", "GET /r8", "<other>"}
     assert sum(series.values()) == pytest.approx(0.055)  # nothing lost in the fold
     folded = value(
@@ -294,10 +293,10 @@ def test_culprits_per_victim_are_the_top_k_by_name_and_the_rest_one_other_series
 
     # A named culprit keeps its series; a newcomer, however large, is folded (a counter
     # never moves), and a pair already folded is not counted twice.
-    metrics._blame(ROUTE, {"GET /r0": 1.0, "GET /new": 2.0, "GET /r9": 0.5})
+    metrics._blame(BIKE_ROUTE, {"GET /r0": 1.0, "GET /new": 2.0, "GET /r9": 0.5})
     metrics.flush()
     seen = scraped(registry)
-    series = culprit_series(seen, ROUTE)
+    series = culprit_series(seen, BIKE_ROUTE)
     assert set(series) == {"GET /r9", "GET /r8", "<other>"}
     assert series["GET /r9"] == pytest.approx(0.510)
     assert sum(series.values()) == pytest.approx(3.555)
@@ -380,7 +379,7 @@ def test_per_route_timing_buckets_bracket_what_suggest_and_the_hpa_read() -> Non
     assert 0.2 in ROUTE_TIMING_BUCKETS_S  # the io pool's p99 target
     registry = CollectorRegistry()
     metrics = PoolMetrics(registry)
-    metrics.observe_timing(ROUTE, offer_delayed_by_quotes())
+    metrics.observe_timing(BIKE_ROUTE, offer_delayed_by_quotes())
     metrics.flush()
     text = generate_latest(registry).decode()
     bounds = {

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from tests.unit.tracing.conftest import timing_path
+from tests.unit.support.timing import timing_path
 from tracing.client import RequestTotals, TracingCallObserver, _CompiledCall, request_totals
 from tracing.timing.histogram import new_histogram
 

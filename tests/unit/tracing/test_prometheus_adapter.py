@@ -69,16 +69,18 @@ def test_folded_counts_read_as_the_same_observations_made_one_by_one() -> None:
 def test_folding_writes_the_multiprocess_files_a_scrape_reads(tmp_path: Path) -> None:
     """In multiprocess mode (what the pools run) the folded values reach the mmap'ed
     files and MultiProcessCollector sums them like observed ones."""
-    script = """
+    given = f"BOUNDS, VALUES, PER_BUCKET = {BOUNDS!r}, {VALUES!r}, {per_bucket(VALUES)!r}"
+    script = (
+        given
+        + """
 import json
 from prometheus_client import CollectorRegistry, Histogram, Summary, multiprocess
 from tracing.prometheus_adapter import add_to_histogram, add_to_summary
-from tests.unit.tracing.test_prometheus_adapter import BOUNDS, VALUES, per_bucket
 observed = Histogram("a_seconds", "a", registry=None, buckets=BOUNDS)
 folded = Histogram("b_seconds", "b", registry=None, buckets=BOUNDS)
 for v in VALUES:
     observed.observe(v)
-add_to_histogram(folded, per_bucket(VALUES), sum(VALUES))
+add_to_histogram(folded, PER_BUCKET, sum(VALUES))
 observed_summary = Summary("c_seconds", "c", registry=None)
 folded_summary = Summary("d_seconds", "d", registry=None)
 for v in VALUES:
@@ -93,6 +95,7 @@ for family in registry.collect():
     )
 print(json.dumps(out))
 """
+    )
     out = run_multiprocess(script, tmp_path)
     assert out["b_seconds"] == out["a_seconds"]
     assert ["seconds_count", "", 8] in out["b_seconds"]

@@ -15,14 +15,14 @@ from pricing import create_app
 from routing.load import load_routes
 from routing.model import RouteConfig
 from tests.prometheus import samples, total, value
-from tests.unit.pricing.conftest import FakeGateway
+from tests.samples import OFFER_PATH, OFFER_QUERY
+from tests.unit.support.gateway import FakeGateway
 from toolkit.contract import TRACING_ENV
 from tracing.client import TracingCallObserver
 from tracing.flask_tracing import FlaskTracing
 from tracing.readback.spans import Span, from_file
 from tracing.settings import Mode, TracingSettings
 
-BIKE = "/v1/offers/bike?origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
 TRACEPARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT_PARENT = "00f067aa0ba902b7"
 
@@ -108,7 +108,7 @@ def test_server_span_is_named_after_the_route_template(
     worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
 ) -> None:
     client = io_app(config).test_client()
-    response = client.get(BIKE)
+    response = client.get(OFFER_PATH)
     assert response.status_code == 200, response.data
     (span,) = flushed(worker, span_file)
     assert span.name == "GET /v1/offers/bike"  # not the raw URL with its query string
@@ -139,7 +139,7 @@ def test_server_span_continues_the_trace_of_the_incoming_traceparent(
 ) -> None:
     client = io_app(config).test_client()
     traceparent = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-01"
-    assert client.get(BIKE, headers={"traceparent": traceparent}).status_code == 200
+    assert client.get(OFFER_PATH, headers={"traceparent": traceparent}).status_code == 200
     (span,) = flushed(worker, span_file)
     assert span.trace_id == TRACEPARENT_TRACE
     assert span.parent_id == TRACEPARENT_PARENT
@@ -151,7 +151,7 @@ def test_health_checks_are_not_traced(
 ) -> None:
     client = io_app(config).test_client()
     assert client.get(path).status_code == 200
-    assert client.get(BIKE).status_code == 200
+    assert client.get(OFFER_PATH).status_code == 200
     names = [s.name for s in flushed(worker, span_file)]
     assert names == ["GET /v1/offers/bike"]
 
@@ -171,7 +171,7 @@ def test_instrument_returns_a_span_making_observer(
 def test_shutdown_worker_flushes_and_forgets_the_worker(
     worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
 ) -> None:
-    assert io_app(config).test_client().get(BIKE).status_code == 200
+    assert io_app(config).test_client().get(OFFER_PATH).status_code == 200
     tracing.server.shutdown_worker()
     assert tracing.server.current() is None
     assert [s.name for s in from_file(span_file)] == ["GET /v1/offers/bike"]
@@ -205,7 +205,7 @@ def test_mode_off_sets_nothing_up(tmp_path: Path) -> None:
 def test_mode_off_app_still_serves(tmp_path: Path, config: RouteConfig) -> None:
     settings = TracingSettings(mode=Mode.OFF, otlp_endpoint=None, span_file=tmp_path / "s")
     tracing.server.setup_worker("io", settings)
-    assert io_app(config).test_client().get(BIKE).status_code == 200
+    assert io_app(config).test_client().get(OFFER_PATH).status_code == 200
 
 
 def test_broken_env_logs_and_returns_none(
@@ -249,7 +249,7 @@ def test_pools_follow_the_sampled_flag_of_the_traceparent(
     worker = full_worker(span_file, tracing.server.Sampling(ratio=1.0, default_slow_s=60))
     client = io_app(config).test_client()
     traceparent = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-{flag}"
-    assert client.get(BIKE, headers={"traceparent": traceparent}).status_code == 200
+    assert client.get(OFFER_PATH, headers={"traceparent": traceparent}).status_code == 200
     assert len(flushed(worker, span_file)) == spans
 
 
@@ -262,8 +262,8 @@ def test_a_slow_request_is_exported_whatever_the_sampling(
     )
     client = io_app(config).test_client()
     unsampled = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-00"
-    assert client.get(BIKE, headers={"traceparent": unsampled}).status_code == 200
-    assert client.get("/v1/offers/scooter" + BIKE[len("/v1/offers/bike") :]).status_code == 200
+    assert client.get(OFFER_PATH, headers={"traceparent": unsampled}).status_code == 200
+    assert client.get(f"/v1/offers/scooter?{OFFER_QUERY}").status_code == 200
     (span,) = flushed(worker, span_file)  # the bike offer only: scooter is not "slow"
     assert span.name == "GET /v1/offers/bike"
     assert span.trace_id == TRACEPARENT_TRACE and span.parent_id == TRACEPARENT_PARENT
@@ -281,7 +281,7 @@ def test_metrics_count_every_request_whatever_the_sampling(
     route = "GET /v1/offers/bike"
     before = samples(client.get("/metrics").get_data(as_text=True))
     for _ in range(3):
-        assert client.get(BIKE).status_code == 200
+        assert client.get(OFFER_PATH).status_code == 200
     after = samples(client.get("/metrics").get_data(as_text=True))
     assert flushed(worker, span_file) == []
     name = "pricing_handler_duration_seconds_count"
@@ -307,7 +307,7 @@ def test_metrics_say_what_each_route_costs_the_hub(span_file: Path, config: Rout
     client = io_app(config).test_client()
     before = usage.parse_text(client.get("/metrics").get_data(as_text=True))
     for _ in range(4):
-        assert client.get(BIKE).status_code == 200
+        assert client.get(OFFER_PATH).status_code == 200
     worker.sync_metrics()
     after = usage.parse_text(client.get("/metrics").get_data(as_text=True))
     assert set(after) == {""}  # the pool's totals: no pid label
@@ -331,7 +331,7 @@ def test_slow_exports_are_capped_per_worker(span_file: Path, config: RouteConfig
     client = io_app(config).test_client()
     before = samples(client.get("/metrics").get_data(as_text=True))
     for _ in range(6):
-        assert client.get(BIKE).status_code == 200
+        assert client.get(OFFER_PATH).status_code == 200
     assert len(flushed(worker, span_file)) == 2
     assert (worker.slow_budget.exported, worker.slow_budget.dropped) == (2, 4)
     worker.sync_metrics()
@@ -363,12 +363,12 @@ def test_an_unsampled_request_creates_no_span_object(
     worker = full_worker(span_file, tracing.server.Sampling(ratio=1.0, default_slow_s=60))
     client = io_app(config).test_client()
     unsampled = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-00"
-    assert client.get(BIKE, headers={"traceparent": unsampled}).status_code == 200
+    assert client.get(OFFER_PATH, headers={"traceparent": unsampled}).status_code == 200
     assert started == []
     sampled = f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-01"
-    assert client.get(BIKE, headers={"traceparent": sampled}).status_code == 200
+    assert client.get(OFFER_PATH, headers={"traceparent": sampled}).status_code == 200
     assert started == []
-    assert client.get(BIKE).status_code == 200  # no traceparent: the sampler's ratio, 100 %
+    assert client.get(OFFER_PATH).status_code == 200  # no traceparent: the sampler's ratio, 100 %
     assert started == ["GET /v1/offers/bike"]
     spans = flushed(worker, span_file)
     assert [(s.name, s.trace_id == TRACEPARENT_TRACE) for s in spans] == [
@@ -381,7 +381,7 @@ def test_the_server_span_uses_the_stable_http_conventions(
     worker: tracing.server.WorkerTracing, span_file: Path, config: RouteConfig
 ) -> None:
     client = io_app(config).test_client()
-    assert client.get(BIKE, headers={"User-Agent": "probe/1"}).status_code == 200
+    assert client.get(OFFER_PATH, headers={"User-Agent": "probe/1"}).status_code == 200
     (span,) = flushed(worker, span_file)
     attrs = span.attributes
     assert attrs["http.request.method"] == "GET"
@@ -432,7 +432,7 @@ def test_a_sampled_request_is_extracted_by_the_configured_propagator(
         "traceparent": f"00-{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}-00",
         "x-trace": f"{TRACEPARENT_TRACE}-{TRACEPARENT_PARENT}",
     }
-    assert client.get(BIKE, headers=headers).status_code == 200
+    assert client.get(OFFER_PATH, headers=headers).status_code == 200
     (span,) = flushed(worker, span_file)
     assert span.trace_id == TRACEPARENT_TRACE and span.parent_id == TRACEPARENT_PARENT
 

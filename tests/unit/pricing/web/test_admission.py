@@ -11,14 +11,9 @@ from flask.testing import FlaskClient
 
 from pricing.domain.deadline import RESPONSE_RESERVE_MS, Deadline
 from routing.edge import parse_attempt, parse_envoy_start_ns, parse_timeout_ms
-from tests.unit.pricing.conftest import FakeGateway, problem
-
-SF = "origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
-RIDE = {
-    "origin": {"lat": 37.7749, "lng": -122.4194},
-    "destination": {"lat": 37.8049, "lng": -122.4094},
-    "user_id": "u-1",
-}
+from tests.samples import OFFER_QUERY, RIDE
+from tests.unit.support.gateway import FakeGateway
+from tests.unit.support.problems import problem
 
 
 def envoy_start(ago_ms: float) -> str:
@@ -84,7 +79,7 @@ def test_an_offer_that_waited_its_budget_away_is_shed_without_an_upstream_call(
 ) -> None:
     # offers.bike: 500 ms timeout, min_budget_ms 150 in routes.toml.
     response = io_client.get(
-        f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(400)}
+        f"/v1/offers/bike?{OFFER_QUERY}", headers={"x-pricing-envoy-start": envoy_start(400)}
     )
     assert response.status_code == 503
     body = problem(response)
@@ -99,7 +94,7 @@ def test_an_offer_with_enough_left_gets_only_what_is_left(
     io_client: FlaskClient, gateway: FakeGateway
 ) -> None:
     response = io_client.get(
-        f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(100)}
+        f"/v1/offers/bike?{OFFER_QUERY}", headers={"x-pricing-envoy-start": envoy_start(100)}
     )
     assert response.status_code == 200, response.data
     (deadline,) = gateway.deadlines
@@ -127,7 +122,9 @@ def test_shed_requests_are_counted_with_their_reason(
 
     counter = pool_metrics().shed("GET /v1/offers/bike", "budget")
     before = counter.value
-    io_client.get(f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(490)})
+    io_client.get(
+        f"/v1/offers/bike?{OFFER_QUERY}", headers={"x-pricing-envoy-start": envoy_start(490)}
+    )
     assert counter.value == before + 1
 
 
@@ -171,10 +168,10 @@ def test_a_route_that_got_slow_sheds_what_its_floor_alone_would_start(
 ) -> None:
     upstreams_taking(0.4, gateway, monkeypatch)  # 400 ms in this worker
     waited_300 = {"x-pricing-envoy-start": envoy_start(300)}  # leaves 175 ms
-    assert io_client.get(f"/v1/offers/bike?{SF}", headers=waited_300).status_code == 200
+    assert io_client.get(f"/v1/offers/bike?{OFFER_QUERY}", headers=waited_300).status_code == 200
     for _ in range(30):
-        assert io_client.get(f"/v1/offers/bike?{SF}").status_code == 200
-    late = io_client.get(f"/v1/offers/bike?{SF}", headers=waited_300)
+        assert io_client.get(f"/v1/offers/bike?{OFFER_QUERY}").status_code == 200
+    late = io_client.get(f"/v1/offers/bike?{OFFER_QUERY}", headers=waited_300)
     assert late.status_code == 503
     assert "needs 3" in problem(late)["detail"]  # ~300+ ms, not the 150 ms floor
 
@@ -185,12 +182,12 @@ def test_a_request_that_hardly_waited_is_started_however_slow_the_route_has_been
     """A cold worker's first requests are slow; shedding fresh ones would not help."""
     upstreams_taking(5.0, gateway, monkeypatch)
     for _ in range(60):  # the recent service time far past the whole timeout
-        assert io_client.get(f"/v1/offers/bike?{SF}").status_code == 200
+        assert io_client.get(f"/v1/offers/bike?{OFFER_QUERY}").status_code == 200
     fresh = io_client.get(
-        f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(50)}
+        f"/v1/offers/bike?{OFFER_QUERY}", headers={"x-pricing-envoy-start": envoy_start(50)}
     )
     assert fresh.status_code == 200
     waited = io_client.get(
-        f"/v1/offers/bike?{SF}", headers={"x-pricing-envoy-start": envoy_start(150)}
+        f"/v1/offers/bike?{OFFER_QUERY}", headers={"x-pricing-envoy-start": envoy_start(150)}
     )
     assert waited.status_code == 503  # 150 ms of 475 waited: over the 20 % always started

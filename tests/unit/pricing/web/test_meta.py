@@ -9,7 +9,8 @@ from pricing import create_app
 from routing.envoy import envoy_config
 from routing.load import DEFAULT_ROUTES_PATH, parse_routes
 from routing.model import RouteConfig
-from tests.unit.pricing.conftest import FakeGateway, problem
+from tests.unit.support.gateway import FakeGateway
+from tests.unit.support.problems import problem
 
 
 def moved(**paths: str) -> RouteConfig:

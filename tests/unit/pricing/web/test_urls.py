@@ -8,7 +8,7 @@ from flask import Flask
 
 from pricing import create_app
 from routing.model import RouteConfig
-from tests.unit.pricing.conftest import FakeGateway
+from tests.unit.support.gateway import FakeGateway
 
 META = [
     ("/healthz", "GET", "meta.healthz"),

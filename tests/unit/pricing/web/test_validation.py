@@ -9,9 +9,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from pricing.web.schemas import MAX_BATCH_QUOTES
-from tests.unit.pricing.conftest import problem
-
-GOOD = "origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
+from tests.samples import OFFER_QUERY, ORIGIN, RIDE
+from tests.unit.support.problems import problem
 
 
 @pytest.mark.parametrize(
@@ -25,11 +24,11 @@ GOOD = "origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
         ("origin=37.77,-122.41&destination=37.78,-200&user_id=u", ["destination"]),
         ("origin=37.77,-122.41&destination=37.78,-122.40&user_id=" + "x" * 65, ["user_id"]),
         ("origin=37.77,-122.41&destination=37.78,-122.40&user_id=a%20b", ["user_id"]),
-        (GOOD + "&region=mars", ["region"]),
-        (GOOD + "&origin=37.7,-122.4", ["origin"]),
+        (OFFER_QUERY + "&region=mars", ["region"]),
+        (OFFER_QUERY + "&origin=37.7,-122.4", ["origin"]),
         ("origin=0,0&destination=0,0&user_id=u", ["origin"]),  # no service area there
         ("origin=37.77,-122.41&destination=40.7,-74.0&user_id=u", ["destination"]),
-        (GOOD + "&region=nyc", ["origin", "destination"]),
+        (OFFER_QUERY + "&region=nyc", ["origin", "destination"]),
     ],
 )
 def test_bad_offer_query_is_422_naming_the_field(
@@ -50,8 +49,8 @@ OUTSIDE = "urn:pricingservice:problem:outside-service-area"
     [
         ("origin=0,0&destination=0,0&user_id=u", OUTSIDE),  # no service area there
         ("origin=37.77,-122.41&destination=40.7,-74.0&user_id=u", OUTSIDE),  # sf -> nyc
-        (GOOD + "&region=nyc", OUTSIDE),  # both ends in sf
-        (GOOD + "&region=mars", INVALID),
+        (OFFER_QUERY + "&region=nyc", OUTSIDE),  # both ends in sf
+        (OFFER_QUERY + "&region=mars", INVALID),
         ("origin=91,0&destination=37.78,-122.40&user_id=u", INVALID),
     ],
 )
@@ -79,16 +78,9 @@ def test_area_rules_have_their_own_problem_type(
     ],
 )
 def test_coordinates_are_json_numbers(io_client: FlaskClient, origin: str, ok: bool) -> None:
-    query = GOOD.replace("37.7749,-122.4194", quote(origin, safe=","))
+    query = OFFER_QUERY.replace(ORIGIN, quote(origin, safe=","))
     response = io_client.get(f"/v1/offers/bike?{query}")
     assert response.status_code == (200 if ok else 422), response.data
-
-
-RIDE = {
-    "origin": {"lat": 37.7749, "lng": -122.4194},
-    "destination": {"lat": 37.8049, "lng": -122.4094},
-    "user_id": "u-1",
-}
 
 
 @pytest.mark.parametrize(
@@ -197,13 +189,13 @@ def test_wrong_pool_is_421(io_client: FlaskClient, cpu_client: FlaskClient) -> N
     response = io_client.post("/v1/offers/rideshare", json=RIDE)
     assert response.status_code == 421
     assert "'cpu' pool" in problem(response)["detail"]
-    response = cpu_client.get(f"/v1/offers/bike?{GOOD}")
+    response = cpu_client.get(f"/v1/offers/bike?{OFFER_QUERY}")
     assert response.status_code == 421
     assert response.headers["x-pricing-pool"] == "cpu"
 
 
 def test_shared_pool_serves_everything(shared_client: FlaskClient) -> None:
-    assert shared_client.get(f"/v1/offers/bike?{GOOD}").status_code == 200
+    assert shared_client.get(f"/v1/offers/bike?{OFFER_QUERY}").status_code == 200
     assert shared_client.post("/v1/offers/rideshare", json=RIDE).status_code == 200
 
 
@@ -211,7 +203,7 @@ def test_unknown_path_and_method_are_problems(io_client: FlaskClient) -> None:
     response = io_client.get("/v1/nothing")
     assert response.status_code == 404
     problem(response)
-    response = io_client.delete(f"/v1/offers/bike?{GOOD}")
+    response = io_client.delete(f"/v1/offers/bike?{OFFER_QUERY}")
     assert response.status_code == 405
     assert "GET" in response.headers["Allow"]
     problem(response)

@@ -3,6 +3,7 @@ spans: the numbers `pricingctl routes suggest` places routes by."""
 
 from __future__ import annotations
 
+from tests.samples import BIKE_ROUTE, RIDE_ROUTE
 from tracing import attributes
 from tracing import metric_families as families
 from tracing.readback.spans import Span
@@ -16,9 +17,6 @@ from tracing.readback.usage import (
     usage_from_spans,
 )
 
-RIDE = "POST /v1/offers/rideshare"
-BIKE = "GET /v1/offers/bike"
-
 
 def exposition(pid: int, rides: int, bikes: int) -> str:
     """What one io worker says after serving `rides` quotes (30 ms CPU each) and `bikes`
@@ -27,20 +25,22 @@ def exposition(pid: int, rides: int, bikes: int) -> str:
     return "\n".join(
         [
             f"# TYPE {families.HANDLER} histogram",
-            f'{families.HANDLER}_sum{{{base},route="{RIDE}"}} {rides * 0.031}',
-            f'{families.HANDLER}_count{{{base},route="{RIDE}"}} {rides}',
-            f'{families.HANDLER}_sum{{{base},route="{BIKE}"}} {bikes * 0.142}',
-            f'{families.HANDLER}_count{{{base},route="{BIKE}"}} {bikes}',
-            f'{families.ROUTE_CPU}{{{base},route="{RIDE}"}} {rides * 0.030}',
-            f'{families.ROUTE_CPU}{{{base},route="{BIKE}"}} {bikes * 0.002}',
+            f'{families.HANDLER}_sum{{{base},route="{RIDE_ROUTE}"}} {rides * 0.031}',
+            f'{families.HANDLER}_count{{{base},route="{RIDE_ROUTE}"}} {rides}',
+            f'{families.HANDLER}_sum{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.142}',
+            f'{families.HANDLER}_count{{{base},route="{BIKE_ROUTE}"}} {bikes}',
+            f'{families.ROUTE_CPU}{{{base},route="{RIDE_ROUTE}"}} {rides * 0.030}',
+            f'{families.ROUTE_CPU}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.002}',
             f'{families.ROUTE_CPU}{{{base},route="<hub>"}} 9.5',
-            f'{families.ROUTE_NETWORK}{{{base},route="{BIKE}"}} {bikes * 0.100}',
-            f'{families.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE}",le="0.025"}} 0',
-            f'{families.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE}",le="0.05"}} {bikes}',
-            f'{families.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE}",le="+Inf"}} {bikes}',
-            f'{families.ROUTE_HUB_WAIT}_sum{{{base},route="{BIKE}"}} {bikes * 0.040}',
-            f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE}",victim="{BIKE}"}} {bikes * 0.03}',
-            f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE}",victim="{RIDE}"}} {rides * 0.01}',
+            f'{families.ROUTE_NETWORK}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.100}',
+            f'{families.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE_ROUTE}",le="0.025"}} 0',
+            f'{families.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE_ROUTE}",le="0.05"}} {bikes}',
+            f'{families.ROUTE_HUB_WAIT}_bucket{{{base},route="{BIKE_ROUTE}",le="+Inf"}} {bikes}',
+            f'{families.ROUTE_HUB_WAIT}_sum{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.040}',
+            f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE_ROUTE}"'
+            f',victim="{BIKE_ROUTE}"}} {bikes * 0.03}',
+            f'{families.ROUTE_CULPRIT}{{{base},route="{RIDE_ROUTE}"'
+            f',victim="{RIDE_ROUTE}"}} {rides * 0.01}',
         ]
     )
 
@@ -49,13 +49,13 @@ def test_two_scrapes_of_two_workers_give_the_pools_deltas() -> None:
     before = {**parse_text(exposition(11, 10, 100)), **parse_text(exposition(12, 0, 0))}
     after = {**parse_text(exposition(11, 40, 300)), **parse_text(exposition(12, 30, 200))}
     by_route = {u.route: u for u in usage_from_metrics(delta(before, after), 10.0)}
-    assert set(by_route) == {RIDE, BIKE}  # <hub> is a culprit, never a route
-    ride, bike = by_route[RIDE], by_route[BIKE]
+    assert set(by_route) == {RIDE_ROUTE, BIKE_ROUTE}  # <hub> is a culprit, never a route
+    ride, bike = by_route[RIDE_ROUTE], by_route[BIKE_ROUTE]
     assert ride.requests == 60 and bike.requests == 400
     assert abs(ride.cpu_s / ride.requests - 0.030) < 1e-9
     assert abs(bike.network_s / bike.wall_s - 0.100 / 0.142) < 1e-9
     # Delay caused to others only: the quotes delaying each other does not count.
-    assert abs(ride.caused_s - 400 * 0.03) < 1e-9 and ride.victims == {BIKE: ride.caused_s}
+    assert abs(ride.caused_s - 400 * 0.03) < 1e-9 and ride.victims == {BIKE_ROUTE: ride.caused_s}
     assert bike.hub_wait_p99_s == 0.05
 
 
@@ -63,7 +63,7 @@ def test_a_worker_one_scrape_missed_counts_as_busy_as_its_siblings() -> None:
     before = {**parse_text(exposition(11, 10, 100)), **parse_text(exposition(12, 0, 0))}
     after = parse_text(exposition(11, 40, 300))  # 12 busy: did not answer
     by_route = {u.route: u for u in usage_from_metrics(delta(before, after), 10.0)}
-    assert by_route[RIDE].requests == 2 * 30
+    assert by_route[RIDE_ROUTE].requests == 2 * 30
 
 
 def test_scrape_keeps_going_until_no_new_worker_shows_up() -> None:
@@ -77,7 +77,7 @@ def test_scrape_keeps_going_until_no_new_worker_shows_up() -> None:
     samples = scrape("http://pool/metrics", fetch=fetch, settle=6)
     assert set(samples) == {"11", "12"}
     assert len(calls) == 10  # the new worker at try 4, then 6 quiet tries
-    assert samples["11"][(families.ROUTE_CPU, (("pool", "io"), ("route", RIDE)))] == 0.09
+    assert samples["11"][(families.ROUTE_CPU, (("pool", "io"), ("route", RIDE_ROUTE)))] == 0.09
 
 
 def test_usage_from_scrapes_waits_the_window_between_them() -> None:
@@ -108,13 +108,13 @@ def server(span_id: str, name: str, start_us: int, **attrs: object) -> Span:
 def test_spans_give_the_same_shape_scaled_by_the_sampling() -> None:
     bike = server(
         "b1",
-        BIKE,
+        BIKE_ROUTE,
         0,
         **{
             attributes.HANDLER_DURATION: 0.140,
             attributes.HANDLER_RUNNING: 0.002,
             attributes.INBOUND_DELAY: 0.030,
-            attributes.INBOUND_CULPRITS: [f"{RIDE}=0.03"],
+            attributes.INBOUND_CULPRITS: [f"{RIDE_ROUTE}=0.03"],
             attributes.CRITICAL_UPSTREAM: "vehicles",
             attributes.CRITICAL_NETWORK: 0.100,
             attributes.CRITICAL_SCHEDULING_DELAY: 0.010,
@@ -129,23 +129,28 @@ def test_spans_give_the_same_shape_scaled_by_the_sampling() -> None:
         "client",
         10,
         500,
-        {attributes.UPSTREAM: "vehicles", attributes.SCHEDULING_CULPRITS: [f"{RIDE}=0.01"]},
+        {attributes.UPSTREAM: "vehicles", attributes.SCHEDULING_CULPRITS: [f"{RIDE_ROUTE}=0.01"]},
     )
     ride = server(
         "r1",
-        RIDE,
+        RIDE_ROUTE,
         2_000_000,
         **{attributes.HANDLER_DURATION: 0.03, attributes.HANDLER_RUNNING: 0.03},
     )
     slow = server(
-        "s1", RIDE, 1_000_000, **{attributes.HANDLER_DURATION: 2.0, attributes.TRACE_REASON: "slow"}
+        "s1",
+        RIDE_ROUTE,
+        1_000_000,
+        **{attributes.HANDLER_DURATION: 2.0, attributes.TRACE_REASON: "slow"},
     )
     by_route = {u.route: u for u in usage_from_spans([bike, call, ride, slow], 0.5)}
-    assert by_route[BIKE].requests == 2 and by_route[RIDE].requests == 2  # slow left out
-    assert abs(by_route[RIDE].caused_s - 2 * 0.04) < 1e-9
-    assert abs(by_route[BIKE].hub_wait_s - 2 * 0.040) < 1e-9
-    assert by_route[BIKE].hub_wait_p99_s == 0.040
-    assert by_route[RIDE].window_s == 2.001
+    assert (
+        by_route[BIKE_ROUTE].requests == 2 and by_route[RIDE_ROUTE].requests == 2
+    )  # slow left out
+    assert abs(by_route[RIDE_ROUTE].caused_s - 2 * 0.04) < 1e-9
+    assert abs(by_route[BIKE_ROUTE].hub_wait_s - 2 * 0.040) < 1e-9
+    assert by_route[BIKE_ROUTE].hub_wait_p99_s == 0.040
+    assert by_route[RIDE_ROUTE].window_s == 2.001
 
 
 def test_a_scrape_that_times_out_is_a_quiet_try_not_the_end() -> None:
@@ -189,16 +194,16 @@ def test_requests_of_a_route_past_the_timing_cap_come_from_the_red_summary() -> 
                 f"{red} {bikes}",
                 f"{red_sum} {bikes * 0.1}",
                 f"# TYPE {families.HANDLER} histogram",
-                f'{families.HANDLER}_count{{{base},route="{BIKE}"}} {named}',
-                f'{families.HANDLER}_sum{{{base},route="{BIKE}"}} {named * 0.142}',
+                f'{families.HANDLER}_count{{{base},route="{BIKE_ROUTE}"}} {named}',
+                f'{families.HANDLER}_sum{{{base},route="{BIKE_ROUTE}"}} {named * 0.142}',
                 f'{families.HANDLER}_count{{{base},route="<other>"}} {bikes - named}',
-                f'{families.ROUTE_CPU}{{{base},route="{BIKE}"}} {bikes * 0.002}',
+                f'{families.ROUTE_CPU}{{{base},route="{BIKE_ROUTE}"}} {bikes * 0.002}',
             ]
         )
 
     counts = delta(parse_text(text(0, 0)), parse_text(text(100, 40)))
     (bike,) = usage_from_metrics(counts, 10.0)
-    assert bike.route == BIKE and bike.requests == 100
+    assert bike.route == BIKE_ROUTE and bike.requests == 100
     assert abs(bike.cpu_s / bike.requests - 0.002) < 1e-9
     assert abs(bike.wall_s - 100 * 0.1) < 1e-9  # the RED time, not 40 handlers' worth
 
@@ -229,7 +234,7 @@ def test_the_spans_hub_wait_is_the_timing_cores() -> None:
         presend_delay_s=0.003,
         wake_delay_s=0.002,
     )
-    span = server("h1", BIKE, 0, **request_attributes(BIKE, timing, None))
+    span = server("h1", BIKE_ROUTE, 0, **request_attributes(BIKE_ROUTE, timing, None))
     (usage,) = usage_from_spans([span])
     assert abs(usage.hub_wait_s - timing.hub_wait_s) < 1e-12
     assert abs(timing.hub_wait_s - 0.046) < 1e-12

@@ -8,13 +8,14 @@ from typing import Any
 import pytest
 from greenlet import getcurrent
 
+from tests.samples import RIDE_ROUTE
 from tracing.timing import call_state, call_timing
 from tracing.timing.call_state import CallState
 from tracing.timing.call_timing import begin_call, measure_call
 from tracing.timing.labels import tag_of
 from tracing.timing.switchlog import SwitchLog
 
-HOG = "POST /v1/offers/rideshare"
+HOG = RIDE_ROUTE
 MS = 1_000_000
 
 

@@ -12,7 +12,8 @@ import time
 import gevent
 import pytest
 
-from tests.unit.tracing.conftest import timing_path
+from tests.samples import BIKE_ROUTE, RIDE_ROUTE
+from tests.unit.support.timing import timing_path
 from toolkit.wait import wait_until
 from tracing.timing import hub_block
 from tracing.timing.hub_block import HubBlockDetector, HubBlocked
@@ -20,8 +21,6 @@ from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import set_greenlet_label
 
 MS = 1_000_000
-RIDESHARE = "POST /v1/offers/rideshare"
-BIKE = "GET /v1/offers/bike"
 
 
 class Beats:
@@ -39,7 +38,7 @@ class Beats:
 def detector_on(beats: Beats) -> tuple[HubBlockDetector, list[HubBlocked]]:
     events: list[HubBlocked] = []
     detector = HubBlockDetector(
-        beats.heartbeat, lambda: RIDESHARE, threshold_s=0.1, clock_ns=beats.clock
+        beats.heartbeat, lambda: RIDE_ROUTE, threshold_s=0.1, clock_ns=beats.clock
     )
     detector.register(events.append)
     return detector, events
@@ -54,7 +53,7 @@ def test_reports_a_block_when_seen_and_again_with_its_length_when_over() -> None
     seen = detector.check()
     assert seen is not None and seen.ongoing
     assert seen.blocked_s == pytest.approx(0.120)
-    assert seen.label == RIDESHARE
+    assert seen.label == RIDE_ROUTE
     beats.now_ns += 300 * MS
     assert detector.check() is None  # still blocked: one event per block
     beats.beat_ns += 350 * MS  # the hub is back
@@ -103,7 +102,7 @@ def test_real_block_is_caught_with_stack_and_label() -> None:
         held_ns: list[int] = []
 
         def block_the_hub() -> None:
-            set_greenlet_label(RIDESHARE)
+            set_greenlet_label(RIDE_ROUTE)
             began = time.monotonic_ns()
             time.sleep(0.300)  # not monkey-patched: the whole hub stops
             held_ns.append(time.monotonic_ns() - began)
@@ -115,7 +114,7 @@ def test_real_block_is_caught_with_stack_and_label() -> None:
     finally:
         inst.uninstrument()
     seen, over = events[:2]
-    assert seen.ongoing and seen.label == RIDESHARE
+    assert seen.ongoing and seen.label == RIDE_ROUTE
     assert any("block_the_hub" in frame for frame in seen.stack)
     assert not over.ongoing
     # Its real length against the ground truth of the same clock: at least the time the
@@ -228,7 +227,7 @@ def test_the_kernel_says_where_a_sleeping_thread_sleeps() -> None:
 def test_with_a_watch_period_the_watcher_looks_once_per_period_until_a_block_opens() -> None:
     beats = Beats()
     detector = HubBlockDetector(
-        beats.heartbeat, lambda: RIDESHARE, threshold_s=0.1, watch_s=1.0, clock_ns=beats.clock
+        beats.heartbeat, lambda: RIDE_ROUTE, threshold_s=0.1, watch_s=1.0, clock_ns=beats.clock
     )
     assert detector.next_check_s() == pytest.approx(1.0)  # just beaten
     beats.now_ns += 70 * MS
@@ -267,8 +266,8 @@ def test_every_block_is_counted_by_the_switch_tracer_even_unseen_by_the_watcher(
 
             gevent.joinall(
                 [
-                    gevent.spawn(hold_the_hub, RIDESHARE, 0.080),
-                    gevent.spawn(hold_the_hub, BIKE, 0.005),
+                    gevent.spawn(hold_the_hub, RIDE_ROUTE, 0.080),
+                    gevent.spawn(hold_the_hub, BIKE_ROUTE, 0.005),
                 ]
             )
             blocks = dict(inst.route_cpu.blocks)
@@ -276,23 +275,23 @@ def test_every_block_is_counted_by_the_switch_tracer_even_unseen_by_the_watcher(
             inst.uninstrument()
     # (The 5 ms runs are under the threshold; on a busy machine the OS may stretch one
     # past it, which is a block by wall time too: only the hog's count is asserted.)
-    assert blocks[RIDESHARE] == 2
+    assert blocks[RIDE_ROUTE] == 2
     assert events == []
 
 
 def test_the_log_logs_a_block_seen_while_it_lasts_with_the_tracers_count(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    counts = {RIDESHARE: 3}
+    counts = {RIDE_ROUTE: 3}
     now = [100.0]
     blocks = hub_block.HubBlockLog(
         logging.getLogger("test.hub"), counts=counts, interval_s=30.0, clock_s=lambda: now[0]
     )
     with caplog.at_level(logging.WARNING, logger="test.hub"):
-        blocks(HubBlocked(0.4, False, RIDESHARE, (), 1))  # an end: counted elsewhere
-        blocks(HubBlocked(0.2, True, RIDESHARE, ("  File x, in hog\n",), 1))
+        blocks(HubBlocked(0.4, False, RIDE_ROUTE, (), 1))  # an end: counted elsewhere
+        blocks(HubBlocked(0.2, True, RIDE_ROUTE, ("  File x, in hog\n",), 1))
         now[0] += 10
-        blocks(HubBlocked(0.3, True, RIDESHARE, (), 1))  # within the interval: not again
+        blocks(HubBlocked(0.3, True, RIDE_ROUTE, (), 1))  # within the interval: not again
     assert len(caplog.records) == 1
     assert "3 earlier blocks" in caplog.text and "in hog" in caplog.text
-    assert counts == {RIDESHARE: 3}  # read, never written
+    assert counts == {RIDE_ROUTE: 3}  # read, never written

@@ -8,12 +8,13 @@ import time
 import gevent
 import pytest
 
+from tests.samples import BIKE_ROUTE, RIDE_ROUTE
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import HUB_LABEL, set_greenlet_label
 from tracing.timing.route_cpu import RouteCpu
 
-HOG = "POST /v1/offers/rideshare"
-OFFER = "GET /v1/offers/bike"
+HOG = RIDE_ROUTE
+OFFER = BIKE_ROUTE
 MS = 1_000_000
 
 

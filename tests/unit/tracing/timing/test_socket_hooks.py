@@ -19,13 +19,14 @@ import pytest
 from gevent import socket as gsocket
 
 from pricing.upstream.httpclient import HostClient, Origin, tls_context
+from tests.samples import BIKE_ROUTE, RIDE_ROUTE
 from tracing.timing import kernel_rx, socket_hooks
 from tracing.timing.call_timing import CallTiming, measure_call
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import set_greenlet_label
 
-HOG = "POST /v1/offers/rideshare"
-CLIENT = "GET /v1/offers/bike"
+HOG = RIDE_ROUTE
+CLIENT = BIKE_ROUTE
 REPLY_MS = 50
 
 

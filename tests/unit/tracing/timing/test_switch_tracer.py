@@ -10,13 +10,14 @@ import gevent.event
 import greenlet
 import pytest
 
+from tests.samples import RIDE_ROUTE
 from tracing.timing.call_timing import CallTiming, measure_call
 from tracing.timing.instrumentor import GeventTimingInstrumentor
 from tracing.timing.labels import HUB_LABEL, set_greenlet_label
 from tracing.timing.switch_tracer import SwitchTracer
 from tracing.timing.switchlog import SwitchLog
 
-HOG = "POST /v1/offers/rideshare"
+HOG = RIDE_ROUTE
 
 
 def burn(seconds: float) -> None:

@@ -10,9 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.samples import RIDE_ROUTE
+
 HERE = Path(__file__).parent
 REPO = HERE.parents[3]
-HOG = "POST /v1/offers/rideshare"
+HOG = RIDE_ROUTE
 
 
 def test_urllib3_calls_under_monkey_patching(upstream_port: int) -> None:

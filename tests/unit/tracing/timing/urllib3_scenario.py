@@ -19,11 +19,12 @@ import greenlet  # noqa: E402
 import urllib3  # noqa: E402
 from gevent._socketcommon import SocketMixin  # noqa: E402
 
+from tests.samples import RIDE_ROUTE  # noqa: E402
 from tracing.timing.call_timing import measure_call  # noqa: E402
 from tracing.timing.instrumentor import GeventTimingInstrumentor  # noqa: E402
 from tracing.timing.labels import set_greenlet_label  # noqa: E402
 
-HOG = "POST /v1/offers/rideshare"
+HOG = RIDE_ROUTE
 REPLY_MS = 30
 
 

@@ -1,7 +1,7 @@
 """Checks of this API's own, added to every schemathesis check when the fuzz test
-runs `schemathesis run` (SCHEMATHESIS_HOOKS=tests.integration.schemathesis_hooks).
+runs `schemathesis run` (SCHEMATHESIS_HOOKS=tests.integration.support.schemathesis_hooks).
 
-Also usable by hand: SCHEMATHESIS_HOOKS=tests.integration.schemathesis_hooks
+Also usable by hand: SCHEMATHESIS_HOOKS=tests.integration.support.schemathesis_hooks
 schemathesis run ... from the repository root.
 """
 

@@ -2,7 +2,7 @@
 """An OCI runtime for podman on machines that deny setrlimit: it deletes the rlimits
 from the bundle's config.json (a container's start) or from the process spec (an exec,
 which health checks use too), then runs runc (or crun) with the same arguments.
-Given to podman by tests/integration/podman.py only when a container cannot start
+Given to podman by tests/integration/support/podman.py only when a container cannot start
 without it (`error setting rlimit ...: operation not permitted`).
 
 Without the limits a container keeps the ones conmon has (the machine's own), which is

@@ -46,7 +46,7 @@ from toolkit.fetch import http_ok
 from toolkit.logs import tail
 from toolkit.wait import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 LOCK = REPO_ROOT / "requirements.lock"
 RUNTIME_WRAPPER = Path(__file__).with_name("oci_runtime_no_rlimits.py")
 
