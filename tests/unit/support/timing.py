@@ -1,4 +1,5 @@
-"""Which path the timing hooks take in a test: the compiled one or the Python reference."""
+"""The timing core in tests: which path its hooks take (compiled or the Python reference),
+and the slots a class carries (what the compiled side's tables are checked against)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,12 @@ def timing_path(compiled: bool) -> Iterator[None]:
         yield
     finally:
         native.use(previous)
+
+
+def slots_of(cls: type) -> set[str]:
+    """Every name in ``__slots__`` along the class's MRO (what its instances carry)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        declared = klass.__dict__.get("__slots__", ())
+        names |= {declared} if isinstance(declared, str) else set(declared)
+    return names - {"__weakref__", "__dict__"}

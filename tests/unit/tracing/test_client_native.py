@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.support.timing import slots_of
 from tracing import client
 from tracing.client import _Call, _CompiledCall
 from tracing.timing import native
@@ -29,14 +30,6 @@ except ImportError:
 needs_compiled = pytest.mark.skipif(
     compiled is None or native.module is None, reason="the compiled observer is not built"
 )
-
-
-def slots_of(cls: type) -> set[str]:
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        declared = klass.__dict__.get("__slots__", ())
-        names |= {declared} if isinstance(declared, str) else set(declared)
-    return names - {"__weakref__", "__dict__"}
 
 
 def test_the_compiled_observer_is_what_runs_where_it_could_be_built() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.support.timing import slots_of
 from tracing.timing import call_state, call_timing, native, server_timing
 from tracing.timing.call_state import CallState, CallTiming
 from tracing.timing.call_timing import CallMeasurement
@@ -23,15 +24,6 @@ from tracing.timing.server_timing import RequestMeasurement, RequestTiming
 
 compiled = native.module
 pytestmark = pytest.mark.skipif(compiled is None, reason=native.reason or "not built")
-
-
-def slots_of(cls: type) -> set[str]:
-    """Every name in ``__slots__`` along the class's MRO (what its instances carry)."""
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        declared = klass.__dict__.get("__slots__", ())
-        names |= {declared} if isinstance(declared, str) else set(declared)
-    return names - {"__weakref__", "__dict__"}
 
 
 def class_named(qualified: str) -> type:
