@@ -6,9 +6,11 @@ of a few microseconds an offer (what `tracing-overhead` at 80 % of capacity cann
 In one process, warm: the io pool's app (``pricing.create_app``) behind Flask's test
 client, its upstream calls real (HTTP to a simulator on loopback whose upstreams answer
 in 2 ms), eight greenlets at once, every request unsampled (Envoy's traceparent, flag
-00), the worker's tracing set up as a pool's is (``tracing.server.setup_worker``). Each
+00; ``--sampled``: every traced request sampled, flag 01, as at 100 % sampling), the
+worker's tracing set up as a pool's is (``tracing.server.setup_worker``). Each
 run is a child interpreter under ``valgrind --tool=callgrind``, counting only the
-measured offers (``callgrind_control -i on|off`` around them, after a warm-up). Valgrind
+measured offers (``callgrind_control -i on|off`` around them, after a warm-up; the span
+exporter's thread is flushed before each switch, so a sampled offer's export counts). Valgrind
 runs the worker ~50 x slower while the upstreams keep their 2 ms, so the culprit
 threshold and the long-run bound are raised 1000 x: delays that only valgrind's slowness
 makes are not explained, and the routes' deadlines, the slow-trace threshold (a slow
@@ -43,6 +45,7 @@ SCHEMA = "pricingservice.bench.instructions/1"
 MODES = ("off", "full")
 BIKE = "/v1/offers/bike?origin=37.7749,-122.4194&destination=37.7849,-122.4094&user_id=u-1"
 UNSAMPLED = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}
+SAMPLED = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 CONCURRENCY = 8
 UPSTREAM_MS = 2
 #: How much slower valgrind makes the worker: the timing core's bounds are raised as much.
@@ -55,8 +58,11 @@ CHILD = "import sys; from bench.instructions import child; child(*sys.argv[1:])"
 _TOTAL = re.compile(rb"^totals:\s*(\d+)", re.MULTILINE)
 
 
-def run_instructions(*, offers: int, warmup: int, repeats: int) -> dict[str, Any]:
-    """Per mode and repeat, instructions per counted offer; and what tracing adds."""
+def run_instructions(
+    *, offers: int, warmup: int, repeats: int, sampled: bool = False
+) -> dict[str, Any]:
+    """Per mode and repeat, instructions per counted offer; and what tracing adds.
+    *sampled*: the traced mode's requests are all sampled by Envoy."""
     from bench.run import BenchError
 
     valgrind, control = shutil.which("valgrind"), shutil.which("callgrind_control")
@@ -71,7 +77,7 @@ def run_instructions(*, offers: int, warmup: int, repeats: int) -> dict[str, Any
                 argv += [f"--callgrind-out-file={out}", sys.executable, "-c", CHILD]
                 env = {**os.environ, UPSTREAM_URL_ENV: upstream_url, **NO_WAIT_CAP}
                 done = subprocess.run(
-                    [*argv, mode, str(offers), str(warmup)],
+                    [*argv, mode, str(offers), str(warmup), "sampled" if sampled else ""],
                     env=env,
                     capture_output=True,
                     text=True,
@@ -84,7 +90,7 @@ def run_instructions(*, offers: int, warmup: int, repeats: int) -> dict[str, Any
     adds = [full - off for off, full in zip(per_offer["off"], per_offer["full"], strict=True)]
     return {
         "schema": SCHEMA,
-        "settings": {"offers": offers, "warmup": warmup, "repeats": repeats},
+        "settings": {"offers": offers, "warmup": warmup, "repeats": repeats, "sampled": sampled},
         "per_offer": {m: [round(v) for v in vs] for m, vs in per_offer.items()},
         "tracing_adds_per_offer": round(statistics.fmean(adds)),
         "tracing_adds_by_repeat": [round(a) for a in adds],
@@ -129,18 +135,18 @@ def _simulator(directory: Path) -> Iterator[str]:
 # --- in the child interpreter, under valgrind -------------------------------------------
 
 
-def child(mode: str, offers: str, warmup: str) -> None:
+def child(mode: str, offers: str, warmup: str, sampled: str = "") -> None:
     """Serve *warmup* offers, then *offers* counted by callgrind, on an io app whose
-    tracing is *mode*."""
+    tracing is *mode*; *sampled* ("sampled"): each request sampled by Envoy."""
     from gevent import monkey
 
     monkey.patch_all()
     import gevent
 
-    gevent.spawn(_count, mode, int(offers), int(warmup)).get()
+    gevent.spawn(_count, mode, int(offers), int(warmup), sampled == "sampled").get()
 
 
-def _count(mode: str, offers: int, warmup: int) -> None:
+def _count(mode: str, offers: int, warmup: int, sampled: bool) -> None:
     import logging
     from dataclasses import replace
 
@@ -179,17 +185,26 @@ def _count(mode: str, offers: int, warmup: int) -> None:
     def worker(n: int) -> None:
         client = app.test_client()
         for _ in range(n):
-            answer = client.get(BIKE, headers=UNSAMPLED)
+            answer = client.get(BIKE, headers=headers)
             assert answer.status_code == 200, (answer.status_code, answer.get_data()[:300])
 
     def batch(n: int) -> None:
         each = max(1, n // CONCURRENCY)
         gevent.joinall([gevent.spawn(worker, each) for _ in range(CONCURRENCY)], raise_error=True)
 
+    headers = SAMPLED if sampled and mode != "off" else UNSAMPLED
+    worker_tracing = tracing.server.current()
+
+    def flush() -> None:
+        if worker_tracing is not None:
+            worker_tracing.processor.force_flush(60_000)
+
     batch(warmup)
+    flush()
     switch = ["callgrind_control", "-i", "on", str(os.getpid())]
     subprocess.run(switch, capture_output=True, check=False)
     batch(offers)
+    flush()
     switch[2] = "off"
     subprocess.run(switch, capture_output=True, check=False)
 
@@ -203,7 +218,9 @@ def write_instructions(doc: dict[str, Any], out: Path) -> str:
     return "\n".join(
         [
             f"instructions an offer (callgrind, {doc['settings']['offers']} warm offers in "
-            f"process, {doc['settings']['repeats']} repeat(s)): off "
+            f"process, {doc['settings']['repeats']} repeat(s)"
+            + (", traced ones all sampled" if doc["settings"].get("sampled") else "")
+            + "): off "
             + ", ".join(f"{v / 1e6:.3f} M" for v in per["off"])
             + "; traced "
             + ", ".join(f"{v / 1e6:.3f} M" for v in per["full"]),

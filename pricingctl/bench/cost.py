@@ -44,6 +44,11 @@ def instructions_parser(sub: Parts) -> None:
     p.add_argument("--offers", type=count(8, 10**5), default=None, help="counted (400)")
     p.add_argument("--warmup", type=count(8, 10**5), default=None, help="offers first (200)")
     p.add_argument("--repeats", type=count(1, 20), default=None, help="per mode (3)")
+    p.add_argument(
+        "--sampled",
+        action="store_true",
+        help="every traced offer sampled by Envoy (100 %% sampling), not unsampled",
+    )
     p.set_defaults(handler=_instructions)
 
 
@@ -109,7 +114,9 @@ def _instructions(args: argparse.Namespace) -> int:
 
     def measure(progress: Progress, machine: dict[str, object]) -> str:
         progress.step("instructions: off and traced under callgrind", planned_s)
-        doc = run_instructions(offers=n["offers"], warmup=n["warmup"], repeats=n["repeats"])
+        doc = run_instructions(
+            offers=n["offers"], warmup=n["warmup"], repeats=n["repeats"], sampled=args.sampled
+        )
         return write_instructions({"command": command_line(), "machine": machine, **doc}, args.out)
 
     return measure_and_report(planned_s, measure)
