@@ -6,6 +6,12 @@ scheduling delay of the very requests we measure. Here the hub only appends
 to a bounded deque (dropping, and counting, what does not fit); a real OS
 thread, made from `gevent.monkey.get_original`, encodes and exports.
 Export never blocks or breaks a request.
+
+The queue holds the SDK's ended spans (a request traced live) and the records of
+requests whose spans were never built on the hub (``SpanRecord``: a sampled or slow
+request, ``tracing.span_records``). The thread turns a record into OTLP/JSON text
+directly for the span file, with the one encoder SDK spans go through
+(``span_fields_text``), and into SDK spans for the other exporters.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from typing import Protocol as Interface
 
 from gevent.monkey import get_original
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -38,6 +45,28 @@ log = logging.getLogger(__name__)
 _start_new_thread, _allocate_lock = get_original("_thread", ["start_new_thread", "allocate_lock"])
 
 
+class SpanRecord(Interface):
+    """A request's spans as measured numbers, not yet built (``tracing.span_records``):
+    what the hub queues instead of SDK spans; built on the exporter thread."""
+
+    #: How many spans it makes: what the queue's and a batch's limits count.
+    span_count: int
+
+    @property
+    def resource(self) -> Any: ...
+
+    @property
+    def instrumentation_scope(self) -> Any: ...
+
+    def span_texts(self) -> list[str]:
+        """Its spans in OTLP/JSON (``span_fields_text``)."""
+        ...
+
+    def readable_spans(self) -> list[ReadableSpan]:
+        """Its spans as the SDK's, for an exporter that takes no record."""
+        ...
+
+
 class ThreadedSpanProcessor(SpanProcessor):
     """Batch processor whose worker is a real OS thread, never a greenlet. Its limits
     are ``OTEL_BSP_*`` (``tracing.settings.BatchSettings``). Without an exporter
@@ -52,7 +81,11 @@ class ThreadedSpanProcessor(SpanProcessor):
         self.export_timeout_s = batch.export_timeout_s
         self.dropped_spans = 0
         self.exported_spans = 0
-        self._queue: deque[ReadableSpan] = deque()
+        self._queue: deque[ReadableSpan | SpanRecord] = deque()
+        # Spans in the queue: queued (written by the hub only) minus taken (by the
+        # thread only), so that neither write is lost to the other thread's.
+        self._queued_spans = 0
+        self._taken_spans = 0
         # Held while nobody asked for an export; released to wake the thread.
         self._wake = _allocate_lock()
         self._wake.acquire()
@@ -79,12 +112,23 @@ class ThreadedSpanProcessor(SpanProcessor):
         # Runs on the hub, in the request's greenlet: keep it to an append.
         if not span.context.trace_flags.sampled or self._stopping:
             return
-        if len(self._queue) >= self.max_queue_spans:
-            self.dropped_spans += 1
+        self._append(span, 1)
+
+    def on_record(self, record: SpanRecord) -> None:
+        """Queue a request's spans to be built on the thread (``SpanRecord``), or count
+        them dropped when the queue is full. Runs on the hub: an append."""
+        if not self._stopping:
+            self._append(record, record.span_count)
+
+    def _append(self, item: ReadableSpan | SpanRecord, spans: int) -> None:
+        before = self._queued_spans - self._taken_spans
+        if before + spans > self.max_queue_spans:
+            self.dropped_spans += spans
             return
-        self._queue.append(span)
-        queued = len(self._queue)
-        if queued == 1 or queued == self.max_batch_spans:
+        self._queue.append(item)
+        self._queued_spans += spans
+        batch = self.max_batch_spans
+        if before == 0 or before < batch <= before + spans:
             self._signal()  # a batch begins (the thread sleeps until one does), or is full
 
     def _run(self) -> None:
@@ -97,7 +141,8 @@ class ThreadedSpanProcessor(SpanProcessor):
                     continue
                 # A signal given while the lock was already released is lost: a flush
                 # asked for and a full batch are read here, not waited for.
-                if not self._flush_asked and len(self._queue) < self.max_batch_spans:
+                queued = self._queued_spans - self._taken_spans
+                if not self._flush_asked and queued < self.max_batch_spans:
                     self._wake.acquire(timeout=self.export_interval_s)  # the batch forms
                 self._flush_asked = False
                 self._drain()
@@ -108,19 +153,36 @@ class ThreadedSpanProcessor(SpanProcessor):
     def _drain(self) -> None:
         with self._export_lock:
             while self._queue:
-                assert self.exporter is not None  # nothing is queued without one
-                batch: list[ReadableSpan] = []
-                while self._queue and len(batch) < self.max_batch_spans:
-                    batch.append(self._queue.popleft())
+                exporter = self.exporter
+                assert exporter is not None  # nothing is queued without one
+                batch, spans = self._take_batch()
                 try:
-                    result = self.exporter.export(batch)
-                    if result is SpanExportResult.SUCCESS:
-                        self.exported_spans += len(batch)
+                    if getattr(exporter, "takes_records", False):
+                        result = exporter.export(batch)  # type: ignore[arg-type]
                     else:
-                        self.dropped_spans += len(batch)
+                        result = exporter.export(readable_spans(batch))
+                    if result is SpanExportResult.SUCCESS:
+                        self.exported_spans += spans
+                    else:
+                        self.dropped_spans += spans
                 except Exception:  # export must never take the process down
-                    self.dropped_spans += len(batch)
-                    log.warning("span export failed; dropped %d spans", len(batch), exc_info=True)
+                    self.dropped_spans += spans
+                    log.warning("span export failed; dropped %d spans", spans, exc_info=True)
+
+    def _take_batch(self) -> tuple[list[ReadableSpan | SpanRecord], int]:
+        """Up to a batch of spans from the queue (at least one item), and how many."""
+        batch: list[ReadableSpan | SpanRecord] = []
+        spans = 0
+        queue = self._queue
+        while queue:
+            item = queue[0]
+            count = 1 if isinstance(item, ReadableSpan) else item.span_count
+            if batch and spans + count > self.max_batch_spans:
+                break
+            batch.append(queue.popleft())
+            spans += count
+        self._taken_spans += spans
+        return batch, spans
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         if os.getpid() != self._pid:
@@ -145,6 +207,17 @@ class ThreadedSpanProcessor(SpanProcessor):
             self._done.release()
         if self.exporter is not None:
             self.exporter.shutdown()
+
+
+def readable_spans(items: Sequence[ReadableSpan | SpanRecord]) -> list[ReadableSpan]:
+    """*items* as SDK spans: records built (on the exporter thread)."""
+    out: list[ReadableSpan] = []
+    for item in items:
+        if isinstance(item, ReadableSpan):
+            out.append(item)
+        else:
+            out.extend(item.readable_spans())
+    return out
 
 
 def span_processor(settings: TracingSettings) -> ThreadedSpanProcessor:
@@ -185,13 +258,16 @@ class JsonLinesFileExporter(SpanExporter):
     The fallback when no collector runs: `pricingctl traces --from-spans` reads it.
     Several worker processes append to the same file; each line is written
     with one `write` to a file opened in append mode, so lines do not interleave.
+    It takes the processor's records as they are (``SpanRecord``): no SDK span is built.
     """
+
+    takes_records = True
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export(self, spans: Sequence[ReadableSpan | SpanRecord]) -> SpanExportResult:
         line = encode_otlp_line(spans) + "\n"
         # Owner only: spans name routes, timings and hosts of the service.
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -205,14 +281,15 @@ class JsonLinesFileExporter(SpanExporter):
         pass
 
 
-def encode_otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+def encode_otlp_json(spans: Sequence[ReadableSpan | SpanRecord]) -> dict[str, Any]:
     """OTLP/JSON of *spans* as a document (``encode_otlp_line`` parsed back)."""
     parsed: dict[str, Any] = json.loads(encode_otlp_line(spans))
     return parsed
 
 
-def encode_otlp_line(spans: Sequence[ReadableSpan]) -> str:
-    """OTLP/JSON of *spans*, an ExportTraceServiceRequest, in compact JSON: the bytes
+def encode_otlp_line(spans: Sequence[ReadableSpan | SpanRecord]) -> str:
+    """OTLP/JSON of *spans* (SDK spans, or records whose spans it encodes in their
+    place), an ExportTraceServiceRequest, in compact JSON: the bytes
     ``json.dumps(..., separators=(",", ":"))`` writes of what the SDK's own OTLP encoder
     (``opentelemetry.exporter.otlp.proto.common``, the one the OTLP exporters send)
     read back with protobuf's canonical JSON mapping gives, except ids as hex and enums
@@ -239,7 +316,10 @@ def encode_otlp_line(spans: Sequence[ReadableSpan]) -> str:
         if group is None:
             scopes = by_resource.setdefault(resource, {})
             group = groups[id(resource), id(scope)] = scopes.setdefault(scope, [])
-        group.append(_span_text(span))
+        if isinstance(span, ReadableSpan):
+            group.append(_span_text(span))
+        else:
+            group.extend(span.span_texts())
     if not by_resource:
         return "{}"
     resource_spans = []
@@ -286,45 +366,91 @@ def _flags(parent: Any) -> str:
 def _span_text(span: ReadableSpan) -> str:
     context = span.get_span_context()
     assert context is not None  # an SDK span always has one
-    out = [f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}"']
-    if context.trace_state is not None:
-        trace_state = ",".join([f"{key}={value}" for key, value in context.trace_state.items()])
-        if trace_state:
-            out.append(',"traceState":' + _string(trace_state))
     parent = span.parent
-    if parent is not None:
-        out.append(f',"parentSpanId":"{parent.span_id:016x}"')
-    if span.name:
-        out.append(',"name":' + _string(span.name))
-    out.append(',"kind":' + _KINDS[span.kind])
-    if span.start_time:
-        out.append(f',"startTimeUnixNano":"{int(span.start_time)}"')
-    if span.end_time:
-        out.append(f',"endTimeUnixNano":"{int(span.end_time)}"')
-    attrs = _attributes_text(span.attributes)
+    status = span.status
+    return span_fields_text(
+        context.trace_id,
+        context.span_id,
+        _trace_state_text(context.trace_state),
+        parent.span_id if parent is not None else None,
+        parent is not None and parent.is_remote,
+        span.name,
+        span.kind,
+        span.start_time,
+        span.end_time,
+        span.attributes,
+        span.events,
+        status.status_code.value if status is not None else None,
+        status.description if status is not None else None,
+        dropped=(span.dropped_attributes, span.dropped_events, span.dropped_links),
+        links=span.links,
+    )
+
+
+def _trace_state_text(trace_state: Any) -> str:
+    if trace_state is None:
+        return ""
+    return ",".join([f"{key}={value}" for key, value in trace_state.items()])
+
+
+def span_fields_text(
+    trace_id: int,
+    span_id: int,
+    trace_state: str,
+    parent_span_id: int | None,
+    parent_remote: bool,
+    name: str,
+    kind: SpanKind,
+    start_ns: int | None,
+    end_ns: int | None,
+    attributes: Any,
+    events: Sequence[Any],
+    status_code: int | None,
+    status_message: str | None = None,
+    *,
+    dropped: tuple[int, int, int] = (0, 0, 0),
+    links: Sequence[Any] = (),
+) -> str:
+    """One span of ``encode_otlp_line``'s document, from its fields: what an SDK span
+    gives (``_span_text``), and what ``tracing.span_records`` builds from a request's
+    measurements on the exporter thread without one. *trace_state*: its header text;
+    *parent_span_id*: None for a root; *status_code*: None for no status; *dropped*:
+    attributes, events and links dropped."""
+    out = [f'{{"traceId":"{trace_id:032x}","spanId":"{span_id:016x}"']
+    if trace_state:
+        out.append(',"traceState":' + _string(trace_state))
+    if parent_span_id is not None:
+        out.append(f',"parentSpanId":"{parent_span_id:016x}"')
+    if name:
+        out.append(',"name":' + _string(name))
+    out.append(',"kind":' + _KINDS[kind])
+    if start_ns:
+        out.append(f',"startTimeUnixNano":"{int(start_ns)}"')
+    if end_ns:
+        out.append(f',"endTimeUnixNano":"{int(end_ns)}"')
+    attrs = _attributes_text(attributes)
     if attrs:
         out.append(',"attributes":' + attrs)
-    if span.dropped_attributes:
-        out.append(f',"droppedAttributesCount":{span.dropped_attributes}')
-    events = span.events
+    dropped_attributes, dropped_events, dropped_links = dropped
+    if dropped_attributes:
+        out.append(f',"droppedAttributesCount":{dropped_attributes}')
     if events:
         out.append(',"events":[' + ",".join([_event_text(event) for event in events]) + "]")
-    if span.dropped_events:
-        out.append(f',"droppedEventsCount":{span.dropped_events}')
-    links = span.links
+    if dropped_events:
+        out.append(f',"droppedEventsCount":{dropped_events}')
     if links:
         out.append(',"links":[' + ",".join([_link_text(link) for link in links]) + "]")
-    if span.dropped_links:
-        out.append(f',"droppedLinksCount":{span.dropped_links}')
-    status = span.status
-    if status is not None:
+    if dropped_links:
+        out.append(f',"droppedLinksCount":{dropped_links}')
+    if status_code is not None:
         fields = []
-        if status.description:
-            fields.append('"message":' + _string(status.description))
-        if status.status_code.value:
-            fields.append(f'"code":{status.status_code.value}')
+        if status_message:
+            fields.append('"message":' + _string(status_message))
+        if status_code:
+            fields.append(f'"code":{status_code}')
         out.append(',"status":{' + ",".join(fields) + "}")
-    out.append(',"flags":' + _flags(parent) + "}")
+    flags = _FLAGS_HAS_IS_REMOTE | _FLAGS_IS_REMOTE if parent_remote else _FLAGS_HAS_IS_REMOTE
+    out.append(f',"flags":{flags}}}')
     return "".join(out)
 
 

@@ -1,7 +1,7 @@
 """What the server side makes of a request once its handler ended: the histograms for
-every request, the server span's attributes and events for a sampled one (or its spans,
-built at its end: ``tracing.span_records``), and a whole trace exported afterwards for a
-slow one Envoy did not sample.
+every request, the server span's attributes and events for a sampled one (or its record,
+whose spans the exporter thread builds: ``tracing.span_records``), and a whole trace
+exported afterwards for a slow one Envoy did not sample.
 """
 
 from __future__ import annotations
@@ -135,6 +135,21 @@ def account(
         _export_slow(worker, done)
 
 
+def measured_fields(
+    route: str,
+    timing: RequestTiming,
+    totals: RequestTotals | None,
+    envoy_start_ns: int | None,
+    slow: bool,
+    reason: str,
+) -> tuple[dict[str, Any], list[Event]]:
+    """A built server span's attributes and events from its measurements alone
+    (``request_attributes``, ``_request_events``): derived on the exporter thread
+    (``tracing.span_records.RequestRecord``), not on the hub."""
+    attrs = request_attributes(route, timing, totals, envoy_start_ns, slow=slow, reason=reason)
+    return attrs, _request_events(timing)
+
+
 def _request_events(timing: RequestTiming) -> list[Event]:
     """A server span's events: the request's bytes reaching the kernel, the handler's start."""
     events = []
@@ -178,24 +193,15 @@ def _export_sampled(
     exc: BaseException | None,
     slow: bool,
 ) -> None:
-    """Build the spans of a request Envoy sampled: what the live spans would have held."""
+    """Queue the spans of a request Envoy sampled: what the live spans would have held.
+    On the hub, only what the Flask request and the outcome say; the exporter thread
+    derives the rest from the measurements (``measured_fields``)."""
     assert worker.spans is not None
-    timing, status = done.timing, done.status
+    timing, status, totals = done.timing, done.status, done.totals
     server_attrs = server_attributes(done.route, request)
     server_attrs.update(outcome_attributes(status, exc))
-    server_attrs.update(
-        request_attributes(
-            done.route,
-            timing,
-            done.totals,
-            done.envoy_start_ns(worker.envoy_start_header),
-            slow=slow,
-        )
-    )
-    events = _request_events(timing)
-    if exc is not None:
-        events.append(exception_event(exc, timing.end_unix_ns))
-    trace_state = _trace_state(sampled.tracestate)
+    envoy_start_ns = done.envoy_start_ns(worker.envoy_start_header)
+    events = [] if exc is None else [exception_event(exc, timing.end_unix_ns)]
     worker.spans.request(
         name=done.route,
         parent=SpanContext(
@@ -203,16 +209,16 @@ def _export_sampled(
             sampled.parent_span_id,
             is_remote=True,
             trace_flags=TraceFlags(sampled.flags),
-            trace_state=trace_state,
         ),
         span_id=sampled.span_id,
-        trace_state=trace_state,
+        trace_state=sampled.tracestate or None,
         attributes=server_attrs,
         events=events,
         error=exc is not None or (status is not None and status >= 500),
         start_ns=timing.start_unix_ns,
         end_ns=timing.end_unix_ns,
-        records=done.totals.records if done.totals is not None else (),
+        records=totals.records if totals is not None else (),
+        derive=(measured_fields, (done.route, timing, totals, envoy_start_ns, slow, "sampled")),
     )
 
 
@@ -226,23 +232,15 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
     server_attrs: dict[str, Any] = {HTTP_REQUEST_METHOD: method, HTTP_ROUTE: template}
     if status is not None:
         server_attrs[HTTP_RESPONSE_STATUS_CODE] = status
-    server_attrs.update(
-        request_attributes(
-            route,
-            timing,
-            totals,
-            done.envoy_start_ns(worker.envoy_start_header),
-            slow=True,
-            reason="slow",
-        )
-    )
+    envoy_start_ns = done.envoy_start_ns(worker.envoy_start_header)
     worker.spans.request(
         name=route,
         parent=trace.get_current_span(extracted).get_span_context(),
         attributes=server_attrs,
-        events=_request_events(timing),
+        events=[],
         error=status is not None and status >= 500,
         start_ns=timing.start_unix_ns,
         end_ns=timing.end_unix_ns,
         records=totals.records if totals is not None else (),
+        derive=(measured_fields, (route, timing, totals, envoy_start_ns, True, "slow")),
     )

@@ -1,12 +1,17 @@
-"""A request's spans built when it ends, from what was measured: no live OpenTelemetry
-span while it runs.
+"""A request's spans built from what was measured, off the hub: no live OpenTelemetry
+span while it runs, no SDK span object in its greenlet when it ends.
 
 The SDK's live spans cost the hub most of a sampled request's tracing (measured by
 ``pricingctl bench span-cost``): the sampler, ``BoundedAttributes`` validating every value
-as it is set and again for each event, the span's lock, the processors' ``on_start``. A
-request whose spans are built here pays for one ``ReadableSpan`` each, made once with its
-final attributes and handed to the exporting processor, which treats it as any ended
-span.
+as it is set and again for each event, the span's lock, the processors' ``on_start``.
+A request whose spans are built here leaves one ``RequestRecord`` on the export queue
+when it ends (``SpanBuilder.request``, on the hub): its ids, name, the few attributes
+only the hub can read (the Flask request's), its measurements (``RequestTiming``, each
+call's ``UpstreamCall``) and a function deriving the rest from them. The exporter's OS
+thread (``tracing.export``) builds the spans: their attributes, events, status and
+redaction (``RequestRecord.span_fields``), then OTLP/JSON text for the span file
+(``RequestRecord.span_texts``, through the encoder SDK spans go through) or SDK spans
+for the other exporters (``RequestRecord.readable_spans``).
 
 Two kinds of request are built here:
 
@@ -27,12 +32,12 @@ where ``OTEL_*_LIMIT`` variables ask for more than the SDK's defaults can bind.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, NamedTuple
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv.attributes.exception_attributes import (
@@ -48,6 +53,7 @@ from tracing.client import (
     client_span_attributes,
     finished_call_attributes,
 )
+from tracing.export import ThreadedSpanProcessor, span_fields_text
 from tracing.redact import QueryRedactor
 
 # The SDK's own key for it (deprecated in the conventions, still set by record_exception).
@@ -88,15 +94,194 @@ class _EventSink:
         self.events.append(Event(name, attributes, timestamp))
 
 
+class SpanFields(NamedTuple):
+    """One span built on the exporter thread, before it becomes OTLP text or an SDK
+    span. *parent_span_id*: None for a root."""
+
+    name: str
+    kind: SpanKind
+    span_id: int
+    parent_span_id: int | None
+    parent_remote: bool
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+    events: Sequence[Event]
+    status: Status
+
+
+#: Derives, on the exporter thread, a server span's measured attributes and events from
+#: the arguments the hub queued with it (``tracing.request_spans``).
+Derive = Callable[..., tuple[dict[str, Any], list[Event]]]
+
+
+class RequestRecord:
+    """A request's spans as the hub leaves them on the export queue: ids, the server
+    span's name and hub-read attributes, its measurements; built on the exporter thread
+    (``span_fields``). A ``tracing.export.SpanRecord``."""
+
+    __slots__ = (
+        "attributes",
+        "builder",
+        "calls",
+        "derive",
+        "derive_args",
+        "end_ns",
+        "error",
+        "events",
+        "flags",
+        "name",
+        "parent_remote",
+        "parent_span_id",
+        "span_count",
+        "span_id",
+        "start_ns",
+        "trace_id",
+        "trace_state",
+    )
+
+    def __init__(
+        self,
+        builder: SpanBuilder,
+        name: str,
+        ids: tuple[int, int, int | None, bool, int],
+        trace_state: TraceState | str | None,
+        attributes: dict[str, Any],
+        events: list[Event],
+        error: bool,
+        times: tuple[int, int],
+        calls: Sequence[UpstreamCall],
+        derive: tuple[Derive, tuple[Any, ...]] | None,
+    ) -> None:
+        self.builder = builder
+        self.name = name
+        #: trace id, server span id, parent span id (None: a root), parent is remote, flags
+        self.trace_id, self.span_id, self.parent_span_id, self.parent_remote, self.flags = ids
+        #: A header's text (parsed on the thread) or a parsed one.
+        self.trace_state = trace_state
+        self.attributes = attributes
+        #: Events only the hub could make (an exception's, its traceback formatted there).
+        self.events = events
+        self.error = error
+        self.start_ns, self.end_ns = times
+        self.calls = calls
+        self.derive: Derive | None = None
+        self.derive_args: tuple[Any, ...] = ()
+        if derive is not None:
+            self.derive, self.derive_args = derive
+        self.span_count = 1 + len(calls)
+
+    @property
+    def resource(self) -> Resource:
+        return self.builder.resource
+
+    @property
+    def instrumentation_scope(self) -> InstrumentationScope:
+        return self.builder.scope
+
+    def parsed_trace_state(self) -> TraceState | None:
+        state = self.trace_state
+        return TraceState.from_header([state]) if isinstance(state, str) else state
+
+    def span_fields(self) -> list[SpanFields]:
+        """Its spans, client spans first, as the SDK ended them (exporter thread)."""
+        builder = self.builder
+        out = [builder.client_fields(call, self.span_id) for call in self.calls]
+        attributes = self.attributes
+        events = self.events
+        if self.derive is not None:
+            measured, measured_events = self.derive(*self.derive_args)
+            attributes.update(measured)
+            events = measured_events + events
+        attributes.update(builder.redactor.changes(attributes))
+        parent = self.parent_span_id
+        out.append(
+            SpanFields(
+                self.name,
+                SpanKind.SERVER,
+                self.span_id,
+                parent,
+                self.parent_remote,
+                self.start_ns,
+                self.end_ns,
+                builder.bounded(attributes),
+                events,
+                _ERROR if self.error else _OK,
+            )
+        )
+        return out
+
+    def span_texts(self) -> list[str]:
+        """Its spans in OTLP/JSON (``tracing.export.span_fields_text``)."""
+        trace_id = self.trace_id
+        state = self.parsed_trace_state()
+        trace_state = ",".join([f"{k}={v}" for k, v in state.items()]) if state else ""
+        return [
+            span_fields_text(
+                trace_id,
+                span.span_id,
+                trace_state,
+                span.parent_span_id,
+                span.parent_remote,
+                span.name,
+                span.kind,
+                span.start_ns,
+                span.end_ns,
+                span.attributes,
+                span.events,
+                span.status.status_code.value,
+                span.status.description,
+                dropped=(_dropped(span.attributes), 0, 0),
+            )
+            for span in self.span_fields()
+        ]
+
+    def readable_spans(self) -> list[ReadableSpan]:
+        """Its spans as the SDK's (for the OTLP and console exporters)."""
+        builder = self.builder
+        flags = TraceFlags(self.flags)
+        state = self.parsed_trace_state()
+        contexts: dict[int, SpanContext] = {}
+        if self.parent_span_id is not None:
+            contexts[self.parent_span_id] = SpanContext(
+                self.trace_id, self.parent_span_id, self.parent_remote, flags, state
+            )
+        out = []
+        for span in self.span_fields():
+            context = SpanContext(self.trace_id, span.span_id, False, flags, state)
+            contexts.setdefault(span.span_id, context)
+            parent = span.parent_span_id
+            out.append(
+                ReadableSpan(
+                    name=span.name,
+                    context=context,
+                    parent=contexts.get(parent) if parent is not None else None,
+                    resource=builder.resource,
+                    attributes=span.attributes,
+                    events=span.events,
+                    kind=span.kind,
+                    status=span.status,
+                    start_time=span.start_ns,
+                    end_time=span.end_ns,
+                    instrumentation_scope=builder.scope,
+                )
+            )
+        return out
+
+
+def _dropped(attributes: Mapping[str, Any]) -> int:
+    return attributes.dropped if isinstance(attributes, BoundedAttributes) else 0
+
+
 class SpanBuilder:
-    """Builds a request's server span and its client spans, and hands them to *sink*
-    (the exporting processor), as the SDK would on ``end()``."""
+    """Queues a request's spans as a ``RequestRecord`` on *sink* (the exporting
+    processor), which builds its server span and client spans on its thread."""
 
     def __init__(
         self,
         resource: Resource,
         scope: str,
-        sink: SpanProcessor,
+        sink: ThreadedSpanProcessor,
         redactor: QueryRedactor,
         id_generator: IdGenerator,
         limits: SpanLimits | None = None,
@@ -125,55 +310,49 @@ class SpanBuilder:
         name: str,
         parent: SpanContext | None,
         attributes: dict[str, Any],
-        events: Sequence[Event],
+        events: list[Event],
         error: bool,
         start_ns: int,
         end_ns: int,
-        records: Iterable[UpstreamCall] = (),
+        records: Sequence[UpstreamCall] = (),
         span_id: int | None = None,
-        trace_state: TraceState | None = None,
+        trace_state: TraceState | str | None = None,
+        derive: tuple[Derive, tuple[Any, ...]] | None = None,
     ) -> None:
-        """Build and hand over one request's server span (*name*, *attributes*, *events*;
-        status ERROR when *error*) under *parent* (None or invalid: a new trace), and one
-        client span for each of *records*. *span_id*: the server span's id when it was
-        chosen as the request started."""
+        """Queue one request's server span (*name*, *attributes*, *events*; status ERROR
+        when *error*) under *parent* (None or invalid: a new trace), and one client span
+        for each of *records*; *derive*: a function and its arguments giving the rest of
+        the server span's attributes and its first events, called on the exporter thread.
+        *span_id*: the server span's id when it was chosen as the request started. On the
+        hub: only ids are drawn here."""
+        ids: tuple[int, int, int | None, bool]
         if parent is not None and parent.is_valid:
             trace_id = parent.trace_id
-            flags = TraceFlags(_SAMPLED | (parent.trace_flags & TraceFlags.RANDOM_TRACE_ID))
+            flags = _SAMPLED | (parent.trace_flags & TraceFlags.RANDOM_TRACE_ID)
             trace_state = trace_state if trace_state is not None else parent.trace_state
+            ids = (trace_id, span_id or self.new_span_id(), parent.span_id, parent.is_remote)
         else:
-            parent = None
-            trace_id = self.id_generator.generate_trace_id()
             random_id = self.id_generator.is_trace_id_random()
-            flags = TraceFlags(_SAMPLED | TraceFlags.RANDOM_TRACE_ID) if random_id else _SAMPLED
-        server = SpanContext(
-            trace_id,
-            span_id or self.id_generator.generate_span_id(),
-            is_remote=False,
-            trace_flags=flags,
-            trace_state=trace_state,
-        )
-        sink = self.sink
-        for record in records:
-            sink.on_end(self._client(record, server))
-        attributes.update(self.redactor.changes(attributes))
-        sink.on_end(
-            ReadableSpan(
-                name=name,
-                context=server,
-                parent=parent,
-                resource=self.resource,
-                attributes=self._bounded(attributes),
-                events=events,
-                kind=SpanKind.SERVER,
-                status=_ERROR if error else _OK,
-                start_time=start_ns,
-                end_time=end_ns,
-                instrumentation_scope=self.scope,
+            flags = _SAMPLED | TraceFlags.RANDOM_TRACE_ID if random_id else _SAMPLED
+            trace_id = self.id_generator.generate_trace_id()
+            ids = (trace_id, span_id or self.new_span_id(), None, False)
+        self.sink.on_record(
+            RequestRecord(
+                self,
+                name,
+                (*ids, flags),
+                trace_state,
+                attributes,
+                events,
+                error,
+                (start_ns, end_ns),
+                records,
+                derive,
             )
         )
 
-    def _client(self, record: UpstreamCall, server: SpanContext) -> ReadableSpan:
+    def client_fields(self, record: UpstreamCall, server_span_id: int) -> SpanFields:
+        """The client span of one measured call (exporter thread)."""
         attributes = client_span_attributes(record)
         attributes.update(self.redactor.changes(attributes))
         attributes.update(finished_call_attributes(record))
@@ -186,28 +365,22 @@ class SpanBuilder:
         if exc is not None:
             events.events.append(exception_event(exc, record.end_unix_ns))
             status = Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
-        context = SpanContext(
-            server.trace_id,
-            record.span_id or self.id_generator.generate_span_id(),
-            is_remote=False,
-            trace_flags=server.trace_flags,
-            trace_state=server.trace_state,
-        )
-        return ReadableSpan(
-            name=f"{record.method} {record.path.split('?', 1)[0]}",
-            context=context,
-            parent=server,
-            resource=self.resource,
-            attributes=self._bounded(attributes),
-            events=events.events,
-            kind=SpanKind.CLIENT,
-            status=status,
-            start_time=record.start_unix_ns,
-            end_time=record.end_unix_ns,
-            instrumentation_scope=self.scope,
+        if not record.span_id:  # a slow request's: drawn here, once
+            record.span_id = self.new_span_id()
+        return SpanFields(
+            f"{record.method} {record.path.split('?', 1)[0]}",
+            SpanKind.CLIENT,
+            record.span_id,
+            server_span_id,
+            False,
+            record.start_unix_ns,
+            record.end_unix_ns,
+            self.bounded(attributes),
+            events.events,
+            status,
         )
 
-    def _bounded(self, attributes: dict[str, Any]) -> Mapping[str, Any]:
+    def bounded(self, attributes: dict[str, Any]) -> Mapping[str, Any]:
         limits = self._limits
         if limits is None:
             return attributes
