@@ -355,6 +355,10 @@ _string = json.encoder.encode_basestring_ascii
 # Attribute key -> its JSON prefix ('{"key":"http.route","value":'); keys are few.
 _key_prefixes: dict[str, str] = {}
 _MAX_KEY_PREFIXES = 4096
+# (key, str or int value) -> (the value's type, its KeyValue text): most such pairs
+# repeat from span to span (methods, hosts, ports, status codes, routes).
+_pair_texts: dict[tuple[str, Any], tuple[type, str]] = {}
+_MAX_PAIR_TEXTS = 8192
 
 
 def _flags(parent: Any) -> str:
@@ -498,21 +502,38 @@ def _attributes_text(attributes: Any) -> str:
     if not attributes:
         return ""
     out = []
+    prefixes = _key_prefixes
+    pairs = _pair_texts
     for key, value in attributes.items():
-        # Inlined for the common values (this runs for every attribute of every span).
+        # Inlined for the common values (this runs for every attribute of every span): a
+        # float is written, a str or int key-value pair seen before is looked up.
         kind = type(value)
         try:
-            if kind is str and value.isascii():
-                text = '{"stringValue":' + _string(value) + "}"
-            elif kind is float and -math.inf < value < math.inf:
-                text = '{"doubleValue":' + float.__repr__(value) + "}"
-            else:
-                text = _value_text(value)
+            if kind is float and -math.inf < value < math.inf:
+                prefix = prefixes.get(key) or _key_prefix(key)
+                out.append(f'{prefix}{{"doubleValue":{float.__repr__(value)}}}}}')
+                continue
+            if kind is str or kind is int:
+                text = pairs.get((key, value))
+                if text is None or kind is not text[0]:
+                    text = _pair_text(key, value, kind)
+                out.append(text[1])
+                continue
+            prefix = prefixes.get(key) or _key_prefix(key)
+            out.append(f"{prefix}{_value_text(value)}}}")
         except Exception as error:  # as the SDK's encoder: the attribute is left out
             log.exception("Failed to encode key %s: %s", key, error)
-            continue
-        out.append((_key_prefixes.get(key) or _key_prefix(key)) + text + "}")
     return "[" + ",".join(out) + "]" if out else ""
+
+
+def _pair_text(key: str, value: str | int, kind: type) -> tuple[type, str]:
+    """A str or int attribute's KeyValue text, remembered while there is room (a value
+    of its type: True == 1 as a key, but not as a value)."""
+    prefix = _key_prefixes.get(key) or _key_prefix(key)
+    text = (kind, f"{prefix}{_value_text(value)}}}")
+    if len(_pair_texts) < _MAX_PAIR_TEXTS and type(key) is str:
+        _pair_texts[key, value] = text
+    return text
 
 
 def _key_prefix(key: str) -> str:
@@ -539,7 +560,7 @@ def _value_text(value: Any) -> str:
         return '{"doubleValue":' + _double(value) + "}"
     if kind is int and _INT64_MIN <= value <= _INT64_MAX:
         return f'{{"intValue":"{value}"}}'
-    if kind is tuple and value:
+    if (kind is tuple or kind is list) and value:
         return '{"arrayValue":{"values":[' + ",".join([_value_text(v) for v in value]) + "]}}"
     if value is None:
         return "{}"
