@@ -241,15 +241,19 @@ class RequestRecord:
         builder = self.builder
         flags = TraceFlags(self.flags)
         state = self.parsed_trace_state()
-        contexts: dict[int, SpanContext] = {}
+        trace_id = self.trace_id
+        # The parent of each span: the server span's, and its own (Envoy's, or none).
+        contexts = {self.span_id: SpanContext(trace_id, self.span_id, False, flags, state)}
         if self.parent_span_id is not None:
             contexts[self.parent_span_id] = SpanContext(
-                self.trace_id, self.parent_span_id, self.parent_remote, flags, state
+                trace_id, self.parent_span_id, self.parent_remote, flags, state
             )
         out = []
         for span in self.span_fields():
-            context = SpanContext(self.trace_id, span.span_id, False, flags, state)
-            contexts.setdefault(span.span_id, context)
+            if span.span_id == self.span_id:
+                context = contexts[span.span_id]
+            else:
+                context = SpanContext(trace_id, span.span_id, False, flags, state)
             parent = span.parent_span_id
             out.append(
                 ReadableSpan(

@@ -165,6 +165,53 @@ def test_spans_beyond_the_queue_are_dropped_and_counted_without_blocking(
     assert processor.dropped_spans == 4
 
 
+class FakeRecord:
+    """A request's spans not yet built (``tracing.export.SpanRecord``)."""
+
+    def __init__(self, prefix: str, spans: int) -> None:
+        self.prefix = prefix
+        self.span_count = spans
+        self.resource = Resource.create({})
+        self.instrumentation_scope = None
+
+    def span_texts(self) -> list[str]:
+        raise AssertionError("only the span file encodes records")
+
+    def readable_spans(self) -> list[ReadableSpan]:
+        return finished_spans(self.span_count, self.prefix)
+
+
+def test_records_count_their_spans_in_the_queue_batches_and_drops(processors: Any) -> None:
+    exporter = RecordingExporter()
+    processor = processors(exporter, max_queue_size=7, max_export_batch_size=4)
+    processor._signal = lambda: None  # the thread sleeps while the queue fills
+    processor.on_record(FakeRecord("a", 3))
+    processor.on_record(FakeRecord("b", 3))
+    processor.on_record(FakeRecord("c", 3))  # 9 spans would not fit in 7
+    processor.on_end(finished_spans(1, "live")[0])
+    assert processor.dropped_spans == 3
+    del processor._signal
+    assert processor.force_flush(5000)
+    # A batch takes whole records up to the batch size, built into SDK spans there.
+    assert exporter.batches == [["a-0", "a-1", "a-2"], ["b-0", "b-1", "b-2", "live-0"]]
+    assert (processor.exported_spans, processor.dropped_spans) == (7, 3)
+    processor.on_record(FakeRecord("d", 2))  # the queue's room came back
+    assert processor.force_flush(5000)
+    assert processor.exported_spans == 9
+
+
+def test_a_record_that_fails_to_build_counts_its_spans_dropped(
+    processors: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    processor = processors(RecordingExporter())
+    record = FakeRecord("broken", 4)
+    record.readable_spans = lambda: 1 / 0  # type: ignore[assignment,method-assign,misc]
+    processor.on_record(record)
+    assert processor.force_flush(5000)
+    assert (processor.exported_spans, processor.dropped_spans) == (0, 4)
+    assert "dropped 4 spans" in caplog.text
+
+
 def test_a_raising_exporter_never_raises_and_counts_the_spans_dropped(
     processors: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,6 +1,8 @@
-"""Spans built at a request's end (``tracing.span_records``) hold what the SDK's live
-spans held for the same request: the same OTLP lines leave the worker, but for the
-measured numbers, the ids and the times."""
+"""Spans built from a request's record off the hub (``tracing.span_records``) hold what
+the SDK's live spans held for the same request: the same OTLP lines leave the worker, but
+for the measured numbers, the ids and the times. A record's OTLP/JSON, written straight
+from its fields for the span file, is what the SDK's own encoder makes of the SDK spans
+built from the same record for the other exporters."""
 
 from __future__ import annotations
 
@@ -11,12 +13,21 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
+from opentelemetry.trace import SpanContext, TraceFlags
 
 import tracing.server
+from tests.unit.tracing.test_export_encoding import sdk_encoding
+from tracing.export import ThreadedSpanProcessor, encode_otlp_json, readable_spans
 from tracing.flask_tracing import FlaskTracing
+from tracing.redact import QueryRedactor
 from tracing.server_span import sampled_traceparent
-from tracing.settings import Mode, TracingSettings
+from tracing.settings import BatchSettings, Mode, TracingSettings
+from tracing.span_records import RequestRecord, SpanBuilder
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
@@ -39,10 +50,18 @@ def _reset_worker() -> Iterator[None]:
     tracing.server.shutdown_worker()
 
 
-def serve(span_file: Path, *, build: bool) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """Run the same three requests through a traced worker, its sampled spans built at
-    the end (*build*) or live; return the spans written and the headers sent upstream."""
-    settings = TracingSettings(mode=Mode.FULL, otlp_endpoint=None, span_file=span_file)
+def serve(
+    span_file: Path, *, build: bool, queued: list[Any] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Run the same three requests through a traced worker, its sampled spans built off
+    the hub (*build*) or live; return the spans written and the headers sent upstream.
+    *queued*: given what the export queue held before its flush."""
+    settings = TracingSettings(
+        mode=Mode.FULL,
+        otlp_endpoint=None,
+        span_file=span_file,
+        batch=BatchSettings(schedule_delay_s=60.0),  # exported at the flush below
+    )
     worker = tracing.server.setup_worker(
         "io", settings, tracing.server.Sampling(ratio=1.0, default_slow_s=60)
     )
@@ -74,6 +93,8 @@ def serve(span_file: Path, *, build: bool) -> tuple[list[dict[str, Any]], list[d
     client = app.test_client()
     assert client.get("/v1/offers/bike?region=sf&user_id=u-1", headers=HEADERS).status_code == 200
     assert client.get("/v1/boom", headers=HEADERS).status_code == 500
+    if queued is not None:
+        queued.extend(worker.processor._queue)
     assert worker.processor.force_flush(5000)
     tracing.server.shutdown_worker()
     spans = []
@@ -131,6 +152,76 @@ def test_built_spans_hold_what_the_live_spans_held(tmp_path: Path) -> None:
     # The same headers went upstream, but for the client span's id.
     assert [sorted(h) for h in built_sent] == [sorted(h) for h in live_sent]
     assert built_sent[0]["tracestate"] == live_sent[0]["tracestate"] == "congo=t61rcWkgMzE"
+
+
+def test_the_hub_queues_records_and_no_sdk_span(tmp_path: Path) -> None:
+    queued: list[Any] = []
+    serve(tmp_path / "built.jsonl", build=True, queued=queued)
+    assert [type(item) for item in queued] == [RequestRecord, RequestRecord]
+    assert sorted(item.span_count for item in queued) == [1, 4]
+
+
+def test_a_records_otlp_is_the_sdks_for_the_same_request(tmp_path: Path) -> None:
+    """Field by field: the span file's text of a record (no SDK span) against the SDK's
+    own OTLP encoder of the SDK spans the other exporters get from the same record: ids,
+    parents, names, kinds, attributes (redacted), events (the exception's too), status,
+    flags, trace state, resource and scope."""
+    queued: list[Any] = []
+    serve(tmp_path / "built.jsonl", build=True, queued=queued)
+    direct = encode_otlp_json(queued)
+    assert direct == sdk_encoding(readable_spans(queued))
+    spans = [s for r in direct["resourceSpans"] for ss in r["scopeSpans"] for s in ss["spans"]]
+    assert len(spans) == 5
+    assert {s.get("traceState") for s in spans} == {"congo=t61rcWkgMzE"}
+    (eta,) = (s for s in spans if s["name"] == "GET /v1/eta")
+    assert [e["name"] for e in eta["events"]] == ["exception"]
+    assert eta["status"] == {"message": "ConnectionResetError: reset by peer", "code": 2}
+
+
+def test_the_otlp_exporters_get_the_sdk_spans_built_on_the_thread(tmp_path: Path) -> None:
+    queued: list[Any] = []
+    serve(tmp_path / "built.jsonl", build=True, queued=queued)
+    memory = InMemorySpanExporter()
+    processor = ThreadedSpanProcessor(memory, BatchSettings(schedule_delay_s=60.0))
+    try:
+        for record in queued:
+            processor.on_record(record)
+        assert processor.force_flush(5000)
+        exported = list(memory.get_finished_spans())
+        assert processor.exported_spans == len(exported) == 5
+        assert sdk_encoding(exported) == encode_otlp_json(queued)
+    finally:
+        processor.shutdown()
+
+
+def test_span_limits_bind_on_built_spans_as_on_the_sdks() -> None:
+    memory = InMemorySpanExporter()
+    processor = ThreadedSpanProcessor(memory, BatchSettings(schedule_delay_s=60.0))
+    limits = SpanLimits(max_span_attributes=3, max_span_attribute_length=4)
+    builder = SpanBuilder(
+        Resource.create({"service.name": "s"}),
+        "scope",
+        processor,
+        QueryRedactor(),
+        RandomIdGenerator(),
+        limits,
+    )
+    parent = SpanContext(int(TRACE, 16), int(PARENT, 16), True, TraceFlags(1))
+    try:
+        attributes = {"a": 1, "b": 2.5, "c": True, "d": "x", "e": "long value"}
+        builder.request(
+            name="GET /r", parent=parent, attributes=attributes, events=[], error=True,
+            start_ns=1, end_ns=2,
+        )  # fmt: skip
+        (record,) = processor._queue
+        (span,) = encode_otlp_json([record])["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        assert span["droppedAttributesCount"] == 2
+        assert [a["key"] for a in span["attributes"]] == ["c", "d", "e"]  # the first go
+        assert span["attributes"][2]["value"] == {"stringValue": "long"}
+        assert span["status"] == {"code": 2}
+        assert encode_otlp_json([record]) == sdk_encoding(readable_spans([record]))
+    finally:
+        processor.shutdown()
 
 
 def test_built_spans_are_one_trace_under_envoys_span(tmp_path: Path) -> None:
