@@ -19,7 +19,7 @@ from opentelemetry.trace import INVALID_SPAN, SpanContext, TraceFlags, TraceStat
 
 from routing.edge import parse_envoy_start_ns
 from tracing import attributes
-from tracing.client import RequestTotals, SampledTrace
+from tracing.client import RequestTotals, SampledTrace, UpstreamCall
 from tracing.server_span import outcome_attributes, server_attributes
 from tracing.span_records import exception_event
 from tracing.timing.call_state import top_culprits
@@ -138,14 +138,17 @@ def account(
 def measured_fields(
     route: str,
     timing: RequestTiming,
-    totals: RequestTotals | None,
+    calls: tuple[UpstreamCall, ...],
     envoy_start_ns: int | None,
     slow: bool,
     reason: str,
 ) -> tuple[dict[str, Any], list[Event]]:
     """A built server span's attributes and events from its measurements alone
     (``request_attributes``, ``_request_events``): derived on the exporter thread
-    (``tracing.span_records.RequestRecord``), not on the hub."""
+    (``tracing.span_records.RequestRecord``), not on the hub. *calls*: the request's
+    calls as it ended (a call its deadline cut off may still add to its totals)."""
+    totals = RequestTotals()
+    totals.records = list(calls)
     attrs = request_attributes(route, timing, totals, envoy_start_ns, slow=slow, reason=reason)
     return attrs, _request_events(timing)
 
@@ -202,6 +205,7 @@ def _export_sampled(
     server_attrs.update(outcome_attributes(status, exc))
     envoy_start_ns = done.envoy_start_ns(worker.envoy_start_header)
     events = [] if exc is None else [exception_event(exc, timing.end_unix_ns)]
+    calls = tuple(totals.records) if totals is not None else ()
     worker.spans.request(
         name=done.route,
         parent=SpanContext(
@@ -217,8 +221,8 @@ def _export_sampled(
         error=exc is not None or (status is not None and status >= 500),
         start_ns=timing.start_unix_ns,
         end_ns=timing.end_unix_ns,
-        records=totals.records if totals is not None else (),
-        derive=(measured_fields, (done.route, timing, totals, envoy_start_ns, slow, "sampled")),
+        records=calls,
+        derive=(measured_fields, (done.route, timing, calls, envoy_start_ns, slow, "sampled")),
     )
 
 
@@ -233,6 +237,7 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
     if status is not None:
         server_attrs[HTTP_RESPONSE_STATUS_CODE] = status
     envoy_start_ns = done.envoy_start_ns(worker.envoy_start_header)
+    calls = tuple(totals.records) if totals is not None else ()
     worker.spans.request(
         name=route,
         parent=trace.get_current_span(extracted).get_span_context(),
@@ -241,6 +246,6 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
         error=status is not None and status >= 500,
         start_ns=timing.start_unix_ns,
         end_ns=timing.end_unix_ns,
-        records=totals.records if totals is not None else (),
-        derive=(measured_fields, (route, timing, totals, envoy_start_ns, True, "slow")),
+        records=calls,
+        derive=(measured_fields, (route, timing, calls, envoy_start_ns, True, "slow")),
     )
