@@ -369,3 +369,47 @@ def goodput(steps: Sequence[Mapping[str, Any]], path: Path) -> Path:
 
 
 _MODE_COLORS = ("#30638e", "#d1495b", "#00798c", "#edae49", "#6a4c93", "#8ac926")
+
+
+@_needs_matplotlib
+def incident_timeline(
+    points: Sequence[Mapping[str, float]],
+    windows: Mapping[str, tuple[float, float]],
+    path: Path,
+    *,
+    cap_ms: float,
+    title: str,
+) -> Path:
+    """`pricingctl incident`: offers within the cap (as nines) and their p99 over the
+    run, the before and after windows shaded and the move marked."""
+    fig, (ok, p99) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    ts = [p["t_s"] for p in points]
+    # Every offer within the cap shows at the top of the axis, not at infinity.
+    top = 4.5
+    ok.plot(ts, [min(_nines_x(p["within_cap"]), top) if p["within_cap"] < 1 else top
+                 for p in points], "o-", ms=3, color=COLORS["split"])  # fmt: skip
+    ok.set_ylim(0, top + 0.2)
+    ok.set_yticks([1, 2, 3, 4])
+    ok.set_yticklabels(["90 %", "99 %", "99.9 %", "99.99 %"])
+    ok.set_ylabel("offers within the cap\n(top: every one)")
+    p99.plot(ts, [p["p99_ms"] for p in points], "o-", ms=3, color=COLORS["shared"])
+    p99.axhline(cap_ms, color="black", ls=":", lw=0.8, label=f"cap {cap_ms:.0f} ms")
+    p99.set_yscale("log")
+    _plain_log_ticks(p99.yaxis, min(p["p99_ms"] for p in points), max(p["p99_ms"] for p in points))
+    p99.set_ylabel("offers p99, ms (log)")
+    p99.set_xlabel("seconds since the load started")
+    for name, (start, end) in windows.items():
+        for ax in (ok, p99):
+            if name == "move":
+                ax.axvspan(start, end, color="#edae49", alpha=0.35, lw=0)
+            else:
+                ax.axvspan(start, end, color="grey", alpha=0.08, lw=0)
+        ok.text((start + end) / 2, top + 0.05, name, ha="center", va="bottom", fontsize=8)
+    for ax in (ok, p99):
+        ax.grid(True, alpha=0.3)
+    p99.legend(fontsize=8)
+    ok.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path

@@ -18,6 +18,7 @@ import json
 import os
 import resource
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -349,6 +350,10 @@ class LoadgenProcess:
 
     def alive(self) -> bool:
         return self.proc.alive()
+
+    def end(self) -> None:
+        """Send nothing more; what is in flight finishes, then the samples are written."""
+        os.kill(self.pid, signal.SIGUSR1)
 
     def result(self, timeout_s: float) -> dict[str, Any]:
         try:
