@@ -255,7 +255,7 @@ def _cpu_labels(stack: Stack, scenario: Scenario) -> set[str]:
     for kind in scenario.cpu_kinds:
         route = stack.config.route_for_endpoint(kind)
         if route is not None:
-            labels.update(route.labels(route.answered_methods))
+            labels.update(route.labels())
     return labels
 
 
@@ -310,7 +310,8 @@ def _fix(
         detail = "" if done is None else f" (exit {done.returncode}): {done.stderr.strip()}"
         raise BenchError(f"routes suggest did not finish{detail}")
     say("$ pricingctl routes suggest --from-metrics ... (the pools' /metrics, before window)")
-    diff = [x for x in done.stdout.splitlines() if (x and x[0] in "+-@") or "(move)" in x]
+    shown = ("route ", "+", "-", "@")
+    diff = [x for x in done.stdout.splitlines() if x.startswith(shown) or "(move)" in x]
     for line in diff:
         say(f"  {line}")
     proposed = moves(done.stdout)
@@ -318,6 +319,7 @@ def _fix(
     if not proposed:
         say("  routes suggest proposed no move")
         return None
+    say("  (applied: the moves; a change of a pool's size needs a restart)")
     return _apply(stack, moved_config(config, proposed, stack.run_dir.parent), clock, say)
 
 

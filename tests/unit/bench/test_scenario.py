@@ -40,7 +40,7 @@ def _written(tmp_path: Path, old: str, new: str) -> Path:
         ("after_s = 60", "", "[timing].after_s: missing"),
         ('"quotes.batch" = 1.0', '"quotes.batsh" = 1.0', "[cpu].quotes.batsh: not an endpoint"),
         ('"quotes.batch" = 1.0', '"quotes.batch" = -1', "[cpu].quotes.batch: requests/s"),
-        ('"offers.rideshare" = 8.0\n"quotes.batch" = 1.0', "", "[cpu]: no CPU-heavy endpoint"),
+        ('"offers.rideshare" = 5.0\n"quotes.batch" = 1.0', "", "[cpu]: no CPU-heavy endpoint"),
         ('offers = ["offers.bike", "offers.scooter"]', "offers = []", "[clients].offers"),
         ("offer_timeout_ms = 2000", "offer_timeout_ms = 400", "below [clients].cap_ms"),
         ("# The founding", "seed = 1\n# The founding", "unknown table [seed]"),
