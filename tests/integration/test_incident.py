@@ -30,8 +30,8 @@ pytestmark = pytest.mark.integration
 SHORT = {
     "count = 60": "count = 20",
     "cap_ms = 500": "cap_ms = 250",
-    '"offers.rideshare" = 5.0': '"offers.rideshare" = 3.0',
-    '"quotes.batch" = 1.0': '"quotes.batch" = 1.5',
+    '"offers.rideshare" = 6.0': '"offers.rideshare" = 3.0',
+    '"quotes.batch" = 1.2': '"quotes.batch" = 1.5',
     "warmup_s = 5": "warmup_s = 2",
     "before_s = 60": "before_s = 14",
     "settle_s = 5": "settle_s = 1",
