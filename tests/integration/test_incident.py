@@ -32,10 +32,10 @@ SHORT = {
     "cap_ms = 500": "cap_ms = 250",
     '"offers.rideshare" = 6.0': '"offers.rideshare" = 3.0',
     '"quotes.batch" = 1.2': '"quotes.batch" = 1.5',
-    "warmup_s = 5": "warmup_s = 2",
+    "warmup_s = 5": "warmup_s = 1",
     "before_s = 60": "before_s = 14",
     "settle_s = 5": "settle_s = 1",
-    "after_s = 60": "after_s = 5",
+    "after_s = 60": "after_s = 4",
 }
 CLIENTS = 20
 PERCENTILES = ("p50_ms", "p95_ms", "p99_ms", "p999_ms")
