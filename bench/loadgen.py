@@ -102,6 +102,9 @@ class Plan:
     # Send a W3C traceparent (fresh trace id per request) so spans and simulator
     # records can be joined to the generator's samples.
     trace: bool = False
+    # Of those traceparents, the percentage whose sampled flag is set (decided by the
+    # trace id, as a parent-based sampler downstream keeps it): 1 is Envoy's default.
+    sampled_pct: float = 100.0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -112,6 +115,7 @@ class Plan:
             "timeout_s": self.timeout_s,
             "max_in_flight": self.max_in_flight,
             "trace": self.trace,
+            "sampled_pct": self.sampled_pct,
         }
 
     @classmethod
@@ -127,6 +131,7 @@ class Plan:
             timeout_s=float(str(data["timeout_s"])),
             max_in_flight=int(str(data["max_in_flight"])),
             trace=bool(data["trace"]),
+            sampled_pct=float(str(data.get("sampled_pct", 100.0))),
         )
 
 
@@ -229,6 +234,7 @@ class OpenLoop:
         *,
         max_in_flight: int = 4000,
         trace: bool = False,
+        sampled_pct: float = 100.0,
         connect: Connect = tcp_connect,
         clock: Clock = time.monotonic,
     ) -> None:
@@ -238,6 +244,8 @@ class OpenLoop:
         self.timeout_s = timeout_s
         self.max_in_flight = max_in_flight
         self.trace = trace
+        # A trace id is sampled when its last 32 bits, scaled to [0, 100), fall below this.
+        self._sampled_below = int(sampled_pct / 100.0 * 2**32)
         # Trace ids must be unique across runs (the report pools the spans of several
         # runs), so they come from the OS, not from the schedule's seed.
         self.rng = random.Random()
@@ -307,7 +315,8 @@ class OpenLoop:
             trace_id = f"{self.rng.getrandbits(128):032x}"
             self.trace_ids[i] = trace_id
             extra = (
-                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-01\r\n".encode()
+                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-"
+                f"{self._flags(trace_id)}\r\n".encode()
             )
         ex = _Exchange(i, request.wire(extra))
         self._active[i] = ex
@@ -436,6 +445,9 @@ class OpenLoop:
             return
         self._finish(ex, CONNECTION_ERROR)
 
+    def _flags(self, trace_id: str) -> str:
+        return "01" if int(trace_id[24:], 16) < self._sampled_below else "00"
+
     def _fresh_bytes(self, ex: _Exchange) -> bytes:
         arrival = self.schedule[ex.index]
         target = self.targets[arrival.kind]
@@ -444,7 +456,8 @@ class OpenLoop:
         if self.trace:
             trace_id = self.trace_ids[ex.index]
             extra = (
-                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-01\r\n".encode()
+                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-"
+                f"{self._flags(trace_id)}\r\n".encode()
             )
         return request.wire(extra)
 
@@ -482,6 +495,7 @@ def run_open_loop(
     *,
     max_in_flight: int = 4000,
     trace: bool = False,
+    sampled_pct: float = 100.0,
     connect: Connect = tcp_connect,
     clock: Clock = time.monotonic,
 ) -> tuple[Samples, int]:
@@ -497,6 +511,7 @@ def run_open_loop(
         timeout_s,
         max_in_flight=max_in_flight,
         trace=trace,
+        sampled_pct=sampled_pct,
         connect=connect,
         clock=clock,
     )
@@ -512,6 +527,7 @@ def run_plan(plan: Plan, schedule: Sequence[Arrival], start_at: float) -> dict[s
         plan.timeout_s,
         max_in_flight=plan.max_in_flight,
         trace=plan.trace,
+        sampled_pct=plan.sampled_pct,
     )
     return {
         "samples": samples.to_json(),
