@@ -16,6 +16,7 @@ from bench.baseline.offers import BUDGET_S, MODES, calls, failed, offer, tracing
 from pricing.domain.errors import PricingError
 from pricing.upstream.gateway import Answer
 from pricing.web.offers import Mode
+from toolkit.contract import JSON
 
 UPSTREAMS = ("vehicles", "routing", "promotions")
 
@@ -54,9 +55,7 @@ def create_app() -> Flask:
         try:
             query, todo = calls(mode, request.args.to_dict(flat=False))
         except PricingError as exc:
-            return Response(
-                json.dumps({"title": str(exc)}), exc.status, mimetype="application/json"
-            )
+            return Response(json.dumps({"title": str(exc)}), exc.status, mimetype=JSON)
         jobs = [gevent.spawn(fetch, upstream, path) for upstream, path in todo]
         gevent.joinall(jobs, timeout=BUDGET_S)
         answers: dict[str, Answer] = {
@@ -66,7 +65,7 @@ def create_app() -> Flask:
         for job in jobs:
             job.kill(block=False)
         status, body = offer(mode, query, answers)
-        return Response(json.dumps(body), status, mimetype="application/json")
+        return Response(json.dumps(body), status, mimetype=JSON)
 
     for mode in MODES:
         app.add_url_rule(

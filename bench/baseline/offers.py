@@ -13,6 +13,7 @@ from pricing.upstream.gateway import Answer
 from pricing.web.offers import Mode, build_offer, offer_calls
 from pricing.web.validation import OfferQuery, parse_offer_query
 from toolkit.contract import UPSTREAM_URL_ENV
+from tracing.settings import SDK_DISABLED_ENV
 
 #: The offer's budget, as the io pool's route timeout (seconds).
 BUDGET_S = 0.5
@@ -25,7 +26,7 @@ def upstream_url() -> str:
 
 def tracing_on() -> bool:
     """False when ``OTEL_SDK_DISABLED=true``: the app runs without OpenTelemetry."""
-    return (os.environ.get("OTEL_SDK_DISABLED") or "").strip().lower() != "true"
+    return (os.environ.get(SDK_DISABLED_ENV) or "").strip().lower() != "true"
 
 
 def calls(

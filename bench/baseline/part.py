@@ -1,19 +1,19 @@
 """`pricingctl bench baseline`: the project's io pool against the stock stacks a team
 runs today, in one run.
 
-One stack with ONE io worker (tracing off, then at its default), and beside it the two
+One stack with ONE io worker (tracing at its default, then off), and beside it the two
 stock apps (``gevent_app``, ``asyncio_app``: one worker each), all on the stack's
-upstream simulator at a fixed latency, every arm exporting to one OTLP sink. At each
-rate the three sides are driven one after another, the order rotating from rate to
-rate, each by the project's own open-loop generator straight to its worker (no Envoy
-for anyone), that worker alone on a core of its own and everything else on the
-other(s), as ``io-capacity`` pins its io worker. Tracing "on" is the generator's
-``traceparent`` on every request with the sampled flag on 1 in 100: what Envoy decides
-for the project, and what the stock stacks' parent-based sampler follows.
-
-Each side's capacity is ``io-capacity``'s search (``bench.io_capacity.search`` and its
-pass rule) on that side alone, with tracing on; between a failed step and the next, the
-side gets the generator's timeout to drain instead of a fresh stack.
+upstream simulator at a fixed latency, every side exporting to one OTLP sink. Each
+side's capacity comes first: ``io-capacity``'s search (``bench.io_capacity.search`` and
+its pass rule) on that side alone, tracing on. Then, at each rate (by default half and
+nine tenths of the stock gevent stack's capacity), the three sides are driven one
+after another, the order rotating from rate to rate, each by the project's own
+open-loop generator straight to its worker (no Envoy for anyone), that worker alone on
+a core of its own and everything else on the other(s), as ``io-capacity`` pins its io
+worker. After each window the side is left to go idle (a saturated side works through
+its queue after the load stopped). Tracing "on" is the generator's ``traceparent`` on
+every request with the sampled flag on 1 in 100: what Envoy decides for the project,
+and what the stock stacks' parent-based sampler follows.
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.baseline.sink import COUNT_PATH
+from bench.cpu import Snapshot, usage
 from bench.io_capacity import cpu_ms_per_offer, search, step_passed, step_rates
 from bench.progress import Progress
 from bench.run import (
     DRIVER,
     STACK_START_EST_S,
+    BenchError,
     LoadSettings,
     measure,
     pin_pids,
@@ -46,8 +48,9 @@ from routing.model import Layout, RouteConfig
 from stack.launch import PROJECT_ROOT, Stack
 from stack.procfs import descendants
 from stack.procs import Proc, StartError, free_port, port_in_use
-from toolkit.contract import UPSTREAM_URL_ENV
+from toolkit.contract import TRACING_ENV, UPSTREAM_URL_ENV
 from toolkit.fetch import fetch
+from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, SDK_DISABLED_ENV
 
 SCHEMA = "pricingservice.bench.baseline/1"
 SAMPLED_PCT = 1.0
@@ -64,7 +67,15 @@ DESCRIPTION = {
 TRACING = {"off": False, "1 %": True}
 #: Targets: the project at its default tracing against each stock stack at 1 %.
 TARGET_RATIO = {GEVENT: 0.4, ASYNCIO: 0.7}
-_OTLP_TRACES_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+#: The rates, as shares of the stock gevent stack's capacity at 1 %: a light load, and
+#: one near its capacity.
+RATE_SHARES = (0.5, 0.9)
+_RATE_GRAIN = 10.0
+# A side is idle again (what queued past saturation has drained) under this much of a
+# core, measured over _SETTLE_POLL_S; waited for at most _SETTLE_MAX_S.
+_IDLE_PCT = 10.0
+_SETTLE_POLL_S = 0.5
+_SETTLE_MAX_S = 30.0
 _START_TIMEOUT_S = 30.0
 
 
@@ -72,8 +83,9 @@ _START_TIMEOUT_S = 30.0
 class Plan:
     """What one run measures."""
 
-    rates_rps: tuple[float, ...]
-    modes: tuple[str, ...]  # of TRACING's keys
+    #: Offers/s each side is driven at; None: RATE_SHARES of the gevent stack's capacity.
+    rates_rps: tuple[float, ...] | None
+    modes: tuple[str, ...]  # of TRACING's keys, run in this order
     capacity_steps: tuple[float, float, float] | None  # (start, step, top) offers/s
     capacity_settings: LoadSettings
     p99_limit_ms: float
@@ -100,8 +112,8 @@ def _start_stock(stack: Stack, side: str, traced: bool, sink_url: str) -> int:
     port = free_port()
     env = {
         UPSTREAM_URL_ENV: stack.simulator_url,
-        "OTEL_SDK_DISABLED": "false" if traced else "true",
-        _OTLP_TRACES_ENV: f"{sink_url}/v1/traces",
+        SDK_DISABLED_ENV: "false" if traced else "true",
+        OTLP_TRACES_ENDPOINT_ENV: f"{sink_url}/v1/traces",
         "PYTHONPATH": str(PROJECT_ROOT),
     }
     log = stack.run_dir / "logs" / f"{COMPONENT[side]}.log"
@@ -110,8 +122,6 @@ def _start_stock(stack: Stack, side: str, traced: bool, sink_url: str) -> int:
     try:
         proc.wait_ready(lambda: port_in_use("127.0.0.1", port), _START_TIMEOUT_S, "serving")
     except StartError as exc:
-        from bench.run import BenchError
-
         raise BenchError(str(exc)) from None
     return port
 
@@ -148,6 +158,18 @@ class _Sides:
             pids = frozenset({root, *descendants(root)})
         return pin_pids(self.stack, pids)
 
+    def settle(self, side: str) -> None:
+        """Wait until *side* is idle: a saturated side keeps working through its queue
+        after the generator stopped, and would take CPU from the next window's."""
+        roots = {side: self.stack.procs[COMPONENT[side]].pid}
+        deadline = time.monotonic() + _SETTLE_MAX_S
+        while time.monotonic() < deadline:
+            before = Snapshot.take(roots)
+            time.sleep(_SETTLE_POLL_S)
+            used = usage(before, Snapshot.take(roots), _SETTLE_POLL_S)[side]
+            if used.cpu_pct < _IDLE_PCT:
+                return
+
     def measure(
         self, side: str, rate: float, settings: LoadSettings, run_dir: Path, run: _RunContext
     ) -> tuple[dict[str, Any], GroupStats]:
@@ -164,6 +186,7 @@ class _Sides:
             label=f"baseline {side} {rate:g}/s",
             progress=run.progress,
         )
+        self.settle(side)
         stats = GroupStats.of(result.rows(OFFER_KINDS), run.deadline_s)
         component = COMPONENT[side]
         used = result.cpu.get(component)
@@ -191,11 +214,16 @@ def _rotated(index: int) -> tuple[str, ...]:
 
 
 def _windows(
-    sides: _Sides, plan: Plan, settings: LoadSettings, mode: str, base: Path, run: _RunContext
+    sides: _Sides,
+    rates: tuple[float, ...],
+    settings: LoadSettings,
+    mode: str,
+    base: Path,
+    run: _RunContext,
 ) -> list[dict[str, Any]]:
     """Every side at every rate, in this tracing mode."""
     out: list[dict[str, Any]] = []
-    for i, rate in enumerate(plan.rates_rps):
+    for i, rate in enumerate(rates):
         for side in _rotated(i):
             # The same arrivals for every side at this rate.
             seeded = replace(settings, seed=settings.seed + i)
@@ -226,9 +254,6 @@ def _capacity(sides: _Sides, plan: Plan, base: Path, run: _RunContext) -> dict[s
                     f"baseline capacity {side} {rate:g}/s: p99 {stats.p99_ms:.0f} ms, "
                     f"{'pass' if passed else 'FAIL'}"
                 )
-            if not passed:
-                # What queued past saturation drains before the next step.
-                time.sleep(settings.timeout_s)
             return passed
 
         search(step, step_rates(*plan.capacity_steps))
@@ -245,14 +270,15 @@ def run_baseline(
     run_dir: Path,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Every side at every rate with tracing off and at 1 %, then each side's capacity
-    (tracing at 1 %); the results as baseline.json keeps them."""
+    """Each side's capacity (tracing at 1 %), then every side at every rate with tracing
+    at 1 % and off; the results as baseline.json keeps them."""
     cpu_workers = next(p.workers for p in config.pools if p.name == "cpu")
     config = prepared_config(config, cpu_workers + 1, run_dir)
     run = _RunContext(plan.deadline_s, progress)
     windows: list[dict[str, Any]] = []
     capacity: dict[str, dict[str, Any]] = {}
     exported: dict[str, Any] = {}
+    rates = plan.rates_rps
     driver_cores = os.sched_getaffinity(0)
     try:
         for mode in plan.modes:
@@ -261,16 +287,26 @@ def run_baseline(
             mode_settings = replace(settings, tracing=traced, traceparent_sampled_pct=SAMPLED_PCT)
             with _sink(base) as sink_url:
                 with _sides(config, base, traced, sink_url, progress) as sides:
-                    windows += _windows(sides, plan, mode_settings, mode, base, run)
                     if traced and plan.capacity_steps is not None:
                         capacity = _capacity(sides, plan, base / "capacity", run)
+                    rates = rates or _rates_near(capacity)
+                    windows += _windows(sides, rates, mode_settings, mode, base, run)
                 # Read once every side has stopped (and flushed its exporter).
                 exported[mode] = fetch(f"{sink_url}{COUNT_PATH}").expect_ok().json()
     finally:
         os.sched_setaffinity(0, driver_cores)
-    doc = _document(plan, settings, windows, capacity)
+    doc = _document(plan, rates or (), settings, windows, capacity)
     doc["exported_to_sink"] = exported
     return doc
+
+
+def _rates_near(capacity: dict[str, dict[str, Any]]) -> tuple[float, ...]:
+    top = float(capacity.get(GEVENT, {}).get("capacity_rps") or 0.0)
+    if top <= 0:
+        raise BenchError(
+            "the stock gevent stack passed no capacity step: give --offer-rates to measure anyway"
+        )
+    return tuple(max(_RATE_GRAIN, round(top * k / _RATE_GRAIN) * _RATE_GRAIN) for k in RATE_SHARES)
 
 
 @contextlib.contextmanager
@@ -286,7 +322,7 @@ def _sides(
         Layout.SPLIT,
         base,
         tracing="full" if traced else "off",
-        env={_OTLP_TRACES_ENV: f"{sink_url}/v1/traces"},
+        env={OTLP_TRACES_ENDPOINT_ENV: f"{sink_url}/v1/traces"},
     ) as stack:
         yield _Sides(stack, traced, sink_url)
 
@@ -303,33 +339,38 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
-def _targets(plan: Plan, windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _met(ratios: list[float | None], limit: float) -> bool | None:
+    """None: not measured (a mode left out, or a side that served nothing)."""
+    if not ratios or any(x is None for x in ratios):
+        return None
+    return all(x is not None and x <= limit for x in ratios)
+
+
+def _targets(rates: tuple[float, ...], windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The project at its default tracing against each stock stack at 1 % (at every
     rate), and the project untraced against the asyncio stack untraced."""
     out = []
     for side, limit in TARGET_RATIO.items():
         ratios = [
-            _ratio(_cpu(windows, "1 %", r, PROJECT), _cpu(windows, "1 %", r, side))
-            for r in plan.rates_rps
+            _ratio(_cpu(windows, "1 %", r, PROJECT), _cpu(windows, "1 %", r, side)) for r in rates
         ]
         out.append(
             {
                 "name": f"CPU per offer, project at its default tracing / {side} stack at 1 %",
                 "target": f"<= {limit:g} x at every rate",
                 "measured": ratios,
-                "met": all(x is not None and x <= limit for x in ratios),
+                "met": _met(ratios, limit),
             }
         )
     untraced = [
-        _ratio(_cpu(windows, "off", r, PROJECT), _cpu(windows, "off", r, ASYNCIO))
-        for r in plan.rates_rps
+        _ratio(_cpu(windows, "off", r, PROJECT), _cpu(windows, "off", r, ASYNCIO)) for r in rates
     ]
     out.append(
         {
             "name": "CPU per offer, project tracing off / asyncio stack without OpenTelemetry",
             "target": "<= 1 x at every rate",
             "measured": untraced,
-            "met": all(x is not None and x <= 1.0 for x in untraced),
+            "met": _met(untraced, 1.0),
         }
     )
     return out
@@ -337,6 +378,7 @@ def _targets(plan: Plan, windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _document(
     plan: Plan,
+    rates: tuple[float, ...],
     settings: LoadSettings,
     windows: list[dict[str, Any]],
     capacity: dict[str, dict[str, Any]],
@@ -349,11 +391,14 @@ def _document(
             "cores": "the measured side's worker alone on the last core, everything else "
             "on the other(s); the sides one after another at each rate, the order rotating",
             "upstream_latency": f"every upstream fixed {settings.upstream_ms:g} ms",
-            "tracing": "off: no OpenTelemetry in the stock apps, PRICING_TRACING=off in the "
+            "tracing": f"off: no OpenTelemetry in the stock apps, {TRACING_ENV}=off in the "
             f"pool; 1 %: a traceparent on every request, sampled flag on {SAMPLED_PCT:g} % "
             "(by trace id), the pool at its default (full), every side exporting over "
             "OTLP/HTTP to one sink",
-            "rates_rps": list(plan.rates_rps),
+            "rates_rps": list(rates),
+            "rates_from": "--offer-rates"
+            if plan.rates_rps
+            else f"{', '.join(f'{k:g}' for k in RATE_SHARES)} x the gevent stack's capacity",
             "duration_s": settings.duration_s,
             "warmup_s": settings.warmup_s,
             "capacity": None
@@ -368,7 +413,7 @@ def _document(
         },
         "windows": windows,
         "capacity": {side: c for side, c in capacity.items()},
-        "targets": _targets(plan, windows),
+        "targets": _targets(rates, windows),
     }
 
 
@@ -391,7 +436,7 @@ def write_baseline(doc: dict[str, Any], out: Path) -> str:
     for t in doc["targets"]:
         lines.append(
             f"{t['name']}: {t['measured']} (target {t['target']}: "
-            f"{'met' if t['met'] else 'NOT met'})"
+            f"{ {True: 'met', False: 'NOT met', None: 'not measured'}[t['met']] })"
         )
     lines.append(f"wrote {out / 'baseline.json'}")
     return "\n".join(lines)

@@ -11,6 +11,8 @@ import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from toolkit.contract import JSON
+
 COUNT_PATH = "/count"
 
 
@@ -30,7 +32,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(404, b"", "text/plain")
             return
         doc = {"batches": type(self).batches, "bytes": type(self).received_bytes}
-        self._reply(200, json.dumps(doc).encode(), "application/json")
+        self._reply(200, json.dumps(doc).encode(), JSON)
 
     def _reply(self, status: int, body: bytes, media_type: str) -> None:
         self.send_response(status)

@@ -14,8 +14,9 @@ BASELINE_FULL, BASELINE_QUICK = Defaults(15.0, 5.0, 1), Defaults(2.0, 1.0, 1)
 #: Each capacity step (io-capacity's --quick length: three searches in one run).
 CAPACITY_STEP = Defaults(8.0, 2.0, 1)
 #: Offers/s: a light load, and one near the stock gevent stack's capacity at 1 %.
-DEFAULT_RATES = (200.0, 400.0)
 QUICK_RATES = (40.0,)
+#: Without --offer-rates and without the capacity search.
+NO_CAPACITY_RATES = (100.0, 200.0)
 
 
 def _rates(text: str) -> tuple[float, ...]:
@@ -35,7 +36,8 @@ def baseline_parser(sub: Parts) -> None:
         type=_rates,
         default=None,
         metavar="R,R",
-        help="offers/s each side is driven at (default 200,400; --quick 40)",
+        help="offers/s each side is driven at (default: 0.5 and 0.9 x the stock gevent "
+        "stack's capacity at 1 %%, from the capacity search; --quick 40)",
     )
     p.add_argument(
         "--no-capacity",
@@ -52,13 +54,13 @@ def _plan_of(run: Run) -> object:
     from bench.baseline.part import Plan
 
     args = run.args
-    rates = args.offer_rates or (QUICK_RATES if args.quick else DEFAULT_RATES)
     skip = args.quick or args.no_capacity
+    rates = args.offer_rates or (QUICK_RATES if args.quick else None)
     return Plan(
-        rates_rps=rates,
+        rates_rps=rates or (NO_CAPACITY_RATES if skip else None),
         # --quick: tracing at 1 % only (every side's OpenTelemetry wiring runs).
-        modes=("1 %",) if args.quick else ("off", "1 %"),
-        capacity_steps=None if skip else (200.0, 100.0, 1500.0),
+        modes=("1 %",) if args.quick else ("1 %", "off"),
+        capacity_steps=None if skip else (50.0, 50.0, 1500.0),
         capacity_settings=replace(
             run.settings, duration_s=CAPACITY_STEP.duration_s, warmup_s=CAPACITY_STEP.warmup_s
         ),
@@ -68,11 +70,11 @@ def _plan_of(run: Run) -> object:
 
 
 def _planned(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
-    rates = args.offer_rates or (QUICK_RATES if args.quick else DEFAULT_RATES)
+    rates = args.offer_rates or (QUICK_RATES if args.quick else NO_CAPACITY_RATES)
     modes = 1 if args.quick else 2
     windows = modes * 3 * len(rates) * (settings.total_s + 2.0)
     step_s = CAPACITY_STEP.duration_s + CAPACITY_STEP.warmup_s + 2.0
-    capacity = 0.0 if args.quick or args.no_capacity else 3 * 6 * step_s
+    capacity = 0.0 if args.quick or args.no_capacity else 3 * 8 * step_s
     return modes * STACK_START_EST_S + windows + capacity
 
 
