@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.baseline.sink import COUNT_PATH
+from bench.baseline.sink import COUNT_PATH, SINK_CHILD
 from bench.cpu import Snapshot, usage
 from bench.io_capacity import cpu_ms_per_offer, search, step_passed, step_rates
 from bench.progress import Progress
@@ -130,7 +130,7 @@ def _start_stock(stack: Stack, side: str, traced: bool, sink_url: str) -> int:
 def _sink(run_dir: Path) -> Iterator[str]:
     """The OTLP sink (``bench.baseline.sink``), stopped when the block ends."""
     port = free_port()
-    argv = [sys.executable, "-m", "bench.baseline.sink", str(port)]
+    argv = [sys.executable, "-c", SINK_CHILD, str(port)]
     proc = Proc("otlp-sink", argv, run_dir / "logs" / "otlp-sink.log", cwd=PROJECT_ROOT).start()
     try:
         proc.wait_ready(lambda: port_in_use("127.0.0.1", port), _START_TIMEOUT_S, "serving")

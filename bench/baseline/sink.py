@@ -3,7 +3,7 @@ accepts each batch (an empty ``ExportTraceServiceResponse``, 200) and counts the
 every arm pays the same for export and none waits on a real backend. ``GET /count``
 says how many batches and bytes arrived (the smoke test reads it).
 
-Run as ``python -m bench.baseline.sink PORT``."""
+Run as a child of the part (``SINK_CHILD`` PORT), never a command of its own."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from toolkit.contract import JSON
 
 COUNT_PATH = "/count"
+#: The sink's process: ``python -c SINK_CHILD PORT``.
+SINK_CHILD = "import sys; from bench.baseline.sink import main; sys.exit(main())"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -49,7 +51,3 @@ def main() -> int:
     server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), _Handler)
     server.serve_forever()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
