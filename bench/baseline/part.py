@@ -29,7 +29,13 @@ from typing import Any
 
 from bench.baseline.sink import COUNT_PATH, SINK_CHILD
 from bench.cpu import Snapshot, usage
-from bench.io_capacity import cpu_ms_per_offer, search, step_passed, step_rates
+from bench.io_capacity import (
+    SERVED_FRACTION_MIN,
+    cpu_ms_per_offer,
+    search,
+    step_passed,
+    step_rates,
+)
 from bench.progress import Progress
 from bench.run import (
     DRIVER,
@@ -328,10 +334,14 @@ def _sides(
 
 
 def _cpu(windows: list[dict[str, Any]], mode: str, rate: float, side: str) -> float | None:
+    """The side's CPU per offer in that window; None when it did not serve nearly every
+    offer (past saturation the CPU per offer served says nothing about the stack)."""
     for w in windows:
         if (w["tracing"], w["rate_rps"], w["side"]) == (mode, rate, side):
             value = w["cpu_ms_per_offer"]
-            return float(value) if value is not None else None
+            if value is None or w["ok"] < SERVED_FRACTION_MIN * w["count"]:
+                return None
+            return float(value)
     return None
 
 
