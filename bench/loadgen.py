@@ -108,6 +108,9 @@ class Plan:
     trace: bool = False
     # App clients polling for offers on top of the Poisson arrivals (`bench.schedule`).
     polls: Polls | None = None
+    # Of those traceparents, the percentage whose sampled flag is set (decided by the
+    # trace id, as a parent-based sampler downstream keeps it): 1 is Envoy's default.
+    sampled_pct: float = 100.0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -119,6 +122,7 @@ class Plan:
             "timeout_s": self.timeout_s,
             "max_in_flight": self.max_in_flight,
             "trace": self.trace,
+            "sampled_pct": self.sampled_pct,
         }
 
     @classmethod
@@ -136,6 +140,7 @@ class Plan:
             max_in_flight=int(str(data["max_in_flight"])),
             trace=bool(data["trace"]),
             polls=Polls.from_json(polls) if isinstance(polls, dict) else None,
+            sampled_pct=float(str(data.get("sampled_pct", 100.0))),
         )
 
 
@@ -244,6 +249,7 @@ class OpenLoop:
         *,
         max_in_flight: int = 4000,
         trace: bool = False,
+        sampled_pct: float = 100.0,
         connect: Connect = tcp_connect,
         clock: Clock = time.monotonic,
         ending: Ending = lambda: False,
@@ -255,6 +261,8 @@ class OpenLoop:
         self.timeout_s = timeout_s
         self.max_in_flight = max_in_flight
         self.trace = trace
+        # A trace id is sampled when its last 32 bits, scaled to [0, 100), fall below this.
+        self._sampled_below = int(sampled_pct / 100.0 * 2**32)
         # Trace ids must be unique across runs (the report pools the spans of several
         # runs), so they come from the OS, not from the schedule's seed.
         self.rng = random.Random()
@@ -327,7 +335,8 @@ class OpenLoop:
             trace_id = f"{self.rng.getrandbits(128):032x}"
             self.trace_ids[i] = trace_id
             extra = (
-                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-01\r\n".encode()
+                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-"
+                f"{self._flags(trace_id)}\r\n".encode()
             )
         ex = _Exchange(i, request.wire(extra))
         self._active[i] = ex
@@ -456,6 +465,9 @@ class OpenLoop:
             return
         self._finish(ex, CONNECTION_ERROR)
 
+    def _flags(self, trace_id: str) -> str:
+        return "01" if int(trace_id[24:], 16) < self._sampled_below else "00"
+
     def _fresh_bytes(self, ex: _Exchange) -> bytes:
         arrival = self.schedule[ex.index]
         target = self.targets[arrival.kind]
@@ -464,7 +476,8 @@ class OpenLoop:
         if self.trace:
             trace_id = self.trace_ids[ex.index]
             extra = (
-                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-01\r\n".encode()
+                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-"
+                f"{self._flags(trace_id)}\r\n".encode()
             )
         return request.wire(extra)
 
@@ -502,6 +515,7 @@ def run_open_loop(
     *,
     max_in_flight: int = 4000,
     trace: bool = False,
+    sampled_pct: float = 100.0,
     connect: Connect = tcp_connect,
     clock: Clock = time.monotonic,
     ending: Ending = lambda: False,
@@ -519,6 +533,7 @@ def run_open_loop(
         timeout_s,
         max_in_flight=max_in_flight,
         trace=trace,
+        sampled_pct=sampled_pct,
         connect=connect,
         clock=clock,
         ending=ending,
@@ -538,6 +553,7 @@ def run_plan(
         max_in_flight=plan.max_in_flight,
         trace=plan.trace,
         ending=ending,
+        sampled_pct=plan.sampled_pct,
     )
     return {
         "samples": samples.to_json(),

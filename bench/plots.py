@@ -49,7 +49,16 @@ def _needs_matplotlib(plot: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-COLORS = {"shared": "#d1495b", "split": "#00798c", "via Envoy": "#edae49", "direct": "#30638e"}
+COLORS = {
+    "shared": "#d1495b",
+    "split": "#00798c",
+    "via Envoy": "#edae49",
+    "direct": "#30638e",
+    # bench baseline's sides
+    "project": "#00798c",
+    "gevent": "#d1495b",
+    "asyncio": "#edae49",
+}
 _NINES = (0.5, 0.9, 0.99, 0.999, 0.9999)
 _DPI = 120
 
@@ -382,7 +391,7 @@ def incident_timeline(
 ) -> Path:
     """`pricingctl incident`: offers within the cap (as nines) and their p99 over the
     run, the before and after windows shaded and the move marked."""
-    fig, (ok, p99) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    _fig, (ok, p99) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
     ts = [p["t_s"] for p in points]
     # Every offer within the cap shows at the top of the axis, not at infinity.
     top = 4.5
@@ -409,6 +418,47 @@ def incident_timeline(
         ax.grid(True, alpha=0.3)
     p99.legend(fontsize=8)
     ok.set_title(title, fontsize=10)
+
+
+def baseline_cpu(doc: Mapping[str, Any], path: Path) -> Path:
+    """bench baseline: CPU per offer of each side, grouped by tracing mode and rate,
+    with p99 over each bar; each side's capacity in the legend."""
+    windows = doc["windows"]
+    groups = list(dict.fromkeys((w["tracing"], w["rate_rps"]) for w in windows))
+    sides = list(dict.fromkeys(w["side"] for w in windows))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / max(1, len(sides))
+    for j, side in enumerate(sides):
+        cap = doc.get("capacity", {}).get(side)
+        label = side if cap is None else f"{side} (capacity {cap['capacity_rps']:g}/s)"
+        for i, (mode, rate) in enumerate(groups):
+            row = next(
+                (
+                    w
+                    for w in windows
+                    if (w["tracing"], w["rate_rps"], w["side"]) == (mode, rate, side)
+                ),
+                None,
+            )
+            if row is None or row["cpu_ms_per_offer"] is None:
+                continue
+            x = i + (j - (len(sides) - 1) / 2) * width
+            ax.bar(x, row["cpu_ms_per_offer"], width, color=_color(side), label=label)
+            label = None
+            ax.text(
+                x,
+                row["cpu_ms_per_offer"],
+                f"p99\n{row['p99_ms']:.0f}",
+                ha="center",
+                va="bottom",
+                fontsize=6,
+            )
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"tracing {m}\n{r:g} offers/s" for m, r in groups])
+    ax.set_ylabel("worker CPU per offer, ms")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("One worker per stack, upstreams fixed; p99 (ms) over each bar", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)

@@ -20,7 +20,13 @@ from opentelemetry.trace import INVALID_SPAN, SpanContext, TraceFlags, TraceStat
 from routing.edge import parse_envoy_start_ns
 from tracing import attributes
 from tracing.client import RequestTotals, SampledTrace
-from tracing.server_span import outcome_attributes, server_attributes
+from tracing.server_span import (
+    RESPONSE_HEADERS,
+    excluded,
+    outcome_attributes,
+    response_header_attributes,
+    server_attributes,
+)
 from tracing.span_records import exception_event
 from tracing.timing.call_state import top_culprits
 from tracing.timing.server_timing import RequestTiming, is_delayed
@@ -131,7 +137,12 @@ def account(
             )
         )
         _add_request_events(span, timing)
-    elif slow and worker.spans is not None and worker.slow_budget.take():
+    elif (
+        slow
+        and worker.spans is not None
+        and not (request is not None and excluded(worker.settings.server, request))
+        and worker.slow_budget.take()
+    ):
         _export_slow(worker, done)
 
 
@@ -181,8 +192,10 @@ def _export_sampled(
     """Build the spans of a request Envoy sampled: what the live spans would have held."""
     assert worker.spans is not None
     timing, status = done.timing, done.status
-    server_attrs = server_attributes(done.route, request)
-    server_attrs.update(outcome_attributes(status, exc))
+    server = worker.settings.server
+    server_attrs = server_attributes(done.route, request, server)
+    server_attrs.update(outcome_attributes(status, exc, server.semconv))
+    server_attrs.update(response_header_attributes(request.environ.get(RESPONSE_HEADERS), server))
     server_attrs.update(
         request_attributes(
             done.route,
