@@ -391,7 +391,7 @@ def incident_timeline(
 ) -> Path:
     """`pricingctl incident`: offers within the cap (as nines) and their p99 over the
     run, the before and after windows shaded and the move marked."""
-    _fig, (ok, p99) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    fig, (ok, p99) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
     ts = [p["t_s"] for p in points]
     # Every offer within the cap shows at the top of the axis, not at infinity.
     top = 4.5
@@ -418,8 +418,13 @@ def incident_timeline(
         ax.grid(True, alpha=0.3)
     p99.legend(fontsize=8)
     ok.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path
 
 
+@_needs_matplotlib
 def baseline_cpu(doc: Mapping[str, Any], path: Path) -> Path:
     """bench baseline: CPU per offer of each side, grouped by tracing mode and rate,
     with p99 over each bar; each side's capacity in the legend."""
