@@ -23,7 +23,9 @@ so other processes' load drops out):
   Envoy's decision);
 - on the exporter thread: ``JsonLinesFileExporter.export`` of batches of 512 spans
   (the processor's batch size), per span and per request (4 spans);
-- the sum, per request and per span.
+- the sum, per request and per span;
+- what drawing a delayed request's wait adds (``tracing.wait_spans``: two child spans per
+  call and one for the inbound delay, built at its end), on the hub and the exporter.
 
 ``--profile`` prints cProfile's top functions for each of the two parts instead.
 Written to ``span_cost.json`` in ``--out``.
@@ -47,6 +49,8 @@ from toolkit.contract import ENVOY_START_HEADER as START_HEADER
 
 ROUTE = "GET /v1/offers/bike"
 SPANS_PER_REQUEST = 4
+#: The child spans drawing a delayed offer's wait: two per call, one for its inbound delay.
+WAIT_SPANS_PER_REQUEST = 7
 BATCH = 512
 SAMPLED = "00-3f46897b98285b503783b345657b90a1-e571980c4ab6026b-01"
 UNSAMPLED = "00-3f46897b98285b503783b345657b90a1-e571980c4ab6026b-00"
@@ -234,6 +238,17 @@ def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:
         context.detach(token)
 
 
+def _drawn_request(rig: _Rig) -> None:
+    """A sampled offer built at its end whose every call's and inbound wait is drawn
+    (the threshold at 0: drawing costs the same whatever the delay's length)."""
+    spans = rig.worker.spans
+    kept, spans.wait_spans_s = spans.wait_spans_s, 0.0
+    try:
+        _one_request(rig, SAMPLED, build=True)
+    finally:
+        spans.wait_spans_s = kept
+
+
 def sampled_request_spans(requests: int) -> list[Any]:
     """The finished spans of *requests* sampled offers (4 spans each, live and built
     alternately), for tests that compare encoders on what a worker really exports."""
@@ -269,10 +284,11 @@ def _export_us_per_span(worker: Any, spans: list[Any]) -> float:
 
 def measure(requests: int, repeat: int) -> dict[str, float]:
     """CPU microseconds: the hub's part per request (unsampled; sampled with live spans;
-    sampled with spans built at its end), the exporter's per span. Best of *repeat*
+    sampled with spans built at its end; the same with its wait drawn), the exporter's
+    per span. Best of *repeat*
     interleaved runs."""
     with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as rig:
-        best = dict.fromkeys(("unsampled", "live", "built", "export"), float("inf"))
+        best = dict.fromkeys(("unsampled", "live", "built", "drawn", "export"), float("inf"))
         for _ in range(repeat):
             best["unsampled"] = min(
                 best["unsampled"],
@@ -281,10 +297,12 @@ def measure(requests: int, repeat: int) -> dict[str, float]:
             for kind, run in (
                 ("live", lambda: _one_request(rig, SAMPLED)),
                 ("built", lambda: _one_request(rig, SAMPLED, build=True)),
+                ("drawn", lambda: _drawn_request(rig)),
             ):
                 best[kind] = min(best[kind], _per_request_us(run, requests))
             spans = _take_spans(rig.worker)
-            assert len(spans) == 2 * requests * SPANS_PER_REQUEST, len(spans)
+            per_round = 3 * SPANS_PER_REQUEST + WAIT_SPANS_PER_REQUEST
+            assert len(spans) == requests * per_round, len(spans)
             best["export"] = min(best["export"], _export_us_per_span(rig.worker, spans))
             os.truncate(Path(tmp) / "spans.jsonl", 0)
     return best
@@ -305,6 +323,12 @@ def render(best: dict[str, float]) -> str:
             f"a sampled request's spans, {kind}: the hub {hub:.1f} us, all {total:.1f} us per "
             f"request, {total / SPANS_PER_REQUEST:.1f} us per span"
         )
+    drawn_hub = best["drawn"] - best["built"]
+    drawn_export = best["export"] * WAIT_SPANS_PER_REQUEST
+    lines.append(
+        f"a delayed request's wait drawn ({WAIT_SPANS_PER_REQUEST} child spans, built): the hub "
+        f"+{drawn_hub:.1f} us, all +{drawn_hub + drawn_export:.1f} us per request"
+    )
     return "\n".join(lines)
 
 

@@ -76,6 +76,9 @@ ACCESS_LOG_ENV: Final = "PRICING_ACCESS_LOG"
 TRACING_ENV: Final = "PRICING_TRACING"
 #: The JSON-lines file spans are written to when no OTLP endpoint is set.
 SPAN_FILE_ENV: Final = "PRICING_SPAN_FILE"
+#: Scheduling delay (ms) from which a traced call, or a traced request's inbound delay,
+#: gets its wait drawn as child spans (``tracing.wait_spans``); ``off``: never.
+WAIT_SPANS_ENV: Final = "PRICING_TRACE_WAIT_SPANS_MS"
 #: OpenTelemetry's standard base URL of the OTLP exporter (/v1/traces is added).
 OTLP_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 #: Query parameters kept in traced URLs (comma-separated; the rest are redacted).

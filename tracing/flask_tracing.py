@@ -93,7 +93,12 @@ class FlaskTracing:
         app.wsgi_app = _wrap_wsgi(app.wsgi_app, begin_request if measure else None, keep_headers)
         app.before_request(begin)
         app.teardown_request(end)
-        observer = TracingCallObserver(worker.tracer, measure=measure, metrics=worker.metrics)
+        observer = TracingCallObserver(
+            worker.tracer,
+            measure=measure,
+            metrics=worker.metrics,
+            wait_spans_s=worker.settings.wait_spans_s,
+        )
         app.extensions[INSTRUMENTED] = _Patched(own, begin, end, observer)
         return observer
 

@@ -30,6 +30,7 @@ from tracing.server_span import (
 from tracing.span_records import exception_event
 from tracing.timing.call_state import top_culprits
 from tracing.timing.server_timing import RequestTiming, is_delayed
+from tracing.wait_spans import inbound_wait_spans, start_wait_spans
 from tracing.worker import WorkerTracing
 
 # Largest plausible gap between Envoy's start and the pool's arrival stamp (ns): a
@@ -137,6 +138,9 @@ def account(
             )
         )
         _add_request_events(span, timing)
+        start_wait_spans(
+            worker.tracer, span, inbound_wait_spans(timing, worker.settings.wait_spans_s)
+        )
     elif (
         slow
         and worker.spans is not None
@@ -226,15 +230,24 @@ def _export_sampled(
         start_ns=timing.start_unix_ns,
         end_ns=timing.end_unix_ns,
         records=done.totals.records if done.totals is not None else (),
+        waits=inbound_wait_spans(timing, worker.spans.wait_spans_s),
     )
+
+
+def slow_root(edge: SpanContext) -> dict[str, Any]:
+    """The server span of a slow-kept trace is its root: Envoy's span (*edge*) was not
+    exported, and a parent missing from the trace makes Jaeger warn. Its id goes in an
+    attribute instead (``attributes.EDGE_SPAN_ID``)."""
+    return {attributes.EDGE_SPAN_ID: f"{edge.span_id:016x}"} if edge.is_valid else {}
 
 
 def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
     """Build the spans of a request that Envoy did not sample from what was measured,
-    under its trace id and Envoy's span as parent (Envoy's span itself was not kept)."""
+    as the root of its trace (Envoy's span was not kept: ``slow_root``)."""
     assert worker.spans is not None
     route, timing, totals, status = done.route, done.timing, done.totals, done.status
     extracted = propagate.extract({k.lower(): v for k, v in done.headers.items()})
+    edge = trace.get_current_span(extracted).get_span_context()
     method, _, template = route.partition(" ")
     server_attrs: dict[str, Any] = {HTTP_REQUEST_METHOD: method, HTTP_ROUTE: template}
     if status is not None:
@@ -249,13 +262,17 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
             reason="slow",
         )
     )
+    server_attrs.update(slow_root(edge))
     worker.spans.request(
         name=route,
-        parent=trace.get_current_span(extracted).get_span_context(),
+        parent=None,
+        trace_id=edge.trace_id if edge.is_valid else None,
+        trace_state=edge.trace_state if edge.is_valid else None,
         attributes=server_attrs,
         events=_request_events(timing),
         error=status is not None and status >= 500,
         start_ns=timing.start_unix_ns,
         end_ns=timing.end_unix_ns,
         records=totals.records if totals is not None else (),
+        waits=inbound_wait_spans(timing, worker.spans.wait_spans_s),
     )

@@ -22,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from toolkit.contract import OTLP_ENDPOINT_ENV, SPAN_FILE_ENV, TRACING_ENV
+from toolkit.contract import OTLP_ENDPOINT_ENV, SPAN_FILE_ENV, TRACING_ENV, WAIT_SPANS_ENV
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -49,6 +49,11 @@ def service_name() -> str:
     resource = resource_from_env({SERVICE_NAME: DEFAULT_SERVICE_NAME})
     return str(resource.attributes[SERVICE_NAME])
 
+
+#: A traced call's (or request's inbound) scheduling delay from which its wait is drawn
+#: as child spans (``PRICING_TRACE_WAIT_SPANS_MS``, ms): long enough that a call merely
+#: sharing the loop gets none, short enough that any wait a person would look for does.
+DEFAULT_WAIT_SPANS_MS: Final = 10
 
 DEFAULT_SPAN_FILE = Path(__file__).resolve().parent.parent / ".run" / "spans.jsonl"
 
@@ -237,6 +242,8 @@ class TracingSettings:
     batch: BatchSettings = field(default_factory=BatchSettings)
     #: The contrib instrumentation's settings the server span honours.
     server: ServerSpanSettings = field(default_factory=ServerSpanSettings)
+    #: Seconds of scheduling delay from which the wait gets child spans; None: never.
+    wait_spans_s: float | None = DEFAULT_WAIT_SPANS_MS / 1000
 
     @property
     def traces_exporter(self) -> Exporter:
@@ -273,6 +280,7 @@ class TracingSettings:
             protocol=protocol,
             batch=BatchSettings.from_env(),
             server=ServerSpanSettings.from_env(),
+            wait_spans_s=_wait_spans_s(),
         )
 
 
@@ -288,6 +296,21 @@ def otlp_endpoint(protocol: Protocol = Protocol.HTTP_PROTOBUF) -> str | None:
     if not base:
         return None
     return base if protocol is Protocol.GRPC else base.rstrip("/") + TRACES_PATH
+
+
+def _wait_spans_s() -> float | None:
+    raw = (os.environ.get(WAIT_SPANS_ENV) or "").strip().lower()
+    if not raw:
+        return DEFAULT_WAIT_SPANS_MS / 1000
+    if raw == "off":
+        return None
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = -1.0
+    if not 0 <= ms < float("inf"):
+        raise ValueError(f"{WAIT_SPANS_ENV}={raw!r}: milliseconds (0 or more), or off")
+    return ms / 1000
 
 
 def _exporter() -> Exporter | None:

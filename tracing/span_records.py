@@ -49,6 +49,7 @@ from tracing.client import (
     finished_call_attributes,
 )
 from tracing.redact import QueryRedactor
+from tracing.wait_spans import WaitSpan, built_wait_spans, call_wait_spans
 
 # The SDK's own key for it (deprecated in the conventions, still set by record_exception).
 _EXCEPTION_ESCAPED: Final = "exception.escaped"
@@ -100,12 +101,16 @@ class SpanBuilder:
         redactor: QueryRedactor,
         id_generator: IdGenerator,
         limits: SpanLimits | None = None,
+        wait_spans_s: float | None = None,
     ) -> None:
+        """*wait_spans_s*: the scheduling delay from which a call's wait gets child
+        spans (``tracing.wait_spans``; None: never)."""
         self.resource = resource
         self.scope = InstrumentationScope(scope)
         self.sink = sink
         self.redactor = redactor
         self.id_generator = id_generator
+        self.wait_spans_s = wait_spans_s
         limits = limits or SpanLimits()
         # Plain dicts unless a limit could bind: ours carry ~30 attributes and short values.
         self._limits = (
@@ -132,18 +137,21 @@ class SpanBuilder:
         records: Iterable[UpstreamCall] = (),
         span_id: int | None = None,
         trace_state: TraceState | None = None,
+        trace_id: int | None = None,
+        waits: Sequence[WaitSpan] = (),
     ) -> None:
         """Build and hand over one request's server span (*name*, *attributes*, *events*;
-        status ERROR when *error*) under *parent* (None or invalid: a new trace), and one
-        client span for each of *records*. *span_id*: the server span's id when it was
-        chosen as the request started."""
+        status ERROR when *error*) under *parent* (None or invalid: a new trace, or the
+        root of trace *trace_id*), one client span for each of *records*, and the wait
+        spans of those calls and *waits* (``tracing.wait_spans``). *span_id*: the server
+        span's id when it was chosen as the request started."""
         if parent is not None and parent.is_valid:
             trace_id = parent.trace_id
             flags = TraceFlags(_SAMPLED | (parent.trace_flags & TraceFlags.RANDOM_TRACE_ID))
             trace_state = trace_state if trace_state is not None else parent.trace_state
         else:
             parent = None
-            trace_id = self.id_generator.generate_trace_id()
+            trace_id = trace_id or self.id_generator.generate_trace_id()
             random_id = self.id_generator.is_trace_id_random()
             flags = TraceFlags(_SAMPLED | TraceFlags.RANDOM_TRACE_ID) if random_id else _SAMPLED
         server = SpanContext(
@@ -154,8 +162,18 @@ class SpanBuilder:
             trace_state=trace_state,
         )
         sink = self.sink
+        threshold = self.wait_spans_s
         for record in records:
-            sink.on_end(self._client(record, server))
+            client = self._client(record, server)
+            sink.on_end(client)
+            if threshold is not None:
+                self._end_waits(
+                    client.get_span_context(),
+                    call_wait_spans(
+                        record.timing, record.start_unix_ns, record.end_unix_ns, threshold
+                    ),
+                )
+        self._end_waits(server, waits)
         attributes.update(self.redactor.changes(attributes))
         sink.on_end(
             ReadableSpan(
@@ -172,6 +190,13 @@ class SpanBuilder:
                 instrumentation_scope=self.scope,
             )
         )
+
+    def _end_waits(self, parent: SpanContext | None, waits: Sequence[WaitSpan]) -> None:
+        if waits and parent is not None:
+            for span in built_wait_spans(
+                waits, parent, self.id_generator.generate_span_id, self.resource, self.scope
+            ):
+                self.sink.on_end(span)
 
     def _client(self, record: UpstreamCall, server: SpanContext) -> ReadableSpan:
         attributes = client_span_attributes(record)

@@ -59,20 +59,21 @@ def test_log_cost_reports_the_three_paths(tmp_path: Path) -> None:
 
 def test_span_cost_part_writes_every_kind_of_request(tmp_path: Path) -> None:
     doc, printed = run("span-cost", tmp_path, "--quick")
-    assert set(doc["best_us"]) == {"unsampled", "live", "built", "export"}
+    assert set(doc["best_us"]) == {"unsampled", "live", "built", "drawn", "export"}
     assert "spans built at its end" in printed
 
 
 def test_span_cost_measures_every_kind_of_request_and_the_export() -> None:
     """``bench.span_cost`` with tiny counts: each kind of request is timed, and the
-    exporter's part is timed on the spans the requests queued (live and built alike: two
-    sampled requests' four spans per round), none exported behind its back."""
+    exporter's part is timed on the spans the requests queued (live, built, and built with
+    the wait drawn: three sampled requests' spans per round), none exported behind its back."""
     from bench import span_cost
 
     best = span_cost.measure(requests=4, repeat=2)  # a second round: after a take
-    assert set(best) == {"unsampled", "live", "built", "export"}
+    assert set(best) == {"unsampled", "live", "built", "drawn", "export"}
     assert all(math.isfinite(v) and v > 0 for v in best.values()), best
     assert "spans built at its end" in span_cost.render(best)
+    assert "wait drawn" in span_cost.render(best)
 
 
 def test_culprit_costs_cover_every_span_for_each_switch_log() -> None:
