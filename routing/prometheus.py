@@ -54,9 +54,13 @@ def prometheus_config(
                     "job_name": f"{POOLS_JOB}-{target.pool}",
                     "metrics_path": metrics_path,
                     "dns_sd_configs": [{"names": [host], "type": "A", "port": int(port)}],
-                    # Each replica resolved is a pod of its own.
+                    # Each replica resolved is a pod of its own, named by its address.
                     "relabel_configs": [
-                        *({"target_label": k, "replacement": v} for k, v in labels.items()),
+                        *(
+                            {"target_label": k, "replacement": v}
+                            for k, v in labels.items()
+                            if k != "pod"
+                        ),
                         {"source_labels": ["__address__"], "target_label": "pod"},
                     ],
                     "honor_labels": True,
