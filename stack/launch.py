@@ -10,11 +10,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing.envoy import cluster_name, render_envoy, render_xds
+from routing.envoy import STATS_PATHS, cluster_name, render_envoy, render_xds
 from routing.model import Layout, RouteConfig
+from routing.prometheus import PoolTarget
 from routing.write import write_routes
 from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
-from stack import jaeger
+from stack import jaeger, prometheus
 from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
 from stack.procs import Proc, StartError, free_ports, port_in_use
@@ -57,6 +58,10 @@ class Stack:
     jaeger_ports: JaegerPorts | None = None  # None: free ports
     # The web UI Jaeger serves (build-ui.sh's cached build), once started; None: API only.
     jaeger_ui: Path | None = None
+    # Start Prometheus (scraping the pools and Envoy, the rules loaded) as these say;
+    # None: not at all.
+    prometheus_settings: prometheus.PrometheusSettings | None = None
+    prometheus_port: int | None = None  # once started
     procs: dict[str, Proc] = field(default_factory=dict)
 
     @property
@@ -75,6 +80,11 @@ class Stack:
         """A stack whose every listener is on a port the kernel picked (tests, benchmark)."""
         moved, simulator = config_on_free_ports(config)
         return cls(moved, layout, run_dir, simulator_port=simulator, **kw)  # type: ignore[arg-type]
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """Prometheus's web UI and API, once started."""
+        return prometheus.url(self.prometheus_port) if self.prometheus_port else None
 
     # --- addresses ------------------------------------------------------------
 
@@ -135,6 +145,8 @@ class Stack:
                 for replica in range(pool.replicas):
                     self.start_replica(pool.name, replica, timeout_s)
             self._start_envoy(timeout_s)
+            if self.prometheus_settings is not None:
+                self._start_prometheus(self.prometheus_settings, timeout_s)
         except BaseException:
             self.stop()
             raise
@@ -225,6 +237,20 @@ class Stack:
             self.run_dir / "jaeger", ports=self.jaeger_ports, ui=self.jaeger_ui, timeout_s=timeout_s
         )
         self.procs["jaeger"] = proc
+
+    def _start_prometheus(self, settings: prometheus.PrometheusSettings, timeout_s: float) -> None:
+        pools = [
+            PoolTarget(pool.name, self.replica_name(pool.name, i), str(bind))
+            for pool in self.config.pools_for(self.layout)
+            for i, bind in enumerate(pool.binds)
+        ]
+        admin = f"{self.config.admin.host}:{self.config.admin.port}"
+        run_dir = self.run_dir / "prometheus"
+        config = prometheus.write_files(
+            run_dir, self.config, pools, admin, STATS_PATHS[0], settings
+        )
+        proc, self.prometheus_port = prometheus.start(run_dir, config, settings.port, timeout_s)
+        self.procs["prometheus"] = proc
 
     def _start_simulator(self, timeout_s: float) -> None:
         argv = [sys.executable, "-m", "simulator", "--bind", f"127.0.0.1:{self.simulator_port}"]

@@ -81,6 +81,8 @@ class Up:
                 str(run_dir),
                 "--jaeger",
                 "off",
+                "--prometheus",
+                "off",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
