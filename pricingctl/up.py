@@ -24,7 +24,9 @@ from stack.supervise import Supervisor
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    up = subparsers.add_parser("up", help="start simulator, pools and Envoy; Ctrl-C stops them")
+    up = subparsers.add_parser(
+        "up", help="start simulator, pools and Envoy, restart what crashes; Ctrl-C stops them"
+    )
     up.add_argument("--layout", choices=[x.value for x in Layout], default="split")
     up.add_argument(
         "--port",
