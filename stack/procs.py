@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -183,9 +184,10 @@ class Proc:
         pgid = self.popen.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=timeout_s)
-        wait_until(lambda: not group_members(pgid), timeout_s, 0.05)
+        wait_until(lambda: not group_members(pgid), deadline - time.monotonic(), 0.05)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
