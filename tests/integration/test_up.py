@@ -325,10 +325,12 @@ def test_a_killed_envoy_is_restarted_and_the_pools_are_untouched(supervised: Up)
     before = _state(up)
     pools = {name: tree(pid) for name, pid in before.pids.items() if name.startswith("pool-")}
     with Background(before.url, offer_request, rate_per_s=20, count=2000, timeout_s=10) as load:
-        time.sleep(1.0)
-        os.kill(before.pids["envoy"], signal.SIGKILL)
-        after = _restarted(up, "envoy", 1)
-        load.stop()
+        try:
+            time.sleep(1.0)
+            os.kill(before.pids["envoy"], signal.SIGKILL)
+            after = _restarted(up, "envoy", 1)
+        finally:
+            load.stop()
     around = Tally(load.outcomes)
     # Served again, on the same address, by the same pools.
     served = Tally(open_loop(after.url, offer_request, rate_per_s=20, count=40))
