@@ -145,9 +145,15 @@ class Stack:
             if self.with_jaeger:
                 self._start_jaeger(timeout_s)
             self._start_simulator(timeout_s)
-            for pool in self.config.pools_for(self.layout):
-                for replica in range(pool.replicas):
-                    self.start_replica(pool.name, replica, timeout_s)
+            # Every replica loads its app at once (the cpu pool's road graphs take the
+            # longest); then each is waited for.
+            started = [
+                (pool.name, replica, self._spawn_replica(pool.name, replica))
+                for pool in self.config.pools_for(self.layout)
+                for replica in range(pool.replicas)
+            ]
+            for pool_name, replica, proc in started:
+                self._wait_replica(pool_name, replica, proc, timeout_s)
             self._start_envoy(timeout_s)
             if self.prometheus_settings is not None:
                 self._start_prometheus(self.prometheus_settings, timeout_s)
@@ -316,6 +322,11 @@ class Stack:
     def start_replica(self, pool: str, replica: int = 0, timeout_s: float = 60.0) -> Proc:
         """Start one replica of `pool` (a gunicorn master on its own address), and wait
         until it is ready; also how a test brings back a replica it killed."""
+        proc = self._spawn_replica(pool, replica)
+        self._wait_replica(pool, replica, proc, timeout_s)
+        return proc
+
+    def _spawn_replica(self, pool: str, replica: int) -> Proc:
         bind = self.config.pool(pool, self.layout).binds[replica]
         name = self.replica_name(pool, replica)
         write_routes(self.config, self._routes_path(pool))
@@ -331,10 +342,12 @@ class Stack:
         ]
         proc = Proc(name, argv, self._log(name), env=self.pool_env(pool), cwd=PROJECT_ROOT).start()
         self.procs[name] = proc
+        return proc
+
+    def _wait_replica(self, pool: str, replica: int, proc: Proc, timeout_s: float) -> None:
         # Ready, as Envoy's health check sees it: app, upstream clients and tracing set up.
         ready_url = f"{self.pool_url(pool, replica)}{self.config.meta.readyz}"
         proc.wait_ready(lambda: http_ok(ready_url), timeout_s, "ready")
-        return proc
 
     def envoy_config_path(self) -> Path:
         """Envoy's bootstrap; its listeners and clusters are in `xds_dir`."""
