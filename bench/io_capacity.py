@@ -55,7 +55,17 @@ def step_rates(start_rps: float, step_rps: float, max_rps: float) -> list[float]
     return rates
 
 
-def _search(step: Callable[[float], bool], rates: list[float]) -> None:
+def step_passed(stats: GroupStats, p99_limit_ms: float) -> bool:
+    """A step passes when p99 <= the limit, nearly every offer is a 200 within the
+    deadline, and the served rate keeps up with the offered rate."""
+    return (
+        stats.p99_ms <= p99_limit_ms
+        and (stats.within_deadline or 0.0) >= WITHIN_DEADLINE_MIN
+        and stats.rps >= SERVED_FRACTION_MIN * stats.offered_rps
+    )
+
+
+def search(step: Callable[[float], bool], rates: list[float]) -> None:
     """Step the rate up until a step fails twice; then one step halfway back."""
     last_pass = 0.0
     for rate in rates:
@@ -81,7 +91,7 @@ def _step_record(
         "passed": passed,
         "stack": started,
         "cpu_use_pct": {name: round(c.cpu_pct, 2) for name, c in run.cpu.items() if name != DRIVER},
-        "io_worker_cpu_ms_per_offer": _cpu_ms_per_offer(run.cpu, stats),
+        "io_worker_cpu_ms_per_offer": cpu_ms_per_offer(run.cpu, stats),
     }
 
 
@@ -119,11 +129,7 @@ def run_io_capacity(
             progress=progress,
         )
         stats = GroupStats.of(run.rows(OFFER_KINDS), deadline_s)
-        passed = (
-            stats.p99_ms <= p99_limit_ms
-            and (stats.within_deadline or 0.0) >= WITHIN_DEADLINE_MIN
-            and stats.rps >= SERVED_FRACTION_MIN * stats.offered_rps
-        )
+        passed = step_passed(stats, p99_limit_ms)
         steps.append(_step_record(rate, run, stats, passed, stacks.started))
         if progress is not None:
             progress.note(
@@ -136,7 +142,7 @@ def run_io_capacity(
 
     driver_cores = os.sched_getaffinity(0)
     try:
-        _search(step, step_rates(start_rps, step_rps, max_rps))
+        search(step, step_rates(start_rps, step_rps, max_rps))
     finally:
         stacks.discard()
         os.sched_setaffinity(0, driver_cores)
@@ -167,9 +173,11 @@ def run_io_capacity(
     }
 
 
-def _cpu_ms_per_offer(cpu: Mapping[str, ComponentCpu], stats: GroupStats) -> float | None:
-    """The io pool's CPU in the window per offer served in it."""
-    pool = cpu.get("pool-io")
+def cpu_ms_per_offer(
+    cpu: Mapping[str, ComponentCpu], stats: GroupStats, component: str = "pool-io"
+) -> float | None:
+    """The *component*'s CPU in the window (the io pool's) per offer served in it."""
+    pool = cpu.get(component)
     if pool is None or stats.ok == 0:
         return None
     return round(pool.cpu_s / stats.ok * 1000.0, 3)

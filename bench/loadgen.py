@@ -32,7 +32,8 @@ Run by the driver as a child process (`bench.run.LoadgenProcess`: `main` with PL
 OUT.json): it prints
 `ready` once the schedule is built, reads the start time (time.monotonic(), which
 is CLOCK_MONOTONIC and so the same clock in every process) from stdin, runs,
-writes OUT.json and exits.
+writes OUT.json and exits. SIGUSR1 ends the run early: what was sent finishes, and
+the samples cover what was sent.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import json
 import math
 import random
 import select
+import signal
 import socket
 import sys
 import time
@@ -51,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.schedule import Arrival, mixed_schedule
+from bench.schedule import Arrival, Polls, load_schedule
 from bench.traffic import Target
 from pricing.upstream.http1 import ProtocolError, ResponseParser
 
@@ -76,6 +78,8 @@ _ERR = select.EPOLLERR | select.EPOLLHUP
 # the unit tests can serve the generator over socketpairs (no network).
 Connect = Callable[[Target], socket.socket]
 Clock = Callable[[], float]
+# Asked to end the run early? (the driver's SIGUSR1, in `main`)
+Ending = Callable[[], bool]
 
 
 def tcp_connect(target: Target) -> socket.socket:
@@ -102,9 +106,15 @@ class Plan:
     # Send a W3C traceparent (fresh trace id per request) so spans and simulator
     # records can be joined to the generator's samples.
     trace: bool = False
+    # App clients polling for offers on top of the Poisson arrivals (`bench.schedule`).
+    polls: Polls | None = None
+    # Of those traceparents, the percentage whose sampled flag is set (decided by the
+    # trace id, as a parent-based sampler downstream keeps it): 1 is Envoy's default.
+    sampled_pct: float = 100.0
 
     def to_json(self) -> dict[str, object]:
         return {
+            "polls": None if self.polls is None else self.polls.to_json(),
             "targets": [t.to_json() for t in self.targets],
             "rates_rps": dict(self.rates_rps),
             "duration_s": self.duration_s,
@@ -112,12 +122,14 @@ class Plan:
             "timeout_s": self.timeout_s,
             "max_in_flight": self.max_in_flight,
             "trace": self.trace,
+            "sampled_pct": self.sampled_pct,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Plan:
         targets = data["targets"]
         rates = data["rates_rps"]
+        polls = data.get("polls")
         assert isinstance(targets, list) and isinstance(rates, dict)
         return cls(
             targets=tuple(Target.from_json(t) for t in targets),
@@ -127,7 +139,15 @@ class Plan:
             timeout_s=float(str(data["timeout_s"])),
             max_in_flight=int(str(data["max_in_flight"])),
             trace=bool(data["trace"]),
+            polls=Polls.from_json(polls) if isinstance(polls, dict) else None,
+            sampled_pct=float(str(data.get("sampled_pct", 100.0))),
         )
+
+
+def plan_schedule(plan: Plan) -> list[Arrival]:
+    """The plan's arrivals, as the generator sends them (a driver rebuilds them to know
+    which client each sample was)."""
+    return load_schedule(plan.rates_rps, plan.duration_s, plan.seed, plan.polls)
 
 
 @dataclass(frozen=True)
@@ -229,15 +249,20 @@ class OpenLoop:
         *,
         max_in_flight: int = 4000,
         trace: bool = False,
+        sampled_pct: float = 100.0,
         connect: Connect = tcp_connect,
         clock: Clock = time.monotonic,
+        ending: Ending = lambda: False,
     ) -> None:
         self.schedule = schedule
+        self.ending = ending
         self.targets = {t.kind: t for t in targets}
         self.start_at = start_at
         self.timeout_s = timeout_s
         self.max_in_flight = max_in_flight
         self.trace = trace
+        # A trace id is sampled when its last 32 bits, scaled to [0, 100), fall below this.
+        self._sampled_below = int(sampled_pct / 100.0 * 2**32)
         # Trace ids must be unique across runs (the report pools the spans of several
         # runs), so they come from the OS, not from the schedule's seed.
         self.rng = random.Random()
@@ -262,6 +287,8 @@ class OpenLoop:
         n, i = len(schedule), 0
         try:
             while i < n or self._active:
+                if i < n and self.ending():
+                    n = i  # nothing more is sent; what is in flight finishes
                 now = clock()
                 while i < n and start_at + schedule[i].at_s <= now:
                     self._fire(i, now)
@@ -282,14 +309,15 @@ class OpenLoop:
             self._ep.close()
         kinds = tuple(sorted({a.kind for a in schedule}))
         index = {k: j for j, k in enumerate(kinds)}
+        sent = schedule[:n]
         return Samples(
             kinds=kinds,
-            kind=[index[a.kind] for a in schedule],
-            scheduled_s=[a.at_s for a in schedule],
-            lag_s=self.lag,
-            latency_s=self.latency,
-            status=self.status,
-            trace_id=self.trace_ids,
+            kind=[index[a.kind] for a in sent],
+            scheduled_s=[a.at_s for a in sent],
+            lag_s=self.lag[:n],
+            latency_s=self.latency[:n],
+            status=self.status[:n],
+            trace_id=self.trace_ids[:n],
         )
 
     def _fire(self, i: int, now: float) -> None:
@@ -307,7 +335,8 @@ class OpenLoop:
             trace_id = f"{self.rng.getrandbits(128):032x}"
             self.trace_ids[i] = trace_id
             extra = (
-                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-01\r\n".encode()
+                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-"
+                f"{self._flags(trace_id)}\r\n".encode()
             )
         ex = _Exchange(i, request.wire(extra))
         self._active[i] = ex
@@ -436,6 +465,9 @@ class OpenLoop:
             return
         self._finish(ex, CONNECTION_ERROR)
 
+    def _flags(self, trace_id: str) -> str:
+        return "01" if int(trace_id[24:], 16) < self._sampled_below else "00"
+
     def _fresh_bytes(self, ex: _Exchange) -> bytes:
         arrival = self.schedule[ex.index]
         target = self.targets[arrival.kind]
@@ -444,7 +476,8 @@ class OpenLoop:
         if self.trace:
             trace_id = self.trace_ids[ex.index]
             extra = (
-                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-01\r\n".encode()
+                f"traceparent: 00-{trace_id}-{self.rng.getrandbits(64) | 1:016x}-"
+                f"{self._flags(trace_id)}\r\n".encode()
             )
         return request.wire(extra)
 
@@ -482,13 +515,16 @@ def run_open_loop(
     *,
     max_in_flight: int = 4000,
     trace: bool = False,
+    sampled_pct: float = 100.0,
     connect: Connect = tcp_connect,
     clock: Clock = time.monotonic,
+    ending: Ending = lambda: False,
 ) -> tuple[Samples, int]:
     """Fire each arrival at `start_at + at_s` (clock seconds), whatever the server does.
 
     Every request has its own deadline, `timeout_s` after its due time. Returns one
-    sample per arrival in schedule order, and the number of connections opened.
+    sample per arrival sent, in schedule order, and the number of connections opened:
+    every arrival, unless `ending()` turns true first (then the rest are never sent).
     """
     loop = OpenLoop(
         schedule,
@@ -497,14 +533,18 @@ def run_open_loop(
         timeout_s,
         max_in_flight=max_in_flight,
         trace=trace,
+        sampled_pct=sampled_pct,
         connect=connect,
         clock=clock,
+        ending=ending,
     )
     samples = loop.run()
     return samples, loop.connections_opened
 
 
-def run_plan(plan: Plan, schedule: Sequence[Arrival], start_at: float) -> dict[str, object]:
+def run_plan(
+    plan: Plan, schedule: Sequence[Arrival], start_at: float, ending: Ending = lambda: False
+) -> dict[str, object]:
     samples, opened = run_open_loop(
         schedule,
         plan.targets,
@@ -512,6 +552,8 @@ def run_plan(plan: Plan, schedule: Sequence[Arrival], start_at: float) -> dict[s
         plan.timeout_s,
         max_in_flight=plan.max_in_flight,
         trace=plan.trace,
+        ending=ending,
+        sampled_pct=plan.sampled_pct,
     )
     return {
         "samples": samples.to_json(),
@@ -528,7 +570,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = Plan.from_json(json.loads(Path(args[0]).read_text(encoding="utf-8")))
     # The whole schedule is built before `ready`: nothing is left to prepare once the
     # start time arrives.
-    schedule = mixed_schedule(plan.rates_rps, plan.duration_s, plan.seed)
+    schedule = plan_schedule(plan)
+    # SIGUSR1 ends the run early (a driver whose window ends on an event, not a clock):
+    # nothing more is sent, what is in flight finishes, the samples are written.
+    asked: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda signum, _frame: asked.append(signum))
     print("ready", flush=True)
     line = sys.stdin.readline()
     try:
@@ -538,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not math.isfinite(start_at):
         return 2
-    result = run_plan(plan, schedule, start_at)
+    result = run_plan(plan, schedule, start_at, ending=lambda: bool(asked))
     Path(args[1]).write_text(json.dumps(result), encoding="utf-8")
     print("done", flush=True)
     return 0

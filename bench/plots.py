@@ -49,7 +49,16 @@ def _needs_matplotlib(plot: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-COLORS = {"shared": "#d1495b", "split": "#00798c", "via Envoy": "#edae49", "direct": "#30638e"}
+COLORS = {
+    "shared": "#d1495b",
+    "split": "#00798c",
+    "via Envoy": "#edae49",
+    "direct": "#30638e",
+    # bench baseline's sides
+    "project": "#00798c",
+    "gevent": "#d1495b",
+    "asyncio": "#edae49",
+}
 _NINES = (0.5, 0.9, 0.99, 0.999, 0.9999)
 _DPI = 120
 
@@ -369,3 +378,93 @@ def goodput(steps: Sequence[Mapping[str, Any]], path: Path) -> Path:
 
 
 _MODE_COLORS = ("#30638e", "#d1495b", "#00798c", "#edae49", "#6a4c93", "#8ac926")
+
+
+@_needs_matplotlib
+def incident_timeline(
+    points: Sequence[Mapping[str, float]],
+    windows: Mapping[str, tuple[float, float]],
+    path: Path,
+    *,
+    cap_ms: float,
+    title: str,
+) -> Path:
+    """`pricingctl incident`: offers within the cap (as nines) and their p99 over the
+    run, the before and after windows shaded and the move marked."""
+    fig, (ok, p99) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    ts = [p["t_s"] for p in points]
+    # Every offer within the cap shows at the top of the axis, not at infinity.
+    top = 4.5
+    ok.plot(ts, [min(_nines_x(p["within_cap"]), top) if p["within_cap"] < 1 else top
+                 for p in points], "o-", ms=3, color=COLORS["split"])  # fmt: skip
+    ok.set_ylim(0, top + 0.2)
+    ok.set_yticks([1, 2, 3, 4])
+    ok.set_yticklabels(["90 %", "99 %", "99.9 %", "99.99 %"])
+    ok.set_ylabel("offers within the cap\n(top: every one)")
+    p99.plot(ts, [p["p99_ms"] for p in points], "o-", ms=3, color=COLORS["shared"])
+    p99.axhline(cap_ms, color="black", ls=":", lw=0.8, label=f"cap {cap_ms:.0f} ms")
+    p99.set_yscale("log")
+    _plain_log_ticks(p99.yaxis, min(p["p99_ms"] for p in points), max(p["p99_ms"] for p in points))
+    p99.set_ylabel("offers p99, ms (log)")
+    p99.set_xlabel("seconds since the load started")
+    for name, (start, end) in windows.items():
+        for ax in (ok, p99):
+            if name == "move":
+                ax.axvspan(start, end, color="#edae49", alpha=0.35, lw=0)
+            else:
+                ax.axvspan(start, end, color="grey", alpha=0.08, lw=0)
+        ok.text((start + end) / 2, top + 0.05, name, ha="center", va="bottom", fontsize=8)
+    for ax in (ok, p99):
+        ax.grid(True, alpha=0.3)
+    p99.legend(fontsize=8)
+    ok.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path
+
+
+@_needs_matplotlib
+def baseline_cpu(doc: Mapping[str, Any], path: Path) -> Path:
+    """bench baseline: CPU per offer of each side, grouped by tracing mode and rate,
+    with p99 over each bar; each side's capacity in the legend."""
+    windows = doc["windows"]
+    groups = list(dict.fromkeys((w["tracing"], w["rate_rps"]) for w in windows))
+    sides = list(dict.fromkeys(w["side"] for w in windows))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / max(1, len(sides))
+    for j, side in enumerate(sides):
+        cap = doc.get("capacity", {}).get(side)
+        label = side if cap is None else f"{side} (capacity {cap['capacity_rps']:g}/s)"
+        for i, (mode, rate) in enumerate(groups):
+            row = next(
+                (
+                    w
+                    for w in windows
+                    if (w["tracing"], w["rate_rps"], w["side"]) == (mode, rate, side)
+                ),
+                None,
+            )
+            if row is None or row["cpu_ms_per_offer"] is None:
+                continue
+            x = i + (j - (len(sides) - 1) / 2) * width
+            ax.bar(x, row["cpu_ms_per_offer"], width, color=_color(side), label=label)
+            label = None
+            ax.text(
+                x,
+                row["cpu_ms_per_offer"],
+                f"p99\n{row['p99_ms']:.0f}",
+                ha="center",
+                va="bottom",
+                fontsize=6,
+            )
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"tracing {m}\n{r:g} offers/s" for m, r in groups])
+    ax.set_ylabel("worker CPU per offer, ms")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("One worker per stack, upstreams fixed; p99 (ms) over each bar", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path

@@ -18,6 +18,7 @@ import json
 import os
 import resource
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -107,6 +108,8 @@ class LoadSettings:
     jaeger: bool = False
     # Envoy's sampling percentage for tracing runs (None: the route config's).
     sample_percent: float | None = None
+    # Of the generator's traceparents, the percentage sent sampled (`Plan.sampled_pct`).
+    traceparent_sampled_pct: float = 100.0
 
     @property
     def total_s(self) -> float:
@@ -241,11 +244,17 @@ def pin_pool(stack: Stack, pool: str) -> bool:
     unpinned worker shares its core with the load generator, and a capacity search
     measures the load generator. False: one core only, nothing pinned. The caller puts
     its own affinity back (`os.sched_setaffinity(0, ...)`) when done."""
+    return pin_pids(stack, pool_workers(stack, pool))
+
+
+def pin_pids(stack: Stack, pids: frozenset[int]) -> bool:
+    """`pin_pool` for any processes of the stack (*pids*): they on the last core,
+    everything else of the stack and this driver on the others."""
     cores = sorted(os.sched_getaffinity(0) | set(range(os.cpu_count() or 1)))
     if len(cores) < 2:
         return False
     mine, rest = {cores[-1]}, set(cores[:-1])
-    workers = pool_workers(stack, pool)
+    workers = pids
     os.sched_setaffinity(0, rest)
     for proc in stack.procs.values():
         for pid in (proc.pid, *descendants(proc.pid)):
@@ -349,6 +358,10 @@ class LoadgenProcess:
 
     def alive(self) -> bool:
         return self.proc.alive()
+
+    def end(self) -> None:
+        """Send nothing more; what is in flight finishes, then the samples are written."""
+        os.kill(self.pid, signal.SIGUSR1)
 
     def result(self, timeout_s: float) -> dict[str, Any]:
         try:
@@ -497,6 +510,7 @@ def measure(
         seed=settings.seed,
         timeout_s=settings.timeout_s,
         trace=settings.tracing,
+        sampled_pct=settings.traceparent_sampled_pct,
     )
     gen = LoadgenProcess(plan, run_dir)
     try:

@@ -24,7 +24,9 @@ so other processes' load drops out):
 - on the exporter thread: ``JsonLinesFileExporter.export`` of batches of 512 spans
   (the processor's batch size), per span and per request (4 spans), for each kind (a
   record's spans are built there);
-- the sum, per request and per span.
+- the sum, per request and per span;
+- what drawing a delayed request's wait adds (``tracing.wait_spans``: two child spans per
+  call and one for the inbound delay, counted on the hub, built on the exporter thread).
 
 ``--profile`` prints cProfile's top functions for each of the two parts instead.
 Written to ``span_cost.json`` in ``--out``.
@@ -48,6 +50,8 @@ from toolkit.contract import ENVOY_START_HEADER as START_HEADER
 
 ROUTE = "GET /v1/offers/bike"
 SPANS_PER_REQUEST = 4
+#: The child spans drawing a delayed offer's wait: two per call, one for its inbound delay.
+WAIT_SPANS_PER_REQUEST = 7
 BATCH = 512
 SAMPLED = "00-3f46897b98285b503783b345657b90a1-e571980c4ab6026b-01"
 UNSAMPLED = "00-3f46897b98285b503783b345657b90a1-e571980c4ab6026b-00"
@@ -235,6 +239,17 @@ def _one_request(rig: _Rig, traceparent: str, *, build: bool = False) -> None:
         context.detach(token)
 
 
+def _drawn_request(rig: _Rig) -> None:
+    """A sampled offer built off the hub whose every call's and inbound wait is drawn
+    (the threshold at 0: drawing costs the same whatever the delay's length)."""
+    spans = rig.worker.spans
+    kept, spans.wait_spans_s = spans.wait_spans_s, 0.0
+    try:
+        _one_request(rig, SAMPLED, build=True)
+    finally:
+        spans.wait_spans_s = kept
+
+
 def sampled_request_spans(requests: int) -> list[Any]:
     """The finished spans of *requests* sampled offers (4 spans each, live and built
     alternately), for tests that compare encoders on what a worker really exports."""
@@ -294,9 +309,9 @@ def _export_us_per_span(worker: Any, items: list[Any]) -> float:
 
 def measure(requests: int, repeat: int) -> dict[str, float]:
     """CPU microseconds: the hub's part per request (unsampled; sampled with live spans;
-    sampled with spans built off the hub), the exporter's per span of each kind. Best of
-    *repeat* interleaved runs."""
-    kinds = ("unsampled", "live", "built", "export_live", "export_built")
+    sampled with spans built off the hub; the same with its wait drawn), the exporter's
+    per span of each kind. Best of *repeat* interleaved runs."""
+    kinds = ("unsampled", "live", "built", "drawn", "export_live", "export_built", "export_drawn")
     with tempfile.TemporaryDirectory() as tmp, _worker(Path(tmp) / "spans.jsonl") as rig:
         best = dict.fromkeys(kinds, float("inf"))
         for _ in range(repeat):
@@ -307,11 +322,13 @@ def measure(requests: int, repeat: int) -> dict[str, float]:
             for kind, run in (
                 ("live", lambda: _one_request(rig, SAMPLED)),
                 ("built", lambda: _one_request(rig, SAMPLED, build=True)),
+                ("drawn", lambda: _drawn_request(rig)),
             ):
                 best[kind] = min(best[kind], _per_request_us(run, requests))
                 spans = _take_spans(rig.worker)
                 count = sum(_spans_in(item) for item in spans)
-                assert count == requests * SPANS_PER_REQUEST, count
+                drawn = WAIT_SPANS_PER_REQUEST if kind == "drawn" else 0
+                assert count == requests * (SPANS_PER_REQUEST + drawn), count
                 export = _export_us_per_span(rig.worker, spans)
                 best[f"export_{kind}"] = min(best[f"export_{kind}"], export)
             os.truncate(Path(tmp) / "spans.jsonl", 0)
@@ -333,6 +350,13 @@ def render(best: dict[str, float]) -> str:
             f"a sampled request's spans, {kind}: the hub {hub:.1f} us, all {total:.1f} us per "
             f"request, {total / SPANS_PER_REQUEST:.1f} us per span"
         )
+    drawn_hub = best["drawn"] - best["built"]
+    per_request = SPANS_PER_REQUEST + WAIT_SPANS_PER_REQUEST
+    drawn_export = best["export_drawn"] * per_request - best["export_built"] * SPANS_PER_REQUEST
+    lines.append(
+        f"a delayed request's wait drawn ({WAIT_SPANS_PER_REQUEST} child spans, built): the hub "
+        f"+{drawn_hub:.1f} us, all +{drawn_hub + drawn_export:.1f} us per request"
+    )
     return "\n".join(lines)
 
 

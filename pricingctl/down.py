@@ -52,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
         groups.append(pgid)
     if running.ours(running.launcher_pid):
         os.kill(running.launcher_pid, signal.SIGTERM)
-        if not _wait_gone([running.launcher_pid, *groups], STOP_TIMEOUT_S):
+        # It stops the pools before it exits: whatever outlives it is left over, and
+        # is stopped below at once.
+        if not _wait_gone([running.launcher_pid], STOP_TIMEOUT_S):
             print(
                 f"pricingctl: the launcher ({running.launcher_pid}) did not stop within "
                 f"{STOP_TIMEOUT_S:.0f} s; killing what is left",

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn, cast
 
-from pricingctl import bench, deploy, down, reload, routes, traces, up
+from pricingctl import bench, deploy, down, incident, reload, routes, traces, up
 from routing.errors import RouteConfigError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(sub)
     traces.add_parser(sub)
     deploy.add_parser(sub)
+    incident.add_parser(sub)
     return parser
 
 

@@ -1,6 +1,6 @@
-"""`pricingctl up`: start the stack, print its URL; on Ctrl-C/SIGTERM (`pricingctl
-down`) drain Envoy, then stop everything. A stack still running from the same run dir
-is named in one line instead."""
+"""`pricingctl up`: start the stack, print its URL, restart what crashes (stack.supervise);
+on Ctrl-C/SIGTERM (`pricingctl down`) drain Envoy, then stop everything. A stack still
+running from the same run dir is named in one line instead."""
 
 from __future__ import annotations
 
@@ -15,15 +15,18 @@ from pathlib import Path
 from pricingctl import argtypes
 from routing.load import load_routes
 from routing.model import Layout
-from stack import jaeger
+from stack import jaeger, prometheus
 from stack.jaeger import JaegerPorts
 from stack.launch import DEFAULT_RUN_DIR, DEFAULT_SIMULATOR_PORT, Stack
 from stack.procs import StartError, port_in_use
 from stack.state import clear_state, read_state
+from stack.supervise import Supervisor
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    up = subparsers.add_parser("up", help="start simulator, pools and Envoy; Ctrl-C stops them")
+    up = subparsers.add_parser(
+        "up", help="start simulator, pools and Envoy, restart what crashes; Ctrl-C stops them"
+    )
     up.add_argument("--layout", choices=[x.value for x in Layout], default="split")
     up.add_argument(
         "--port",
@@ -50,6 +53,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default="auto",
         help="whether to start Jaeger: auto (when it is built: make jaeger), on (fail "
         "without it), off (spans go to a file); `traces --from-jaeger` reads from one",
+    )
+    up.add_argument(
+        "--prometheus",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="whether to start Prometheus, scraping the pools and Envoy with the alert "
+        "rules loaded: auto (when its binary is on PATH), on (fail without it), off",
     )
     up.add_argument(
         "--run-dir", type=argtypes.path, default=DEFAULT_RUN_DIR, help="logs and rendered configs"
@@ -98,6 +108,9 @@ def _stack(args: argparse.Namespace) -> Stack | None:
         )
         return None
     with_jaeger = args.jaeger == "on" or (args.jaeger == "auto" and jaeger.cached_binary())
+    settings = _prometheus_settings(args.prometheus)
+    if args.prometheus == "on" and settings is None:
+        return None
     return Stack(
         config,
         Layout(args.layout),
@@ -106,7 +119,24 @@ def _stack(args: argparse.Namespace) -> Stack | None:
         simulator_config=args.simulator_config,
         with_jaeger=bool(with_jaeger),
         jaeger_ports=_jaeger_ports() if with_jaeger else None,
+        prometheus_settings=settings,
     )
+
+
+def _prometheus_settings(wanted: str) -> prometheus.PrometheusSettings | None:
+    """Prometheus on its usual port when free, else any; None (said in one line, unless
+    `off`) when it is not wanted or not installed."""
+    if wanted == "off":
+        return None
+    if prometheus.binary() is None:
+        print(
+            f"pricingctl: no `{prometheus.BINARY}` on PATH (Debian: apt install prometheus); "
+            + ("cannot start it" if wanted == "on" else "carrying on without alerts"),
+            file=sys.stderr,
+        )
+        return None
+    usual = prometheus.DEFAULT_PORT
+    return prometheus.PrometheusSettings(port=None if port_in_use("127.0.0.1", usual) else usual)
 
 
 @contextmanager
@@ -137,6 +167,9 @@ def _up_line(stack: Stack) -> str:
         )
     else:
         traces = f"spans in {stack.span_file}"
+    if stack.prometheus_url:
+        # Debian's build serves the classic UI only (/alerts is its newer UI's page).
+        traces += f"; alerts in Prometheus {stack.prometheus_url}/classic/alerts"
     return (
         f"pricingservice is up at {stack.url} ({stack.layout.value} layout; pools {pools}; "
         f"upstreams {stack.simulator_url}; admin {stack.admin_url}; "
@@ -146,22 +179,18 @@ def _up_line(stack: Stack) -> str:
 
 
 def _serve(stack: Stack, stopping: threading.Event) -> int:
-    """Watch the started stack until asked to stop (then drain Envoy: 0) or until one
-    of its processes dies (1)."""
-    while not stopping.wait(0.5):
-        dead = stack.dead()
-        if dead:
-            print(
-                f"pricingctl: {', '.join(dead)} exited unexpectedly; stopping "
-                f"(see {stack.run_dir / 'logs'})",
-                file=sys.stderr,
-            )
-            return 1
+    """Supervise the started stack until asked to stop (then drain Envoy: 0); a process
+    that exits is restarted (one line each), a crash loop stops the stack (1)."""
+
+    def say(line: str) -> None:
+        print(f"pricingctl: {line}", file=sys.stderr, flush=True)
+
+    reason = Supervisor(stack, say).watch(stopping)
+    if reason is not None:
+        say(reason)
+        return 1
     if not stack.drain():
-        print(
-            f"pricingctl: requests were still in flight after {stack.drain_time_s} s of draining",
-            file=sys.stderr,
-        )
+        say(f"requests were still in flight after {stack.drain_time_s} s of draining")
     return 0
 
 

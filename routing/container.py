@@ -34,6 +34,8 @@ ENVOY_VERSION = "1.40.0"
 ENVOY_IMAGE = f"envoyproxy/envoy:v{ENVOY_VERSION}"
 #: The same Jaeger release deploy/jaeger/build.sh builds (module v1.76.0 = 2.13.0).
 JAEGER_IMAGE = "jaegertracing/jaeger:2.13.0"
+#: The Prometheus release Debian packages (bookworm's `prometheus`), as the stack runs.
+PROMETHEUS_IMAGE = "prom/prometheus:v2.42.0"
 
 ANY_ADDRESS = "0.0.0.0"
 #: Where a pool or the simulator listens inside its container (the image's PRICING_PORT).
@@ -42,6 +44,7 @@ SIMULATOR_PORT = 8200
 JAEGER_OTLP_GRPC_PORT = 4317
 JAEGER_OTLP_HTTP_PORT = 4318
 JAEGER_UI_PORT = 16686
+PROMETHEUS_PORT = 9090
 #: Envoy's listener inside its container (routes.toml's port) and its admin (loopback).
 ENVOY_CONFIG_PATH = "/etc/envoy/envoy.yaml"
 #: Envoy's Prometheus listener in Kubernetes (/stats/prometheus and /ready of its admin).

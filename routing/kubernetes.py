@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from routing.alerts import render_rules
 from routing.container import (
     ENVOY_CONFIG_PATH,
     ENVOY_IMAGE,
@@ -38,6 +39,7 @@ from routing.container import (
 from routing.envoy import STATS_PATHS
 from routing.gunicorn import GRACEFUL_TIMEOUT_S
 from routing.model import Pool, RouteConfig
+from routing.prometheus import SCRAPE_INTERVAL
 from routing.sizing import TARGET_UTILISATION, EnvoyLimits, envoy_limits
 from toolkit.contract import LOOP_LAG_SERIES, PORT_ENV
 
@@ -58,6 +60,8 @@ JAEGER_CONFIGMAP = "jaeger-config"
 PROMETHEUS_OPERATOR_FILE = "prometheus-operator.yaml"
 PROMETHEUS_ADAPTER_FILE = "prometheus-adapter.yaml"
 MONITORING_FILES = (PROMETHEUS_OPERATOR_FILE, PROMETHEUS_ADAPTER_FILE)
+#: The PrometheusRule (in PROMETHEUS_OPERATOR_FILE) with the rules of routing.alerts.
+PROMETHEUS_RULE = "pricing-alerts"
 #: Where Prometheus (and the adapter) run; the NetworkPolicies let it scrape.
 MONITORING_NAMESPACE = "monitoring"
 #: deployment.environment.name of everything the manifests run.
@@ -308,6 +312,8 @@ def envoy_limits_in_cluster(pool: Pool, replicas: int) -> EnvoyLimits:
         in_flight=math.ceil(ceiling.in_flight / ENVOY_REPLICAS),
         pending=math.ceil(floor.pending / ENVOY_REPLICAS),
         per_host_in_flight=math.ceil(share / ENVOY_REPLICAS),
+        # Each Envoy replica holds its share of what a crashed worker held.
+        retries=math.ceil(floor.retries / ENVOY_REPLICAS),
     )
 
 
@@ -720,17 +726,32 @@ def _simple_deployment(
     ]
 
 
-def _pod_monitor(name: str, part: str, port: str, path: str) -> dict[str, Any]:
+def _pod_monitor(
+    name: str, part: str, port: str, path: str, pool: str | None = None
+) -> dict[str, Any]:
     """For the Prometheus operator: its PodMonitors label every series with
-    `namespace` and `pod`, as the annotation-driven job does."""
+    `namespace` and `pod`, as the annotation-driven job does; a pool's also with `pool`,
+    which the alert rules (PROMETHEUS_RULE) group by."""
+    endpoint: dict[str, Any] = {"port": port, "path": path, "interval": SCRAPE_INTERVAL}
+    if pool is not None:
+        # honorLabels: the RED histogram's own `pool` label is this one, not a clash.
+        endpoint["honorLabels"] = True
+        endpoint["relabelings"] = [{"targetLabel": "pool", "replacement": pool}]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": _meta(name, part),
-        "spec": {
-            "selector": {"matchLabels": _labels(part)},
-            "podMetricsEndpoints": [{"port": port, "path": path, "interval": "15s"}],
-        },
+        "spec": {"selector": {"matchLabels": _labels(part)}, "podMetricsEndpoints": [endpoint]},
+    }
+
+
+def _prometheus_rule(config: RouteConfig) -> dict[str, Any]:
+    """The alert and recording rules (routing.alerts), for the Prometheus operator."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": _meta(PROMETHEUS_RULE, APP),
+        "spec": render_rules(config),
     }
 
 
@@ -759,10 +780,11 @@ def _adapter_rules() -> dict[str, Any]:
 
 def _monitoring_objects(config: RouteConfig) -> dict[str, list[dict[str, Any]]]:
     monitors = [
-        _pod_monitor(NAMES.pool(p.name), NAMES.pool(p.name), "http", config.meta.metrics)
+        _pod_monitor(NAMES.pool(p.name), NAMES.pool(p.name), "http", config.meta.metrics, p.name)
         for p in config.pools
     ]
     monitors.append(_pod_monitor(ENVOY, ENVOY, "stats", STATS_PATHS[0]))
+    monitors.append(_prometheus_rule(config))
     adapter = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -103,6 +103,10 @@ class Route:
     # since Envoy received it): answered 503 at once, no upstream called. None: the
     # route's timeout x MIN_BUDGET_FRACTION.
     min_budget_ms: int | None = None
+    # The share of its requests (percent) the route answers, without a 5xx, within
+    # timeout_ms over routing.alerts.SLO_PERIOD: its objective, which the alert rules
+    # (routing.alerts) page and ticket on. None: no objective, no SLO alert.
+    objective_percent: float | None = None
 
     @property
     def min_budget(self) -> int:

@@ -65,6 +65,8 @@ def _route_lines(route: Route) -> list[str]:
         lines.append(f"slow_ms = {route.slow_ms}")
     if route.min_budget_ms is not None:
         lines.append(f"min_budget_ms = {route.min_budget_ms}")
+    if route.objective_percent is not None:
+        lines.append(f"objective_percent = {route.objective_percent!r}")
     return lines
 
 

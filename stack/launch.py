@@ -7,14 +7,16 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing.envoy import cluster_name, render_envoy, render_xds
+from routing.envoy import STATS_PATHS, cluster_name, render_envoy, render_xds
 from routing.model import Layout, RouteConfig
+from routing.prometheus import PoolTarget
 from routing.write import write_routes
 from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
-from stack import jaeger
+from stack import jaeger, prometheus
 from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
 from stack.procs import Proc, StartError, free_ports, port_in_use
@@ -57,7 +59,14 @@ class Stack:
     jaeger_ports: JaegerPorts | None = None  # None: free ports
     # The web UI Jaeger serves (build-ui.sh's cached build), once started; None: API only.
     jaeger_ui: Path | None = None
+    # Start Prometheus (scraping the pools and Envoy, the rules loaded) as these say;
+    # None: not at all.
+    prometheus_settings: prometheus.PrometheusSettings | None = None
+    prometheus_port: int | None = None  # once started
     procs: dict[str, Proc] = field(default_factory=dict)
+    # Process name -> times it was started again after it exited on its own
+    # (stack.supervise); written to the pid file.
+    restarts: Counter[str] = field(default_factory=Counter)
 
     @property
     def span_file(self) -> Path:
@@ -75,6 +84,11 @@ class Stack:
         """A stack whose every listener is on a port the kernel picked (tests, benchmark)."""
         moved, simulator = config_on_free_ports(config)
         return cls(moved, layout, run_dir, simulator_port=simulator, **kw)  # type: ignore[arg-type]
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """Prometheus's web UI and API, once started."""
+        return prometheus.url(self.prometheus_port) if self.prometheus_port else None
 
     # --- addresses ------------------------------------------------------------
 
@@ -131,10 +145,18 @@ class Stack:
             if self.with_jaeger:
                 self._start_jaeger(timeout_s)
             self._start_simulator(timeout_s)
-            for pool in self.config.pools_for(self.layout):
-                for replica in range(pool.replicas):
-                    self.start_replica(pool.name, replica, timeout_s)
+            # Every replica loads its app at once (the cpu pool's road graphs take the
+            # longest); then each is waited for.
+            started = [
+                (pool.name, replica, self._spawn_replica(pool.name, replica))
+                for pool in self.config.pools_for(self.layout)
+                for replica in range(pool.replicas)
+            ]
+            for pool_name, replica, proc in started:
+                self._wait_replica(pool_name, replica, proc, timeout_s)
             self._start_envoy(timeout_s)
+            if self.prometheus_settings is not None:
+                self._start_prometheus(self.prometheus_settings, timeout_s)
         except BaseException:
             self.stop()
             raise
@@ -195,7 +217,35 @@ class Stack:
             },
             source_config=Path(self.config.source).resolve(),
             app=self.app,
+            restarts=dict(self.restarts),
         )
+
+    def restart(self, name: str, timeout_s: float = 60.0) -> Proc:
+        """Start `name` again after it exited on its own, as it was started: the same
+        command on the same ports and files (Envoy's bootstrap and the LDS/CDS files
+        `routes apply` may have replaced, a pool's own route file), none rendered
+        again; wait until its own readiness check passes, and record it in the pid
+        file. Any process the stack runs, whatever started it: one more part of the
+        stack needs nothing here. Raises StartError (the new process stopped) when it
+        does not come back.
+
+        What is left of the old process's group is stopped first (SIGTERM, then SIGKILL
+        after the stop's timeout): a dead gunicorn master's orphaned workers finish what
+        they hold and give up the pool's port, so the new master binds it and adopts
+        nothing, and its readiness is its own workers'."""
+        old = self.procs[name]
+        old.stop()
+        proc = old.again().start()
+        self.procs[name] = proc
+        try:
+            proc.wait_ready(timeout_s=timeout_s)
+        except StartError:
+            proc.stop()
+            raise
+        finally:
+            self.restarts[name] += 1
+            write_state(self.running())
+        return proc
 
     def stop_all_but(self, *keep: str) -> None:
         """Stop every process except those named (in reverse start order), e.g. all but
@@ -225,6 +275,20 @@ class Stack:
             self.run_dir / "jaeger", ports=self.jaeger_ports, ui=self.jaeger_ui, timeout_s=timeout_s
         )
         self.procs["jaeger"] = proc
+
+    def _start_prometheus(self, settings: prometheus.PrometheusSettings, timeout_s: float) -> None:
+        pools = [
+            PoolTarget(pool.name, self.replica_name(pool.name, i), str(bind))
+            for pool in self.config.pools_for(self.layout)
+            for i, bind in enumerate(pool.binds)
+        ]
+        admin = f"{self.config.admin.host}:{self.config.admin.port}"
+        run_dir = self.run_dir / "prometheus"
+        config = prometheus.write_files(
+            run_dir, self.config, pools, admin, STATS_PATHS[0], settings
+        )
+        proc, self.prometheus_port = prometheus.start(run_dir, config, settings.port, timeout_s)
+        self.procs["prometheus"] = proc
 
     def _start_simulator(self, timeout_s: float) -> None:
         argv = [sys.executable, "-m", "simulator", "--bind", f"127.0.0.1:{self.simulator_port}"]
@@ -258,6 +322,11 @@ class Stack:
     def start_replica(self, pool: str, replica: int = 0, timeout_s: float = 60.0) -> Proc:
         """Start one replica of `pool` (a gunicorn master on its own address), and wait
         until it is ready; also how a test brings back a replica it killed."""
+        proc = self._spawn_replica(pool, replica)
+        self._wait_replica(pool, replica, proc, timeout_s)
+        return proc
+
+    def _spawn_replica(self, pool: str, replica: int) -> Proc:
         bind = self.config.pool(pool, self.layout).binds[replica]
         name = self.replica_name(pool, replica)
         write_routes(self.config, self._routes_path(pool))
@@ -273,10 +342,12 @@ class Stack:
         ]
         proc = Proc(name, argv, self._log(name), env=self.pool_env(pool), cwd=PROJECT_ROOT).start()
         self.procs[name] = proc
+        return proc
+
+    def _wait_replica(self, pool: str, replica: int, proc: Proc, timeout_s: float) -> None:
         # Ready, as Envoy's health check sees it: app, upstream clients and tracing set up.
         ready_url = f"{self.pool_url(pool, replica)}{self.config.meta.readyz}"
         proc.wait_ready(lambda: http_ok(ready_url), timeout_s, "ready")
-        return proc
 
     def envoy_config_path(self) -> Path:
         """Envoy's bootstrap; its listeners and clusters are in `xds_dir`."""

@@ -76,6 +76,9 @@ ACCESS_LOG_ENV: Final = "PRICING_ACCESS_LOG"
 TRACING_ENV: Final = "PRICING_TRACING"
 #: The JSON-lines file spans are written to when no OTLP endpoint is set.
 SPAN_FILE_ENV: Final = "PRICING_SPAN_FILE"
+#: Scheduling delay (ms) from which a traced call, or a traced request's inbound delay,
+#: gets its wait drawn as child spans (``tracing.wait_spans``); ``off``: never.
+WAIT_SPANS_ENV: Final = "PRICING_TRACE_WAIT_SPANS_MS"
 #: OpenTelemetry's standard base URL of the OTLP exporter (/v1/traces is added).
 OTLP_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 #: Query parameters kept in traced URLs (comma-separated; the rest are redacted).
@@ -90,10 +93,48 @@ def upstream_env(upstream: str, setting: str) -> str:
     return f"PRICING_UPSTREAM_{upstream.upper()}_{setting}"
 
 
-# --- Metric names the manifests read --------------------------------------------------
+# --- Metric names the manifests and the alert rules read -------------------------------
+# The pools expose them (``tracing.metric_families``); the io pool's HPA
+# (``routing.kubernetes``) and the Prometheus rules (``routing.alerts``) read them.
 
 #: The pools' loop-lag histogram, read by the io pool's HPA through prometheus-adapter.
 LOOP_LAG_SERIES: Final = "pricing_loop_lag_seconds"
+#: OpenTelemetry's http.server.request.duration, as Prometheus names it (dots become
+#: underscores, the unit a suffix): the RED histogram, with HTTP_*_LABEL and ``pool``.
+HTTP_SERVER_DURATION_SERIES: Final = "http_server_request_duration_seconds"
+HTTP_METHOD_LABEL: Final = "http_request_method"
+HTTP_ROUTE_LABEL: Final = "http_route"  # the URL rule's template, never the raw URL
+HTTP_STATUS_LABEL: Final = "http_response_status_code"
+#: The RED histogram's upper bounds (seconds; +Inf last). The rules read "answered within
+#: the route's timeout" from the bucket whose bound is that timeout, so a route with an
+#: objective has its timeout among them (``routing.load`` says so at load time). From
+#: 0.5 ms (a call that waited for nothing) to 10 s, the longest route timeout; 0.2 s is
+#: the io pool's p99 target, so "within target" is one bucket, not an interpolation.
+DURATION_BUCKETS_S: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.2,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+#: Every request's count and sum per (method, route, status, pool): request rates.
+ROUTE_REQUESTS_SERIES: Final = "pricing_route_request_duration_seconds"
+#: Requests a pool refused at once, by ``route`` and ``reason``.
+SHED_SERIES: Final = "pricing_shed_total"
+#: Per route, the time its requests waited for the hub (histogram).
+ROUTE_HUB_WAIT_SERIES: Final = "pricing_route_hub_wait_seconds"
+#: Of a ``victim`` route's hub wait, the seconds during which the culprit ``route`` ran.
+ROUTE_CULPRIT_SERIES: Final = "pricing_route_culprit_seconds_total"
 
 # --- Log field names ------------------------------------------------------------------
 # The fields of every JSON log line, the pools' (``tracing.logs``) and Envoy's access

@@ -88,6 +88,11 @@ ENVOY_BEFORE_POOL: Final = "pricing.envoy.before_pool"
 #: ``slow`` (slower than its route's threshold; exported whatever the sampling: such a
 #: trace has no Envoy span).
 TRACE_REASON: Final = "pricing.trace.reason"
+#: Server span of a slow-kept trace (``slow``): the id of Envoy's span, which was not
+#: exported. The server span is the trace's root (no parent Jaeger could not find) and
+#: names it here instead; a span link would not do: Jaeger reads a link within the same
+#: trace as a parent, and warns that it is missing.
+EDGE_SPAN_ID: Final = "pricing.trace.edge_span_id"
 #: ``true`` on the server span of a request slower than its route's threshold:
 #: searchable in Jaeger as the tag ``pricing.slow=true``.
 SLOW: Final = "pricing.slow"
@@ -100,6 +105,15 @@ EVENT_REPLY_IN_KERNEL: Final = "reply reached kernel"
 EVENT_REQUEST_IN_KERNEL: Final = "request reached kernel"
 #: Server span event at the moment the handler started.
 EVENT_HANDLER_STARTED: Final = "handler started"
+
+# --- child spans: the wait, drawn in the waterfall (``tracing.wait_spans``) --------------
+
+#: Child of a delayed call span: the request sent -> its reply reached the kernel.
+SPAN_NETWORK: Final = "network"
+#: Child of a delayed call span (the reply in the kernel -> the greenlet ran) or server
+#: span (the request in the kernel -> its handler started), with
+#: ``gevent.scheduling.culprits`` and ``.cpu_wait``.
+SPAN_LOOP_WAIT: Final = "waiting for the event loop"
 
 #: ``true`` on the server span of a delayed request
 #: (``tracing.timing.server_timing.is_delayed``: it waited at least 50 ms for the hub

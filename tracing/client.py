@@ -32,6 +32,7 @@ from tracing.timing import native
 from tracing.timing.call_state import TOP_CULPRITS, top_culprits
 from tracing.timing.call_timing import CallMeasurement, CallTiming, bound_calls
 from tracing.timing.hook_errors import swallow
+from tracing.wait_spans import call_wait_spans, start_wait_spans
 
 
 class UpstreamCall:
@@ -166,10 +167,14 @@ class TracingCallObserver:
         measure: bool,
         metrics: CallMetrics | None = None,
         calls: MeasureCalls | None = None,
+        wait_spans_s: float | None = None,
     ) -> None:
         """*calls*: the (begin, finish) a call is measured with, when not the timing
-        core's (a benchmark's fixed measurement); the reference observer then runs."""
+        core's (a benchmark's fixed measurement); the reference observer then runs.
+        *wait_spans_s*: the scheduling delay from which a live span's wait gets child
+        spans (``tracing.wait_spans``; None: never)."""
         self._tracer = tracer
+        self._wait_spans_s = wait_spans_s
         self._measure = measure
         # The compiled (or reference) begin and finish, bound once: they run for every call.
         measure_calls: MeasureCalls = calls or bound_calls()
@@ -209,6 +214,13 @@ class TracingCallObserver:
                 if record.error_type is not None:
                     span.set_status(Status(StatusCode.ERROR))  # client spans: 4xx too
                 add_call_events(span, record)
+                start_wait_spans(
+                    self._tracer,
+                    span,
+                    call_wait_spans(
+                        record.timing, record.start_unix_ns, record.end_unix_ns, self._wait_spans_s
+                    ),
+                )
             if totals is not None and record.timing is not None:
                 totals.records.append(record)
         except Exception as exc:  # tracing never breaks a request

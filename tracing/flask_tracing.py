@@ -22,7 +22,9 @@ from tracing.client import RequestTotals, SampledTrace, TracingCallObserver, req
 from tracing.request_spans import FinishedRequest, account, server_context
 from tracing.route import route_of
 from tracing.server_span import (
+    RESPONSE_HEADERS,
     end_server_span,
+    excluded,
     propagator_reads_traceparent,
     sampled_traceparent,
     start_server_span,
@@ -87,10 +89,16 @@ class FlaskTracing:
         begin = _make_begin(worker, self.untraced_paths, measure)
         end = _make_end(worker, finish_request)
         own = app.__dict__.get("wsgi_app", _INHERITED)
-        app.wsgi_app = _wrap_wsgi(app.wsgi_app, begin_request if measure else None)
+        keep_headers = worker.settings.server.response_headers is not None
+        app.wsgi_app = _wrap_wsgi(app.wsgi_app, begin_request if measure else None, keep_headers)
         app.before_request(begin)
         app.teardown_request(end)
-        observer = TracingCallObserver(worker.tracer, measure=measure, metrics=worker.metrics)
+        observer = TracingCallObserver(
+            worker.tracer,
+            measure=measure,
+            metrics=worker.metrics,
+            wait_spans_s=worker.settings.wait_spans_s,
+        )
         app.extensions[INSTRUMENTED] = _Patched(own, begin, end, observer)
         return observer
 
@@ -114,10 +122,13 @@ def _remove(hooks: list[Any] | None, hook: Any) -> None:
         hooks.remove(hook)
 
 
-def _wrap_wsgi(inner: Any, begin_request: Callable[[], RequestMeasurement] | None) -> Any:
+def _wrap_wsgi(
+    inner: Any, begin_request: Callable[[], RequestMeasurement] | None, keep_headers: bool = False
+) -> Any:
     """Outermost, so the handler's time starts before Flask runs. The status line is read
     as the response starts, which Flask does before its teardown (``_end``): cheaper
-    than an after_request hook (``pricingctl bench span-cost``)."""
+    than an after_request hook (``pricingctl bench span-cost``). *keep_headers*: the
+    response headers too, for the captured ones (``RESPONSE_HEADERS``)."""
 
     def traced_wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
         if begin_request is not None:
@@ -125,6 +136,8 @@ def _wrap_wsgi(inner: Any, begin_request: Callable[[], RequestMeasurement] | Non
 
         def start(status: str, headers: Any, exc_info: Any = None) -> Any:
             environ[_ENVIRON_STATUS] = status
+            if keep_headers:
+                environ[RESPONSE_HEADERS] = headers
             return start_response(status, headers, exc_info)
 
         return inner(environ, start)
@@ -144,6 +157,7 @@ def _make_begin(
     spans = worker.spans
     build_sampled = precheck and measure and worker.build_sampled
     new_span_id = spans.new_span_id if spans is not None else None
+    server = worker.settings.server
 
     def _begin() -> None:
         try:
@@ -160,12 +174,10 @@ def _make_begin(
                 # Envoy did not sample it: no span; its trace id goes on to the upstreams.
                 request_totals.set(RequestTotals(incoming, offset))
                 return
-            if (
-                build_sampled
-                and new_span_id is not None
-                and offset is not None
-                and req.path not in untraced
-            ):
+            # No span for health checks, scrapes and the excluded URLs (looked at only
+            # for a request that would get one).
+            skip = req.path in untraced or excluded(server, req)
+            if build_sampled and new_span_id is not None and offset is not None and not skip:
                 parsed = sampled_traceparent(incoming)
                 if parsed is not None:
                     # Envoy sampled it: its spans are built when it ends (span_records).
@@ -182,8 +194,8 @@ def _make_begin(
                     )
                     return
             request_totals.set(RequestTotals(None, offset))
-            if req.path not in untraced:
-                environ[_ENVIRON_SPAN] = start_server_span(tracer, route, req)
+            if not skip:
+                environ[_ENVIRON_SPAN] = start_server_span(tracer, route, req, server)
         except Exception as exc:
             swallow("begin request", exc)
 
@@ -196,6 +208,8 @@ def _make_end(
     """The ``teardown_request`` hook: finish the measurement, account the request, end
     its span."""
     from flask import request
+
+    server = worker.settings.server
 
     def _end(exc: BaseException | None) -> None:
         try:
@@ -214,7 +228,9 @@ def _make_end(
             set_greenlet_label(None)
             started = environ.pop(_ENVIRON_SPAN, None)
             if started is not None:
-                end_server_span(started[0], started[1], status, exc)
+                end_server_span(
+                    started[0], started[1], status, exc, server, environ.get(RESPONSE_HEADERS)
+                )
             token = environ.pop(_ENVIRON_SAMPLED, None)
             if token is not None:
                 context.detach(token)

@@ -10,7 +10,18 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal
 
-from toolkit.contract import LOOP_LAG_SERIES
+from toolkit.contract import (
+    DURATION_BUCKETS_S,
+    HTTP_METHOD_LABEL,
+    HTTP_ROUTE_LABEL,
+    HTTP_SERVER_DURATION_SERIES,
+    HTTP_STATUS_LABEL,
+    LOOP_LAG_SERIES,
+    ROUTE_CULPRIT_SERIES,
+    ROUTE_HUB_WAIT_SERIES,
+    ROUTE_REQUESTS_SERIES,
+    SHED_SERIES,
+)
 
 #: Why a pool refused a request at once (``pricing_shed_total{reason}``): it reached its
 #: handler with less of its deadline left than its route needs (``min_budget_ms``).
@@ -30,26 +41,8 @@ FAILURE_REASONS: Final = (
     "error",
 )
 
-#: Upper bounds of every duration histogram (seconds; +Inf last). From 0.5 ms (a call
-#: that waited for nothing) to 10 s, the longest route timeout (quotes.batch); 0.2 s
-#: is the io pool's p99 target, so "within target" is one bucket, not an interpolation.
-DURATION_BUCKETS_S: Final = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.2,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)
+# Every duration histogram has the RED histogram's bounds, DURATION_BUCKETS_S (in
+# toolkit.contract: the alert rules select its buckets too).
 #: Upper bounds of the per-route timing histograms (inbound delay, its CPU wait, handler,
 #: hub wait): a short set, as these are per route on top of the RED family (which keeps
 #: DURATION_BUCKETS_S). 1 ms: waited for nothing; 5 ms: `routes suggest`'s CPU-heavy
@@ -76,13 +69,8 @@ LOOP_LAG_BUCKETS_S: Final = (
 
 #: OpenTelemetry's http.server.request.duration, as Prometheus names it (dots become
 #: underscores, the unit a suffix), with its attributes as labels, plus the pool.
-HTTP_SERVER_DURATION: Final = "http_server_request_duration_seconds"
-HTTP_SERVER_LABELS: Final = (
-    "http_request_method",
-    "http_route",
-    "http_response_status_code",
-    "pool",
-)
+HTTP_SERVER_DURATION: Final = HTTP_SERVER_DURATION_SERIES
+HTTP_SERVER_LABELS: Final = (HTTP_METHOD_LABEL, HTTP_ROUTE_LABEL, HTTP_STATUS_LABEL, "pool")
 #: Methods kept as they are; any other is "_OTHER" (OpenTelemetry's rule: a client
 #: inventing methods must not create series).
 KNOWN_METHODS: Final = frozenset(
@@ -93,10 +81,10 @@ BUILD_INFO: Final = "pricing_build_info"
 #: Names `pricingctl routes suggest` reads back (``tracing.readback.usage``), as exposed.
 HANDLER: Final = "pricing_handler_duration_seconds"
 INBOUND_DELAY: Final = "pricing_inbound_delay_seconds"
-ROUTE_HUB_WAIT: Final = "pricing_route_hub_wait_seconds"
+ROUTE_HUB_WAIT: Final = ROUTE_HUB_WAIT_SERIES
 ROUTE_CPU: Final = "pricing_route_cpu_seconds_total"
 ROUTE_NETWORK: Final = "pricing_route_network_seconds_total"
-ROUTE_CULPRIT: Final = "pricing_route_culprit_seconds_total"
+ROUTE_CULPRIT: Final = ROUTE_CULPRIT_SERIES
 #: The culprit (or route) that stands for the folded ones; "<...>" like ``<hub>``: never
 #: placed.
 CULPRIT_OTHER: Final = "<other>"
@@ -123,7 +111,7 @@ RED_TOP_K: Final = ROUTE_TIMING_TOP_K
 #: and sum, no quantiles, two lines a series) fed at flush from the RED histogram's own
 #: in-process children, so the request path pays nothing for it. Requests per route
 #: (`routes suggest`), error rates per route and mean latency per route come from here.
-ROUTE_REQUESTS: Final = "pricing_route_request_duration_seconds"
+ROUTE_REQUESTS: Final = ROUTE_REQUESTS_SERIES
 #: Counts the label sets a worker folded into CULPRIT_OTHER, per family: (culprit,
 #: victim) pairs of the culprit family, routes of the timing histograms, (method,
 #: route) of the RED histogram.
@@ -192,14 +180,14 @@ FAMILIES: Final = (
         Kind.RED,
         "Duration of HTTP server requests: from the app receiving a request until "
         "its response; per worker, the {top_k} busiest routes by name, the rest "
-        f"as http_route={CULPRIT_OTHER!r} ({ROUTE_REQUESTS} has every route).",
+        f"as {HTTP_ROUTE_LABEL}={CULPRIT_OTHER!r} ({ROUTE_REQUESTS} has every route).",
         HTTP_SERVER_LABELS,
         DURATION_BUCKETS_S,
     ),
     # Answered 503 without being worked on, by reason (SHED_REASONS).
     Spec(
         "shed",
-        "pricing_shed",
+        SHED_SERIES.removesuffix("_total"),
         Kind.COUNTER,
         "Requests the pool refused at once instead of working on them, by route and reason.",
         ("route", "reason"),

@@ -20,10 +20,17 @@ from opentelemetry.trace import INVALID_SPAN, SpanContext, TraceFlags, TraceStat
 from routing.edge import parse_envoy_start_ns
 from tracing import attributes
 from tracing.client import RequestTotals, SampledTrace, UpstreamCall
-from tracing.server_span import outcome_attributes, server_attributes
+from tracing.server_span import (
+    RESPONSE_HEADERS,
+    excluded,
+    outcome_attributes,
+    response_header_attributes,
+    server_attributes,
+)
 from tracing.span_records import exception_event
 from tracing.timing.call_state import top_culprits
 from tracing.timing.server_timing import RequestTiming, is_delayed
+from tracing.wait_spans import inbound_wait_spans, start_wait_spans
 from tracing.worker import WorkerTracing
 
 # Largest plausible gap between Envoy's start and the pool's arrival stamp (ns): a
@@ -131,7 +138,15 @@ def account(
             )
         )
         _add_request_events(span, timing)
-    elif slow and worker.spans is not None and worker.slow_budget.take():
+        start_wait_spans(
+            worker.tracer, span, inbound_wait_spans(timing, worker.settings.wait_spans_s)
+        )
+    elif (
+        slow
+        and worker.spans is not None
+        and not (request is not None and excluded(worker.settings.server, request))
+        and worker.slow_budget.take()
+    ):
         _export_slow(worker, done)
 
 
@@ -201,8 +216,10 @@ def _export_sampled(
     derives the rest from the measurements (``measured_fields``)."""
     assert worker.spans is not None
     timing, status, totals = done.timing, done.status, done.totals
-    server_attrs = server_attributes(done.route, request)
-    server_attrs.update(outcome_attributes(status, exc))
+    server = worker.settings.server
+    server_attrs = server_attributes(done.route, request, server)
+    server_attrs.update(outcome_attributes(status, exc, server.semconv))
+    server_attrs.update(response_header_attributes(request.environ.get(RESPONSE_HEADERS), server))
     envoy_start_ns = done.envoy_start_ns(worker.envoy_start_header)
     events = [] if exc is None else [exception_event(exc, timing.end_unix_ns)]
     calls = tuple(totals.records) if totals is not None else ()
@@ -223,24 +240,36 @@ def _export_sampled(
         end_ns=timing.end_unix_ns,
         records=calls,
         derive=(measured_fields, (done.route, timing, calls, envoy_start_ns, slow, "sampled")),
+        waits=inbound_wait_spans(timing, worker.spans.wait_spans_s),
     )
 
 
+def slow_root(edge: SpanContext) -> dict[str, Any]:
+    """The server span of a slow-kept trace is its root: Envoy's span (*edge*) was not
+    exported, and a parent missing from the trace makes Jaeger warn. Its id goes in an
+    attribute instead (``attributes.EDGE_SPAN_ID``)."""
+    return {attributes.EDGE_SPAN_ID: f"{edge.span_id:016x}"} if edge.is_valid else {}
+
+
 def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
-    """Build the spans of a request that Envoy did not sample from what was measured,
-    under its trace id and Envoy's span as parent (Envoy's span itself was not kept)."""
+    """Queue the spans of a request that Envoy did not sample, built from what was measured,
+    as the root of its trace (Envoy's span was not kept: ``slow_root``)."""
     assert worker.spans is not None
     route, timing, totals, status = done.route, done.timing, done.totals, done.status
     extracted = propagate.extract({k.lower(): v for k, v in done.headers.items()})
+    edge = trace.get_current_span(extracted).get_span_context()
     method, _, template = route.partition(" ")
     server_attrs: dict[str, Any] = {HTTP_REQUEST_METHOD: method, HTTP_ROUTE: template}
     if status is not None:
         server_attrs[HTTP_RESPONSE_STATUS_CODE] = status
     envoy_start_ns = done.envoy_start_ns(worker.envoy_start_header)
     calls = tuple(totals.records) if totals is not None else ()
+    server_attrs.update(slow_root(edge))
     worker.spans.request(
         name=route,
-        parent=trace.get_current_span(extracted).get_span_context(),
+        parent=None,
+        trace_id=edge.trace_id if edge.is_valid else None,
+        trace_state=edge.trace_state if edge.is_valid else None,
         attributes=server_attrs,
         events=[],
         error=status is not None and status >= 500,
@@ -248,4 +277,5 @@ def _export_slow(worker: WorkerTracing, done: FinishedRequest) -> None:
         end_ns=timing.end_unix_ns,
         records=calls,
         derive=(measured_fields, (route, timing, calls, envoy_start_ns, True, "slow")),
+        waits=inbound_wait_spans(timing, worker.spans.wait_spans_s),
     )

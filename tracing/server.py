@@ -82,7 +82,14 @@ def setup_worker(
         redactor = QueryRedactor()  # before the exporter: no query value leaves the worker
         provider.add_span_processor(redactor)
         provider.add_span_processor(processor)
-        spans = SpanBuilder(resource, SCOPE, processor, redactor, provider.id_generator)
+        spans = SpanBuilder(
+            resource,
+            SCOPE,
+            processor,
+            redactor,
+            provider.id_generator,
+            wait_spans_s=settings.wait_spans_s,
+        )
         instrumentor = None
         metrics = metrics or pool_metrics()
         if settings.mode is Mode.FULL:

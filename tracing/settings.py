@@ -15,13 +15,14 @@ that is not installed). ``PRICING_*`` only where no standard name exists.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from toolkit.contract import OTLP_ENDPOINT_ENV, SPAN_FILE_ENV, TRACING_ENV
+from toolkit.contract import OTLP_ENDPOINT_ENV, SPAN_FILE_ENV, TRACING_ENV, WAIT_SPANS_ENV
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -49,6 +50,11 @@ def service_name() -> str:
     return str(resource.attributes[SERVICE_NAME])
 
 
+#: A traced call's (or request's inbound) scheduling delay from which its wait is drawn
+#: as child spans (``PRICING_TRACE_WAIT_SPANS_MS``, ms): long enough that a call merely
+#: sharing the loop gets none, short enough that any wait a person would look for does.
+DEFAULT_WAIT_SPANS_MS: Final = 10
+
 DEFAULT_SPAN_FILE = Path(__file__).resolve().parent.parent / ".run" / "spans.jsonl"
 
 # The standard names (OpenTelemetry's SDK environment specification).
@@ -64,6 +70,14 @@ BSP_EXPORT_TIMEOUT_ENV: Final = "OTEL_BSP_EXPORT_TIMEOUT"  # ms
 BSP_MAX_QUEUE_SIZE_ENV: Final = "OTEL_BSP_MAX_QUEUE_SIZE"  # spans
 BSP_MAX_EXPORT_BATCH_SIZE_ENV: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"  # spans
 TRACES_PATH: Final = "/v1/traces"
+# The contrib Flask/WSGI instrumentation's (opentelemetry-util-http, _semconv): honoured
+# by the pools' server span (``ServerSpanSettings``).
+FLASK_EXCLUDED_URLS_ENV: Final = "OTEL_PYTHON_FLASK_EXCLUDED_URLS"  # wins over the next
+EXCLUDED_URLS_ENV: Final = "OTEL_PYTHON_EXCLUDED_URLS"
+CAPTURE_REQUEST_HEADERS_ENV: Final = "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST"
+CAPTURE_RESPONSE_HEADERS_ENV: Final = "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_RESPONSE"
+SANITIZE_HEADERS_ENV: Final = "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SANITIZE_FIELDS"
+SEMCONV_OPT_IN_ENV: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
 
 #: Samplers that keep Envoy's decision (``traceparent``'s sampled flag) and decide only
 #: for requests that arrive without one. The others would cut traces in half: Envoy's
@@ -141,6 +155,72 @@ def _positive_int(name: str, default: float) -> int:
     return value
 
 
+class Semconv(StrEnum):
+    """Which HTTP attribute names a server span carries (``OTEL_SEMCONV_STABILITY_OPT_IN``)."""
+
+    #: Unset: the stable names the project always used (the contrib's default is the
+    #: old names alone; the project's readers and dashboards read the stable ones).
+    PROJECT = "project"
+    HTTP = "http"  # the stable names, as the contrib emits them (client.* included)
+    HTTP_DUP = "http/dup"  # those and the old ones (http.method, http.target, ...)
+
+
+@dataclass(frozen=True)
+class ServerSpanSettings:
+    """The contrib Flask/WSGI instrumentation's settings, read once as the worker starts:
+    excluded URLs (regexes searched in the request's full URL), the request and
+    response headers captured on the server span (regexes matched against the whole
+    name, any case), those whose values are redacted (searched, any case), and the
+    attribute names. None: not set."""
+
+    excluded_urls: re.Pattern[str] | None = None
+    request_headers: re.Pattern[str] | None = None
+    response_headers: re.Pattern[str] | None = None
+    sanitize: re.Pattern[str] | None = None
+    semconv: Semconv = Semconv.PROJECT
+
+    @classmethod
+    def from_env(cls) -> ServerSpanSettings:
+        """As the contrib reads them (``opentelemetry.util.http``); ValueError, naming
+        the variable, on a pattern that does not compile."""
+        flask = os.environ.get(FLASK_EXCLUDED_URLS_ENV)
+        excluded = (
+            (FLASK_EXCLUDED_URLS_ENV, flask)
+            if flask is not None
+            else (EXCLUDED_URLS_ENV, os.environ.get(EXCLUDED_URLS_ENV))
+        )
+        return cls(
+            excluded_urls=_patterns(*excluded),
+            request_headers=_patterns(
+                CAPTURE_REQUEST_HEADERS_ENV, os.environ.get(CAPTURE_REQUEST_HEADERS_ENV), re.I
+            ),
+            response_headers=_patterns(
+                CAPTURE_RESPONSE_HEADERS_ENV, os.environ.get(CAPTURE_RESPONSE_HEADERS_ENV), re.I
+            ),
+            sanitize=_patterns(SANITIZE_HEADERS_ENV, os.environ.get(SANITIZE_HEADERS_ENV), re.I),
+            semconv=_semconv(os.environ.get(SEMCONV_OPT_IN_ENV)),
+        )
+
+
+def _patterns(name: str, raw: str | None, flags: int = 0) -> re.Pattern[str] | None:
+    """A comma-separated list of regexes as one alternation, as the contrib joins them."""
+    if not raw:
+        return None
+    try:
+        return re.compile("|".join(item.strip() for item in raw.split(",")), flags)
+    except re.error as exc:
+        raise ValueError(f"{name}={raw!r}: not a list of regular expressions ({exc})") from None
+
+
+def _semconv(raw: str | None) -> Semconv:
+    """http/dup wins over http, as in the contrib; other values (database, ...) are not
+    about HTTP."""
+    values = [item.strip() for item in (raw or "").split(",")]
+    if Semconv.HTTP_DUP.value in values:
+        return Semconv.HTTP_DUP
+    return Semconv.HTTP if Semconv.HTTP.value in values else Semconv.PROJECT
+
+
 class Mode(StrEnum):
     OFF = "off"  # no spans at all
     SPANS = "spans"  # spans, without the gevent timing instrumentation
@@ -160,6 +240,10 @@ class TracingSettings:
     exporter: Exporter | None = None
     protocol: Protocol = Protocol.HTTP_PROTOBUF
     batch: BatchSettings = field(default_factory=BatchSettings)
+    #: The contrib instrumentation's settings the server span honours.
+    server: ServerSpanSettings = field(default_factory=ServerSpanSettings)
+    #: Seconds of scheduling delay from which the wait gets child spans; None: never.
+    wait_spans_s: float | None = DEFAULT_WAIT_SPANS_MS / 1000
 
     @property
     def traces_exporter(self) -> Exporter:
@@ -195,6 +279,8 @@ class TracingSettings:
             exporter=_exporter(),
             protocol=protocol,
             batch=BatchSettings.from_env(),
+            server=ServerSpanSettings.from_env(),
+            wait_spans_s=_wait_spans_s(),
         )
 
 
@@ -210,6 +296,21 @@ def otlp_endpoint(protocol: Protocol = Protocol.HTTP_PROTOBUF) -> str | None:
     if not base:
         return None
     return base if protocol is Protocol.GRPC else base.rstrip("/") + TRACES_PATH
+
+
+def _wait_spans_s() -> float | None:
+    raw = (os.environ.get(WAIT_SPANS_ENV) or "").strip().lower()
+    if not raw:
+        return DEFAULT_WAIT_SPANS_MS / 1000
+    if raw == "off":
+        return None
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = -1.0
+    if not 0 <= ms < float("inf"):
+        raise ValueError(f"{WAIT_SPANS_ENV}={raw!r}: milliseconds (0 or more), or off")
+    return ms / 1000
 
 
 def _exporter() -> Exporter | None:

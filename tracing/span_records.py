@@ -18,8 +18,13 @@ Two kinds of request are built here:
 - **sampled by Envoy**, with a well-formed ``traceparent`` (``tracing.server``'s fast
   path): the server span's id is chosen as the request starts, so that its log lines and
   its upstream calls carry it (``tracing.client.SampledTrace``);
-- **slow and not sampled**: exported afterwards, under the incoming trace id (ids chosen
-  here: nothing was sent under them).
+- **slow and not sampled**: exported afterwards, its server span the root of the
+  incoming trace id (ids chosen here: nothing was sent under them; Envoy's span id in
+  ``pricing.trace.edge_span_id``).
+
+A delayed call's and request's wait is drawn as child spans (``tracing.wait_spans``):
+the hub counts them (``RequestRecord.span_count``, what the queue's limits count), the
+exporter thread builds them beside the spans they belong to.
 
 What the spans hold is what the SDK path gives for the same request, checked field by field
 in ``tests/unit/tracing/test_span_records.py``: names, kinds, ids and parents, attributes
@@ -55,6 +60,7 @@ from tracing.client import (
 )
 from tracing.export import ThreadedSpanProcessor, span_fields_text
 from tracing.redact import QueryRedactor
+from tracing.wait_spans import CALL_WAIT_SPANS, WaitSpan, call_drawn, call_wait_spans
 
 # The SDK's own key for it (deprecated in the conventions, still set by record_exception).
 _EXCEPTION_ESCAPED: Final = "exception.escaped"
@@ -138,6 +144,8 @@ class RequestRecord:
         "start_ns",
         "trace_id",
         "trace_state",
+        "wait_spans_s",
+        "waits",
     )
 
     def __init__(
@@ -152,6 +160,7 @@ class RequestRecord:
         times: tuple[int, int],
         calls: Sequence[UpstreamCall],
         derive: tuple[Derive, tuple[Any, ...]] | None,
+        waits: Sequence[WaitSpan] = (),
     ) -> None:
         self.builder = builder
         self.name = name
@@ -169,7 +178,18 @@ class RequestRecord:
         self.derive_args: tuple[Any, ...] = ()
         if derive is not None:
             self.derive, self.derive_args = derive
-        self.span_count = 1 + len(calls)
+        #: The server span's own wait spans (``tracing.wait_spans``), under it.
+        self.waits = waits
+        #: The builder's threshold as the request ended: its spans are counted by it here,
+        #: on the hub, and built by it on the thread.
+        self.wait_spans_s = threshold = builder.wait_spans_s
+        # Counted on the hub: the server span, its client spans, their wait spans, its own.
+        drawn = 0
+        if threshold is not None:
+            for call in calls:
+                if call_drawn(call.timing, call.start_unix_ns, call.end_unix_ns, threshold):
+                    drawn += CALL_WAIT_SPANS
+        self.span_count = 1 + len(calls) + drawn + len(waits)
 
     @property
     def resource(self) -> Resource:
@@ -184,9 +204,20 @@ class RequestRecord:
         return TraceState.from_header([state]) if isinstance(state, str) else state
 
     def span_fields(self) -> list[SpanFields]:
-        """Its spans, client spans first, as the SDK ended them (exporter thread)."""
+        """Its spans, client spans first (each followed by its wait spans), as the SDK
+        ended them (exporter thread)."""
         builder = self.builder
-        out = [builder.client_fields(call, self.span_id) for call in self.calls]
+        threshold = self.wait_spans_s
+        out = []
+        for call in self.calls:
+            client = builder.client_fields(call, self.span_id)
+            out.append(client)
+            if threshold is not None:
+                waits = call_wait_spans(
+                    call.timing, call.start_unix_ns, call.end_unix_ns, threshold
+                )
+                out.extend(builder.wait_fields(waits, client.span_id))
+        out.extend(builder.wait_fields(self.waits, self.span_id))
         attributes = self.attributes
         events = self.events
         if self.derive is not None:
@@ -242,18 +273,18 @@ class RequestRecord:
         flags = TraceFlags(self.flags)
         state = self.parsed_trace_state()
         trace_id = self.trace_id
-        # The parent of each span: the server span's, and its own (Envoy's, or none).
+        # The parent of each span: the server span's, a client span's (its wait spans'),
+        # and the server span's own (Envoy's, or none).
         contexts = {self.span_id: SpanContext(trace_id, self.span_id, False, flags, state)}
         if self.parent_span_id is not None:
             contexts[self.parent_span_id] = SpanContext(
                 trace_id, self.parent_span_id, self.parent_remote, flags, state
             )
         out = []
-        for span in self.span_fields():
-            if span.span_id == self.span_id:
-                context = contexts[span.span_id]
-            else:
-                context = SpanContext(trace_id, span.span_id, False, flags, state)
+        for span in self.span_fields():  # a client span before its wait spans
+            context = contexts[span.span_id] = SpanContext(
+                trace_id, span.span_id, False, flags, state
+            )
             parent = span.parent_span_id
             out.append(
                 ReadableSpan(
@@ -289,12 +320,16 @@ class SpanBuilder:
         redactor: QueryRedactor,
         id_generator: IdGenerator,
         limits: SpanLimits | None = None,
+        wait_spans_s: float | None = None,
     ) -> None:
+        """*wait_spans_s*: the scheduling delay from which a call's wait gets child
+        spans (``tracing.wait_spans``; None: never)."""
         self.resource = resource
         self.scope = InstrumentationScope(scope)
         self.sink = sink
         self.redactor = redactor
         self.id_generator = id_generator
+        self.wait_spans_s = wait_spans_s
         limits = limits or SpanLimits()
         # Plain dicts unless a limit could bind: ours carry ~30 attributes and short values.
         self._limits = (
@@ -321,14 +356,18 @@ class SpanBuilder:
         records: Sequence[UpstreamCall] = (),
         span_id: int | None = None,
         trace_state: TraceState | str | None = None,
+        trace_id: int | None = None,
         derive: tuple[Derive, tuple[Any, ...]] | None = None,
+        waits: Sequence[WaitSpan] = (),
     ) -> None:
         """Queue one request's server span (*name*, *attributes*, *events*; status ERROR
-        when *error*) under *parent* (None or invalid: a new trace), and one client span
-        for each of *records*; *derive*: a function and its arguments giving the rest of
-        the server span's attributes and its first events, called on the exporter thread.
-        *span_id*: the server span's id when it was chosen as the request started. On the
-        hub: only ids are drawn here."""
+        when *error*) under *parent* (None or invalid: a new trace, or the root of trace
+        *trace_id*), one client span for each of *records*, the wait spans of those calls
+        and the server span's *waits* (``tracing.wait_spans``); *derive*: a function and
+        its arguments giving the rest of the server span's attributes and its first
+        events, called on the exporter thread. *span_id*: the server span's id when it was
+        chosen as the request started. On the hub: only ids are drawn and wait spans
+        counted here."""
         ids: tuple[int, int, int | None, bool]
         if parent is not None and parent.is_valid:
             trace_id = parent.trace_id
@@ -338,7 +377,7 @@ class SpanBuilder:
         else:
             random_id = self.id_generator.is_trace_id_random()
             flags = _SAMPLED | TraceFlags.RANDOM_TRACE_ID if random_id else _SAMPLED
-            trace_id = self.id_generator.generate_trace_id()
+            trace_id = trace_id or self.id_generator.generate_trace_id()
             ids = (trace_id, span_id or self.new_span_id(), None, False)
         self.sink.on_record(
             RequestRecord(
@@ -352,6 +391,7 @@ class SpanBuilder:
                 (start_ns, end_ns),
                 records,
                 derive,
+                waits,
             )
         )
 
@@ -383,6 +423,24 @@ class SpanBuilder:
             events.events,
             status,
         )
+
+    def wait_fields(self, waits: Sequence[WaitSpan], parent_span_id: int) -> list[SpanFields]:
+        """*waits* as spans under *parent_span_id* (exporter thread)."""
+        return [
+            SpanFields(
+                wait.name,
+                SpanKind.INTERNAL,
+                self.new_span_id(),
+                parent_span_id,
+                False,
+                wait.start_unix_ns,
+                wait.end_unix_ns,
+                self.bounded(wait.attributes),
+                (),
+                _OK,
+            )
+            for wait in waits
+        ]
 
     def bounded(self, attributes: dict[str, Any]) -> Mapping[str, Any]:
         limits = self._limits

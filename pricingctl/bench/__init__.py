@@ -15,6 +15,7 @@
     pricingctl bench overload [--quick] [--multiples X,X] [--pools io,cpu] ...
     pricingctl bench suggest [--quick] [--rates offers=R,cpu=R,batch=R] ...
     pricingctl bench routes-scale [--quick] [--routes N] [--seed S]
+    pricingctl bench baseline [--quick] [--offer-rates R,R] [--no-capacity] ...
 
 Every part runs through one skeleton (`skeleton.measure_and_report`): machine check,
 measurement, results written by the part, one summary printed, one way to fail. The
@@ -28,6 +29,7 @@ interrupted (143 on SIGTERM).
 
 from __future__ import annotations
 
+from pricingctl.bench.baseline import baseline_parser
 from pricingctl.bench.capacity import envoy_hop_parser, io_capacity_parser
 from pricingctl.bench.compare import compare_flags
 from pricingctl.bench.cost import (
@@ -68,3 +70,4 @@ def add_parser(subparsers: Parts) -> None:
     metrics_cost_parser(sub)
     instructions_parser(sub)
     routes_scale_parser(sub)
+    baseline_parser(sub)

@@ -134,7 +134,11 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
     raise _Terminated
 
 
-def guarded(body: Callable[[], int], progress: Progress | None = None) -> int:
+def guarded(
+    body: Callable[[], int], progress: Progress | None = None, prefix: str = "pricingctl bench"
+) -> int:
+    """*body*'s exit code; a failure it raises is one line (and its details) prefixed
+    with *prefix*, and exit 1; Ctrl-C and SIGTERM unwind it (130, 143)."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return body()
@@ -142,17 +146,15 @@ def guarded(body: Callable[[], int], progress: Progress | None = None) -> int:
         first, *rest = str(exc).splitlines()
         if progress is not None:
             progress.finish()
-        print(f"pricingctl bench: {first}", file=sys.stderr)
+        print(f"{prefix}: {first}", file=sys.stderr)
         if rest:
             print("\n".join(rest), file=sys.stderr)
         return 1
     except RouteConfigError as exc:
-        print(f"pricingctl bench: {exc}", file=sys.stderr)
+        print(f"{prefix}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
-        print(
-            "\npricingctl bench: interrupted; every process it started is stopped", file=sys.stderr
-        )
+        print(f"\n{prefix}: interrupted; every process it started is stopped", file=sys.stderr)
         return 143 if isinstance(exc, _Terminated) else 130
     finally:
         signal.signal(signal.SIGTERM, previous)

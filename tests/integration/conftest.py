@@ -2,7 +2,10 @@
 Envoy. They build on each other, as in Flask's tutorial: routes -> a stack -> a client
 and a load generator on it (or its upstreams reset around a test).
 
-Each stack is started once per module and stopped by process group. When a
+The split and shared stacks of the committed routes are started once per session
+(starting a stack is the dearest set-up here) and shared by every module that uses
+them as they are; a module that kills their processes or changes their routes
+starts its own, once per module. Every stack is stopped by process group. When a
 process fails to start, the error carries the tail of its log. The helpers the
 tests call (requests, load, derived configs) are in `support`.
 """
@@ -55,13 +58,13 @@ def own_jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerPorts
         proc.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def split_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with Stack.on_free_ports(routes, Layout.SPLIT, tmp_path_factory.mktemp("split")) as stack:
         yield stack
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shared_stack(routes: RouteConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with Stack.on_free_ports(routes, Layout.SHARED, tmp_path_factory.mktemp("shared")) as stack:
         yield stack

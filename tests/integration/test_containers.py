@@ -56,7 +56,7 @@ def test_the_podman_copy_changes_only_addresses_and_health_check_form() -> None:
     import yaml
 
     rendered = yaml.safe_load((podman.REPO_ROOT / "deploy/compose/docker-compose.yml").read_text())
-    copy = podman.for_podman(rendered, "net-a", "net-b", {8080: 18080, 16686: 26686})
+    copy = podman.for_podman(rendered, "net-a", "net-b", {8080: 18080, 16686: 26686, 9090: 19090})
     assert copy["networks"]["default"] == {"external": True, "name": "net-a"}
     for name, spec in copy["services"].items():
         original = rendered["services"][name]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import time
 import urllib.parse
 from collections import Counter
@@ -26,7 +27,8 @@ from tests.integration.support import jaeger_api
 from tests.integration.support.browser import Browser, BrowserError, find_chromium
 from tests.integration.support.http import fixed_latency
 from tests.integration.support.load import D_MS, HOG_ROUTE, Hogs, offer_request, open_loop
-from tests.samples import BIKE_ROUTE
+from tests.samples import BIKE_ROUTE, OFFER_QUERY
+from toolkit.fetch import fetch
 from toolkit.wait import wait_for
 from tracing import attributes
 from tracing.readback.report import parse_culprits
@@ -39,6 +41,13 @@ OFFER_OPERATION = BIKE_ROUTE
 # few enough that most are still answered within their deadline.
 HOG_THREADS = 4
 UPSTREAM_CALLS = ["GET /promotions/v1/active", "GET /routing/v1/eta", "GET /vehicles/v1/nearby"]
+# The children that draw a delayed call's wait (tracing.wait_spans), past the
+# threshold (PRICING_TRACE_WAIT_SPANS_MS).
+WAIT_SPANS = (attributes.SPAN_NETWORK, attributes.SPAN_LOOP_WAIT)
+
+
+def _drawn_wait(span: Span) -> bool:
+    return span.kind == "internal" and span.name in WAIT_SPANS
 
 
 @pytest.fixture(scope="module")
@@ -102,13 +111,13 @@ def page(chromium: str, tmp_path: Path) -> Iterator[Browser]:
 
 def _complete_offer_traces(stack: Stack, since_us: int) -> dict[str, list[Span]]:
     """Bike-offer traces since since_us with all five spans in Jaeger (Envoy's, the
-    pool's server span, three upstream calls)."""
+    pool's server span, three upstream calls; the children drawing a wait aside)."""
     assert stack.jaeger_url is not None
     traces = jaeger_api.by_trace(from_jaeger(stack.jaeger_url, limit=100, lookback="15m"))
     return {
         trace_id: spans
         for trace_id, spans in traces.items()
-        if len(spans) == 5
+        if sum(not _drawn_wait(s) for s in spans) == 5
         and min(s.start_us for s in spans) >= since_us
         and any(s.service == "envoy" and s.name == OFFER_OPERATION for s in spans)
     }
@@ -171,6 +180,7 @@ def offer_trace(
         ]
         if stack.layout is Layout.SPLIT and calls:
             return max(calls, key=lambda c: c[1].duration_us)
+        drawn = {s.parent_id for spans in traces.values() for s in spans if _drawn_wait(s)}
         slow = {
             trace_id
             for trace_id, spans in traces.items()
@@ -178,7 +188,13 @@ def offer_trace(
                 s.kind == "server" and s.attributes.get(attributes.DELAYED) is True for s in spans
             )
         }
-        delayed = [c for c in calls if c[0] in slow and _hog_delay_s(c[1]) > 0.005]
+        # Delayed past the threshold, its wait drawn as child spans (a call that timed
+        # out has no reply stamp to draw them from).
+        delayed = [
+            c
+            for c in calls
+            if c[0] in slow and _hog_delay_s(c[1]) > 0.005 and c[1].span_id in drawn
+        ]
         most_s = max([most_s, *(_hog_delay_s(s) for _, s in calls)])
         # An offer that was answered in time, if there is one: that is the picture.
         answered = [c for c in delayed if not _errored(traces[c[0]])]
@@ -200,14 +216,16 @@ SPAN_ROWS_JS = """[...document.querySelectorAll('.span-row .span-name')].map(a =
 DETAIL_JS = """[...document.querySelectorAll('.detail-row')].map(e => e.innerText).join('\\n')"""
 
 
-def open_trace(page: Browser, stack: Stack, trace_id: str, call: Span) -> list[dict[str, str]]:
+def open_trace(
+    page: Browser, stack: Stack, trace_id: str, call: Span, min_rows: int = 5
+) -> list[dict[str, str]]:
     """Open the trace page with the delayed call highlighted and its tags expanded;
     return the timeline's rows (service, operation)."""
     assert stack.jaeger_url is not None
     page.goto(jaeger_trace_url(stack.jaeger_url, trace_id, call.span_id))
     page.wait_for(
-        "document.querySelectorAll('.span-row .span-name').length >= 5",
-        what="the trace timeline with 5 spans",
+        f"document.querySelectorAll('.span-row .span-name').length >= {min_rows}",
+        what=f"the trace timeline with {min_rows} spans",
     )
     rows: list[dict[str, str]] = page.evaluate(SPAN_ROWS_JS)
     # uiFind highlights the call's row and opens its span detail; open it if not.
@@ -285,13 +303,31 @@ def test_trace_page_shows_the_split_and_the_culprit(
         rows = open_trace(page, shared_ui, trace_id, call)
         detail = page.evaluate(DETAIL_JS)
         shared_png = page.screenshot(tmp_path / "jaeger-ui-shared.png")
+        # The call's wait as a span of its own, opened (Jaeger opens the path to it):
+        # who held the loop meanwhile.
+        assert shared_ui.jaeger_url is not None
+        (wait,) = [
+            s
+            for s in from_jaeger(shared_ui.jaeger_url, trace_id=trace_id)
+            if s.parent_id == call.span_id and s.name == attributes.SPAN_LOOP_WAIT
+        ]
+        wait_rows = open_trace(page, shared_ui, trace_id, wait)
+        wait_detail = page.evaluate(DETAIL_JS)
+        wait_png = page.screenshot(tmp_path / "jaeger-ui-wait-spans.png")
     print(f"\nshared-layout trace screenshot: {shared_png}")
+    print(f"the wait drawn as child spans: {wait_png}")
 
-    # The timeline: Envoy's span, the pool's server span, the three upstream calls.
+    # The timeline: Envoy's span, the pool's server span, the three upstream calls ...
     assert rows[0] == {"service": "envoy", "operation": OFFER_OPERATION}, rows
     assert rows[1] == {"service": "pricingservice", "operation": OFFER_OPERATION}, rows
-    assert sorted(r["operation"] for r in rows[2:]) == UPSTREAM_CALLS, rows
+    calls = [r["operation"] for r in rows[2:] if r["operation"] not in WAIT_SPANS]
+    assert sorted(calls) == UPSTREAM_CALLS, rows
     assert {r["service"] for r in rows[2:]} == {"pricingservice"}, rows
+    # ... the delayed call's wait drawn right under it: the network, then the loop,
+    # which names who held the loop.
+    at = [r["operation"] for r in wait_rows].index(call.name)
+    assert [r["operation"] for r in wait_rows[at + 1 : at + 3]] == list(WAIT_SPANS), wait_rows
+    assert attributes.SCHEDULING_CULPRITS in wait_detail and HOG_ROUTE in wait_detail
     # The span detail: the delay and who caused it.
     assert call.name in detail
     assert attributes.SCHEDULING_DELAY in detail
@@ -304,7 +340,7 @@ def test_trace_page_shows_the_split_and_the_culprit(
         split_rows = open_trace(page, split_ui, split_id, split_call)
         split_detail = page.evaluate(DETAIL_JS)
         split_png = page.screenshot(tmp_path / "jaeger-ui-split.png")
-    assert len(split_rows) == 5
+    assert sum(r["operation"] not in WAIT_SPANS for r in split_rows) == 5, split_rows
     assert attributes.SCHEDULING_DELAY in split_detail
     assert HOG_ROUTE not in split_detail  # the io pool runs no rideshare quote
 
@@ -319,6 +355,46 @@ def test_trace_page_shows_the_split_and_the_culprit(
         tmp_path / "jaeger-ui-shared-vs-split.png",
     )
     print(f"shared vs split screenshot: {both}")
+
+
+def test_a_slow_kept_trace_opens_without_warnings(
+    shared_ui: Stack, page: Browser, tmp_path: Path
+) -> None:
+    """A request Envoy did not sample, kept because it was slow: its trace has no Envoy
+    span, and Jaeger shows it whole (no missing parent), saying why it was kept."""
+    assert shared_ui.jaeger_url is not None
+    trace_id = f"{random.getrandbits(128):032x}"
+    # Sent to the pool as Envoy forwards an unsampled request, slower than the offer's
+    # slow threshold (half its 500 ms timeout) by the upstreams' latency.
+    fixed_latency(shared_ui, 300)
+    try:
+        fetch(
+            f"{shared_ui.pool_url('shared')}/v1/offers/bike?{OFFER_QUERY}",
+            headers={"traceparent": f"00-{trace_id}-{random.getrandbits(64):016x}-00"},
+            timeout_s=10,
+        )
+    finally:
+        fixed_latency(shared_ui, D_MS)
+    spans = jaeger_api.wait_for_spans(
+        shared_ui.jaeger_url,
+        lambda spans: any(s.kind == "server" for s in spans),
+        15,
+        trace_id=trace_id,
+    )
+    (server,) = [s for s in spans if s.kind == "server"]
+    assert server.attributes[attributes.TRACE_REASON] == "slow"
+    assert server.parent_id is None  # the root: Envoy's span was never exported
+    # What Jaeger's UI reads: no warning on any span ...
+    (trace,) = jaeger_api.v1(shared_ui.jaeger_url, f"/api/traces/{trace_id}")
+    assert [s.get("warnings") for s in trace["spans"] if s.get("warnings")] == []
+    # ... and what it shows: the server span as the root, its detail without "Warnings".
+    rows = open_trace(page, shared_ui, trace_id, server, min_rows=1)
+    assert rows[0] == {"service": "pricingservice", "operation": OFFER_OPERATION}, rows
+    detail = page.evaluate(DETAIL_JS)
+    path = page.screenshot(tmp_path / "jaeger-ui-slow-kept.png")
+    print(f"\nslow-kept trace screenshot: {path}")
+    assert "Warnings" not in detail, detail
+    assert "Warnings" not in page.evaluate("document.body.innerText")
 
 
 def caption(stack: Stack, trace_id: str, call: Span) -> str:

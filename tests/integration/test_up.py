@@ -1,6 +1,7 @@
 """`pricingctl up` and `down`: serves, stops everything on SIGTERM, leaves nothing behind
 when it is SIGKILLed, names a stack still running from its run dir, drains under load
-(every accepted request answered), refuses a taken port."""
+(every accepted request answered), refuses a taken port; restarts a killed Envoy under
+load (the pools untouched) and stops the stack on a crash loop, with the reason."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -21,10 +23,20 @@ from routing.load import DEFAULT_ROUTES_PATH, load_routes
 from routing.model import Layout
 from routing.write import write_routes
 from stack.launch import Stack, config_on_free_ports
+from stack.procfs import tree
 from stack.procs import StartError, port_in_use
+from stack.state import Running, read_state
+from stack.supervise import CRASH_LOOP
 from tests.integration.support.cli import pricingctl
 from tests.integration.support.http import http
-from tests.integration.support.load import Background, Tally, offer_request
+from tests.integration.support.load import (
+    Background,
+    Tally,
+    assert_nothing_lost,
+    failed,
+    offer_request,
+    open_loop,
+)
 from toolkit.wait import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
@@ -80,6 +92,8 @@ class Up:
                 "--run-dir",
                 str(run_dir),
                 "--jaeger",
+                "off",
+                "--prometheus",
                 "off",
             ],
             stdout=subprocess.PIPE,
@@ -283,3 +297,72 @@ def test_a_listener_envoy_cannot_bind_fails_the_start_with_envoys_reason(
         with pytest.raises(StartError, match=r"Envoy refused its listener on 127\.0\.0\.1:"):
             stack.start(timeout_s=60)
     assert stack.procs == {}  # what it started is stopped
+
+
+# --- supervision: what crashes is restarted; a crash loop stops the stack ----------------
+
+
+@pytest.fixture(scope="module")
+def supervised(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    """One `pricingctl up` for the supervision tests; the last one ends it."""
+    tmp_path = tmp_path_factory.mktemp("supervised")
+    with Up(routes_on_free_ports(tmp_path), tmp_path / "run") as up:
+        up.wait_up()
+        yield up
+
+
+def _state(up: Up) -> Running:
+    running = read_state(up.run_dir)
+    assert running is not None
+    return running
+
+
+def _restarted(up: Up, name: str, count: int) -> Running:
+    """The pid file once it counts `count` restarts of `name`."""
+    return wait_for(lambda: _state(up), 60, 0.1, until=lambda r: r.restarts.get(name, 0) >= count)
+
+
+def test_a_killed_envoy_is_restarted_and_the_pools_are_untouched(supervised: Up) -> None:
+    up = supervised
+    before = _state(up)
+    pools = {name: tree(pid) for name, pid in before.pids.items() if name.startswith("pool-")}
+    with Background(before.url, offer_request, rate_per_s=20, count=2000, timeout_s=10) as load:
+        try:
+            time.sleep(1.0)
+            os.kill(before.pids["envoy"], signal.SIGKILL)
+            after = _restarted(up, "envoy", 1)
+        finally:
+            load.stop()
+    around = Tally(load.outcomes)
+    # Served again, on the same address, by the same pools.
+    served = Tally(open_loop(after.url, offer_request, rate_per_s=20, count=40))
+    print(f"\n{around.summary('offers around the kill')}\n{served.summary('offers after')}")
+    assert after.url == before.url and after.pids["envoy"] != before.pids["envoy"]
+    assert {name: tree(after.pids[name]) for name in pools} == pools
+    assert after.restarts == {"envoy": 1}
+    assert_nothing_lost(served)
+    # What failed around the kill failed at the connection (Envoy's own, or refused
+    # while it was down): no pool answered an error.
+    assert [o for o in failed(around.outcomes) if o.status != 0] == [], around.summary("lost")
+
+
+def test_a_crash_loop_stops_the_stack_with_its_reason(supervised: Up) -> None:
+    up = supervised
+    loop = CRASH_LOOP
+    for restarts in range(1, loop.crashes):
+        os.kill(_state(up).pids["simulator"], signal.SIGKILL)
+        _restarted(up, "simulator", restarts)
+    os.kill(_state(up).pids["simulator"], signal.SIGKILL)
+    assert up.proc.wait(timeout=60) == 1
+    assert up.gone()
+    assert up.proc.stderr is not None
+    lines = up.proc.stderr.read().splitlines()
+    print("\n" + "\n".join(lines))
+    said = [line for line in lines if "exited with signal 9 (SIGKILL); restarted as pid" in line]
+    assert [line.split(" ")[1] for line in said] == ["envoy"] + ["simulator"] * (loop.crashes - 1)
+    assert lines[-1] == (
+        f"pricingctl: simulator exited {loop.crashes} times within {loop.window_s:.0f} s "
+        "(last: signal 9 (SIGKILL)), a crash loop; stopping the stack "
+        f"(see {up.run_dir / 'logs' / 'simulator.log'})"
+    )
+    assert not (up.run_dir / "stack.json").exists()

@@ -22,6 +22,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from toolkit.contract import HTTP_METHOD_LABEL, HTTP_ROUTE_LABEL
 from toolkit.fetch import fetch
 from tracing import attributes
 from tracing import metric_families as families
@@ -181,7 +182,7 @@ def usage_from_metrics(
             f"{families.ROUTE_REQUESTS}_count",
             f"{families.ROUTE_REQUESTS}_sum",
         ):
-            template = f"{label.get('http_request_method', '')} {label.get('http_route', '')}"
+            template = f"{label.get(HTTP_METHOD_LABEL, '')} {label.get(HTTP_ROUTE_LABEL, '')}"
             red[template]["requests" if name.endswith("_count") else "wall_s"] += value
             continue
         route = label.get("route")

@@ -38,8 +38,15 @@ from typing import Any
 import yaml
 
 from routing.compose import COMPOSE_FILE
-from routing.container import ENVOY_IMAGE, IMAGE, JAEGER_IMAGE, JAEGER_UI_PORT
-from stack import jaeger
+from routing.container import (
+    ENVOY_IMAGE,
+    IMAGE,
+    JAEGER_IMAGE,
+    JAEGER_UI_PORT,
+    PROMETHEUS_IMAGE,
+    PROMETHEUS_PORT,
+)
+from stack import jaeger, prometheus
 from stack.envoy import envoy_binary
 from stack.procs import free_ports
 from toolkit.fetch import http_ok
@@ -265,13 +272,17 @@ class StandIn:
     binary: Path
     path_in_image: str
     entrypoint: Sequence[str]
+    #: Directories the binary writes to, made and given to its user.
+    writable: Sequence[str] = ()
 
     def containerfile(self) -> str:
         entrypoint = json.dumps(list(self.entrypoint))
+        dirs = " ".join(self.writable)
         return (
             f"FROM {BASE_IMAGE}\n"
             f"COPY {self.binary.name} {self.path_in_image}\n"
-            "USER 65534:65534\n"
+            + (f"RUN mkdir -p {dirs} && chown 65534:65534 {dirs}\n" if dirs else "")
+            + "USER 65534:65534\n"
             f"ENTRYPOINT {entrypoint}\n"
         )
 
@@ -280,10 +291,22 @@ def stand_ins() -> list[StandIn]:
     binary = jaeger.cached_binary()
     if binary is None:
         raise Unavailable("no Jaeger binary for its stand-in image (run `make jaeger`)")
+    prometheus_binary = prometheus.binary()
+    if prometheus_binary is None:
+        raise Unavailable("no Prometheus binary for its stand-in image (apt install prometheus)")
     return [
         # The compose file runs `envoy -c ...`, as the official image's entry point does.
         StandIn(ENVOY_IMAGE, Path(envoy_binary()), "/usr/local/bin/envoy", ()),
         StandIn(JAEGER_IMAGE, binary, "/usr/local/bin/jaeger", ("/usr/local/bin/jaeger",)),
+        # Debian's build (dynamically linked: the Debian base has its libc); the official
+        # image's entry point and data directory.
+        StandIn(
+            PROMETHEUS_IMAGE,
+            Path(prometheus_binary),
+            "/bin/prometheus",
+            ("/bin/prometheus",),
+            writable=("/prometheus",),
+        ),
     ]
 
 
@@ -403,7 +426,8 @@ def compose_up(
     project = f"pricingtest{os.getpid()}"
     internal, edge = f"{project}-internal", f"{project}-edge"
     document = yaml.safe_load((rendered / COMPOSE_FILE).read_text(encoding="utf-8"))
-    host_ports = dict(zip((listener_port, JAEGER_UI_PORT), free_ports(2), strict=True))
+    published = (listener_port, JAEGER_UI_PORT, PROMETHEUS_PORT)
+    host_ports = dict(zip(published, free_ports(len(published)), strict=True))
     compose_file = rendered / "podman-compose.yml"
     compose_file.write_text(
         yaml.safe_dump(for_podman(document, internal, edge, host_ports), sort_keys=False),

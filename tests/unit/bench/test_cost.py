@@ -57,22 +57,29 @@ def test_log_cost_reports_the_three_paths(tmp_path: Path) -> None:
     assert "access line off" in printed
 
 
+#: What span-cost times: the hub's part of each kind of request, the exporter's of each.
+SPAN_COST_KINDS = {"unsampled", "live", "built", "drawn"} | {
+    f"export_{kind}" for kind in ("live", "built", "drawn")
+}
+
+
 def test_span_cost_part_writes_every_kind_of_request(tmp_path: Path) -> None:
     doc, printed = run("span-cost", tmp_path, "--quick")
-    assert set(doc["best_us"]) == {"unsampled", "live", "built", "export_live", "export_built"}
+    assert set(doc["best_us"]) == SPAN_COST_KINDS
     assert "spans built off the hub" in printed
 
 
 def test_span_cost_measures_every_kind_of_request_and_the_export() -> None:
     """``bench.span_cost`` with tiny counts: each kind of request is timed, and the
     exporter's part is timed on what each kind queued (live SDK spans, and records whose
-    four spans it builds), none exported behind its back."""
+    four spans it builds, or eleven with the wait drawn), none exported behind its back."""
     from bench import span_cost
 
     best = span_cost.measure(requests=4, repeat=2)  # a second round: after a take
-    assert set(best) == {"unsampled", "live", "built", "export_live", "export_built"}
+    assert set(best) == SPAN_COST_KINDS
     assert all(math.isfinite(v) and v > 0 for v in best.values()), best
     assert "spans built off the hub" in span_cost.render(best)
+    assert "wait drawn" in span_cost.render(best)
 
 
 def test_culprit_costs_cover_every_span_for_each_switch_log() -> None:

@@ -9,6 +9,7 @@ generator's own lateness, so a slow or busy machine cannot fail them.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -16,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.loadgen import CONNECTION_ERROR, TIMEOUT, run_open_loop
-from bench.schedule import Arrival
+from bench.loadgen import CONNECTION_ERROR, TIMEOUT, Plan, plan_schedule, run_open_loop
+from bench.schedule import Arrival, Polls, poll_schedule
 from bench.traffic import PreparedRequest, Target, build_request
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -227,3 +228,39 @@ def test_tracing_sends_one_fresh_traceparent_per_request(
         sent.add(line.split(b"-")[1].decode())
     assert sent == set(samples.trace_id)
     assert len(sent) == len(schedule)
+
+
+def test_a_run_asked_to_end_sends_nothing_more_and_keeps_what_it_sent(
+    server_factory: list[FakeServer],
+) -> None:
+    server = FakeServer()
+    server_factory.append(server)
+    start_at = time.monotonic()
+    schedule = every(0.02, 2.0)  # 100 requests over 2 s
+    samples, _ = run_open_loop(
+        schedule,
+        [target()],
+        start_at,
+        5.0,
+        connect=server.connect,
+        ending=lambda: time.monotonic() > start_at + 0.3,
+    )
+    # About 0.3 s of the 2 s schedule went out (generous bounds: a busy machine).
+    assert 5 <= len(samples) <= 60, len(samples)
+    assert len(server.received) == len(samples)
+    assert set(samples.status) == {200}
+    assert samples.scheduled_s == [a.at_s for a in schedule[: len(samples)]]
+
+
+def test_a_plan_with_polls_goes_through_json_and_schedules_them() -> None:
+    plan = Plan(
+        targets=(target("offers.bike"),),
+        rates_rps={},
+        duration_s=10.0,
+        seed=2,
+        timeout_s=1.0,
+        polls=Polls(4, 2.0, ("offers.bike",)),
+    )
+    again = Plan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert again == plan
+    assert plan_schedule(again) == poll_schedule(Polls(4, 2.0, ("offers.bike",)), 10.0, 2)

@@ -8,7 +8,14 @@ import random
 
 import pytest
 
-from bench.schedule import count_by_kind, mixed_schedule, poisson_times
+from bench.schedule import (
+    Polls,
+    count_by_kind,
+    load_schedule,
+    mixed_schedule,
+    poisson_times,
+    poll_schedule,
+)
 
 
 def test_poisson_arrivals_have_the_requested_mean_rate() -> None:
@@ -57,3 +64,29 @@ def test_changing_one_kinds_rate_leaves_the_others_arrivals_alone() -> None:
     before = mixed_schedule({"offers": 20.0, "cpu": 10.0}, 30.0, seed=2)
     after = mixed_schedule({"offers": 20.0, "cpu": 40.0}, 30.0, seed=2)
     assert [a for a in before if a.kind == "offers"] == [a for a in after if a.kind == "offers"]
+
+
+def test_each_client_polls_every_kind_at_once_every_interval() -> None:
+    polls = Polls(clients=5, interval_s=2.0, kinds=("offers.bike", "offers.scooter"))
+    schedule = poll_schedule(polls, 60.0, seed=3)
+    assert schedule == sorted(schedule, key=lambda a: a.at_s)
+    for client in range(5):
+        mine = [a for a in schedule if a.variant == client]
+        bikes = [a.at_s for a in mine if a.kind == "offers.bike"]
+        scooters = [a.at_s for a in mine if a.kind == "offers.scooter"]
+        assert bikes == scooters  # in parallel, as the app asked
+        gaps = [b - a for a, b in itertools.pairwise(bikes)]
+        assert all(1.8 <= g <= 2.2 for g in gaps), gaps
+        assert bikes[0] < 2.0 and len(bikes) >= 27
+    assert poll_schedule(polls, 60.0, seed=3) == schedule
+
+
+def test_polls_merge_with_the_poisson_arrivals_in_time_order() -> None:
+    polls = Polls(clients=3, interval_s=1.0, kinds=("offers.bike",))
+    merged = load_schedule({"offers.rideshare": 5.0}, 20.0, 1, polls)
+    assert merged == sorted(merged, key=lambda a: a.at_s)
+    assert count_by_kind(merged)["offers.bike"] == len(poll_schedule(polls, 20.0, 1))
+    assert [a for a in merged if a.kind == "offers.rideshare"] == mixed_schedule(
+        {"offers.rideshare": 5.0}, 20.0, 1
+    )
+    assert Polls.from_json(polls.to_json()) == polls

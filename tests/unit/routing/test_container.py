@@ -68,7 +68,7 @@ def test_compose_has_every_service_with_health_gated_start() -> None:
     compose = yaml.safe_load((COMPOSE_DIR / "docker-compose.yml").read_text())
     services = compose["services"]
     pools = [f"pool-{p.name}" for p in config.pools]
-    assert set(services) == {"simulator", "jaeger", "envoy", *pools}
+    assert set(services) == {"simulator", "jaeger", "envoy", "prometheus", *pools}
     for name in pools:
         assert services[name]["healthcheck"]["test"][-1].endswith("/readyz', timeout=2)")
         assert services[name]["depends_on"]["simulator"] == {"condition": "service_healthy"}
@@ -85,6 +85,15 @@ def test_compose_has_every_service_with_health_gated_start() -> None:
         (endpoint,) = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
         assert endpoint["endpoint"]["address"]["socket_address"]["address"] == f"pool-{pool.name}"
     assert envoy["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+    # Prometheus scrapes each pool's replicas by DNS and Envoy's stats listener.
+    scraped = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
+    names = {
+        n
+        for job in scraped["scrape_configs"]
+        for c in job.get("dns_sd_configs", [])
+        for n in c["names"]
+    }
+    assert names == set(pools)
 
 
 @pytest.mark.skipif(
@@ -100,7 +109,7 @@ def test_compose_file_passes_docker_compose_config() -> None:
         cwd=COMPOSE_DIR,
     )
     assert result.returncode == 0, result.stderr
-    assert len(result.stdout.split()) == 3 + len(load_routes().pools)
+    assert len(result.stdout.split()) == 4 + len(load_routes().pools)
 
 
 @pytest.mark.parametrize(

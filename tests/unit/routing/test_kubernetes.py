@@ -36,7 +36,7 @@ ROOT = DEFAULT_ROUTES_PATH.parent
 K8S_DIR = ROOT / "deploy" / "kubernetes"
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 #: Kinds of the Prometheus operator's CRDs: no schema in kubernetes-validate.
-CRD_KINDS = {"PodMonitor"}
+CRD_KINDS = {"PodMonitor", "PrometheusRule"}
 
 
 def objects(directory: Path = K8S_DIR) -> list[dict[str, Any]]:
@@ -401,3 +401,16 @@ def test_checkov_is_not_vacuous(tmp_path: Path) -> None:
     report = _checkov("-d", str(tmp_path), "--framework", "kubernetes")
     failed = {f["check_id"] for f in report["results"]["failed_checks"]}
     assert {"CKV_K8S_31", "CKV_K8S_38"} <= failed  # seccomp, service account token
+
+
+def test_the_alert_rules_ship_as_a_prometheus_rule_and_pool_targets_get_their_pool() -> None:
+    from routing.alerts import render_rules
+
+    config = load_routes()
+    (rule,) = by_kind("PrometheusRule").values()
+    assert rule["spec"] == render_rules(config)
+    monitors = by_kind("PodMonitor")
+    for pool in config.pools:
+        (endpoint,) = monitors[f"pool-{pool.name}"]["spec"]["podMetricsEndpoints"]
+        assert endpoint["honorLabels"] is True
+        assert endpoint["relabelings"] == [{"targetLabel": "pool", "replacement": pool.name}]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,49 @@ def test_free_ports_holds_every_pick_until_all_are_made(monkeypatch: pytest.Monk
     monkeypatch.undo()
     for port in ports:
         assert not port_in_use("127.0.0.1", port)
+
+
+def test_a_dead_leaders_orphans_get_sigterm_and_are_waited_for(tmp_path: Path) -> None:
+    """A SIGKILLed gunicorn master leaves its workers: stop() ends them gracefully
+    (SIGTERM, then waits), not with a SIGKILL a moment after the leader is gone."""
+    pid_file, done = tmp_path / "child.pid", tmp_path / "child.done"
+    # The grandchild takes a moment to leave on SIGTERM, as a worker finishing its requests.
+    child = (
+        "import signal, sys, time;"
+        f"signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.5), open({str(done)!r}, 'w'),"
+        " sys.exit(0)));"
+        "time.sleep(60)"
+    )
+    script = (
+        "import subprocess, sys, time;"
+        f"c = subprocess.Popen([sys.executable, '-c', {child!r}]);"
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid));"
+        "time.sleep(60)"
+    )
+    proc = Proc("master", [sys.executable, "-c", script], tmp_path / "master.log").start()
+    proc.wait_ready(lambda: pid_file.exists() and pid_file.read_text() != "", 20, "started")
+    time.sleep(0.3)  # the grandchild has installed its handler
+    proc.signal(signal.SIGKILL)
+    assert wait_until(lambda: not proc.alive(), 5)
+    proc.stop(timeout_s=5)
+    assert done.exists()  # it finished, not killed
+    assert not _running(int(pid_file.read_text()))
+
+
+def test_again_is_the_same_process_waited_for_with_the_same_check(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "import time; time.sleep(30)"]
+    proc = Proc("sleeper", argv, tmp_path / "s.log").start()
+    started = [proc]
+    try:
+        proc.wait_ready(lambda: True, 5, "sleeping")
+        proc.signal(signal.SIGKILL)
+        assert wait_until(lambda: not proc.alive(), 5)
+        assert proc.exit_status() == "signal 9 (SIGKILL)"
+        again = proc.again().start()
+        started.append(again)
+        again.wait_ready(timeout_s=5)  # its own check, as it was given
+        assert again.pid != proc.pid and again.argv == proc.argv
+        assert again.ready_what == "sleeping" and again.exit_status() == "running"
+    finally:
+        for each in started:
+            each.stop()

@@ -194,17 +194,22 @@ def test_the_otlp_exporters_get_the_sdk_spans_built_on_the_thread(tmp_path: Path
         processor.shutdown()
 
 
-def test_span_limits_bind_on_built_spans_as_on_the_sdks() -> None:
-    memory = InMemorySpanExporter()
-    processor = ThreadedSpanProcessor(memory, BatchSettings(schedule_delay_s=60.0))
-    limits = SpanLimits(max_span_attributes=3, max_span_attribute_length=4)
-    builder = SpanBuilder(
+def span_builder(processor: ThreadedSpanProcessor, **options: Any) -> SpanBuilder:
+    return SpanBuilder(
         Resource.create({"service.name": "s"}),
         "scope",
         processor,
         QueryRedactor(),
         RandomIdGenerator(),
-        limits,
+        **options,
+    )
+
+
+def test_span_limits_bind_on_built_spans_as_on_the_sdks() -> None:
+    memory = InMemorySpanExporter()
+    processor = ThreadedSpanProcessor(memory, BatchSettings(schedule_delay_s=60.0))
+    builder = span_builder(
+        processor, limits=SpanLimits(max_span_attributes=3, max_span_attribute_length=4)
     )
     parent = SpanContext(int(TRACE, 16), int(PARENT, 16), True, TraceFlags(1))
     try:
@@ -301,3 +306,53 @@ def test_a_sampled_traceparent_is_read_as_the_propagator_reads_it(
     value: str | None, parsed: tuple[str, int, int] | None
 ) -> None:
     assert sampled_traceparent(value) == parsed
+
+
+def test_a_slow_roots_record_builds_its_wait_spans_as_counted() -> None:
+    """A slow-kept request's record (its server span the root of the incoming trace id)
+    with a delayed call and an inbound wait: the hub counts the spans the thread builds,
+    each wait span under its call's or the server span, on both of the thread's paths."""
+    from tests.unit.tracing.test_wait_spans import START, delayed_call, request_timing
+    from tracing.client import UpstreamCall
+    from tracing.wait_spans import inbound_wait_spans
+
+    processor = ThreadedSpanProcessor(InMemorySpanExporter(), BatchSettings(schedule_delay_s=60))
+    builder = span_builder(processor, wait_spans_s=0.01)
+    delayed, quick = (UpstreamCall("u", "GET", "h", 1, f"/{n}", START) for n in ("a", "b"))
+    for call, timing in ((delayed, delayed_call()), (quick, delayed_call(delay_ms=1))):
+        call.timing, call.end_unix_ns = timing, START + 155 * 1_000_000
+    try:
+        builder.request(
+            name="GET /r", parent=None, trace_id=int(TRACE, 16), attributes={}, events=[],
+            error=False, start_ns=START, end_ns=START + 300 * 1_000_000,
+            records=(delayed, quick), waits=inbound_wait_spans(request_timing(259), 0.01),
+        )  # fmt: skip
+        (record,) = processor._queue
+        spans = readable_spans([record])
+        assert record.span_count == len(spans) == 1 + 2 + 2 + 1
+        # The same text on both paths, but the wait spans' ids: drawn as each is built.
+        assert _no_wait_ids(encode_otlp_json([record])) == _no_wait_ids(sdk_encoding(spans))
+        by_id = {s.context.span_id: s for s in spans}
+        (server,) = (s for s in spans if s.name == "GET /r")
+        assert server.parent is None and {s.context.trace_id for s in spans} == {int(TRACE, 16)}
+        drawn = sorted(
+            (by_id[s.parent.span_id].name, s.name)
+            for s in spans
+            if s.kind.name == "INTERNAL" and s.parent is not None
+        )
+        assert drawn == [
+            ("GET /a", "network"),
+            ("GET /a", "waiting for the event loop"),
+            ("GET /r", "waiting for the event loop"),
+        ]
+    finally:
+        processor.shutdown()
+
+
+def _no_wait_ids(document: dict[str, Any]) -> dict[str, Any]:
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                if span["name"] in ("network", "waiting for the event loop"):
+                    span["spanId"] = "drawn"
+    return document
