@@ -86,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"pricingctl incident: {exc}", file=sys.stderr)
         return 1
-    with_jaeger = args.jaeger == "on" or (args.jaeger == "auto" and jaeger.cached_binary())
-    if args.jaeger == "on" and not with_jaeger:
+    built = jaeger.cached_binary() is not None
+    with_jaeger = built and args.jaeger != "off"
+    if args.jaeger == "on" and not built:
         print("pricingctl incident: Jaeger is not built; run `make jaeger` first", file=sys.stderr)
         return 1
     out = sys.stderr if args.json else sys.stdout
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     def body() -> int:
         config = load_routes(args.config)
-        replay = replayed(config, scenario, args.run_dir, say, with_jaeger=bool(with_jaeger))
+        replay = replayed(config, scenario, args.run_dir, say, with_jaeger=with_jaeger)
         with replay as (outcome, stack):
             doc = {"command": command_line(), "machine": machine_info()}
             doc.update(report(outcome, scenario))
