@@ -44,8 +44,8 @@ CPU_HEAVY = ("offers.rideshare", "quotes.batch")
 SHORT = {
     "count = 60": "count = 16",
     "cap_ms = 500": "cap_ms = 250",
-    '"offers.rideshare" = 0.12': '"offers.rideshare" = 0.1',
-    '"quotes.batch" = 0.14': '"quotes.batch" = 0.1',
+    '"offers.rideshare" = 0.08': '"offers.rideshare" = 0.1',
+    '"quotes.batch" = 0.08': '"quotes.batch" = 0.1',
     "offer_timeout_ms = 2000": f"offer_timeout_ms = {SLOW_MACHINE_TIMEOUT_MS}",
     "warmup_s = 5": "warmup_s = 1",
     "before_s = 60": "before_s = 14",
