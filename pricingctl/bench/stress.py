@@ -1,10 +1,11 @@
-"""`pricingctl bench overload`, `soak`: past each pool's capacity, and over time with
-workers killed and routes applied."""
+"""`pricingctl bench overload`, `soak`, `faults`: past each pool's capacity, over time
+with workers killed and routes applied, and one fault at a time."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from bench.overload import ADMISSIONS
 from bench.overload import POOLS as OVERLOAD_POOLS
@@ -19,6 +20,9 @@ from pricingctl.bench.flags import (
     some_of,
 )
 from pricingctl.bench.skeleton import Part, Run, part_handler
+
+if TYPE_CHECKING:
+    from bench.faults import Fault, Windows
 
 
 def _multiples(text: str) -> tuple[float, ...]:
@@ -168,3 +172,69 @@ SOAK = Part(
     lambda args, settings, d: STACK_START_EST_S + args.minutes * 60 + 60,
     _measure_soak,
 )
+
+
+def faults_parser(sub: Parts) -> None:
+    from bench.faults import FAULT_SLUGS
+
+    faults = sub.add_parser(
+        "faults",
+        help="one fault at a time under mixed load (kills, stops, a full disk, a slow "
+        "collector): requests failed, recovery, RSS/fds, telemetry lost",
+    )
+    common_flags(faults, FAULTS_FULL)
+    rates_flag(
+        faults,
+        "cpu=R,offers=R",
+        "requests/s per group (default cpu=10,offers=35: the soak's mix)",
+    )
+    faults.add_argument(
+        "--after",
+        type=positive,
+        default=None,
+        metavar="S",
+        help=f"seconds of load after each fault's window (default {FAULTS_AFTER_S[0]:g}; "
+        f"--quick {FAULTS_AFTER_S[1]:g}); --warmup is the load before it, --duration the "
+        "window",
+    )
+    faults.add_argument(
+        "--faults",
+        type=some_of(FAULT_SLUGS),
+        default=None,
+        metavar="F,F",
+        help=f"which faults, in order (default all: {', '.join(FAULT_SLUGS)})",
+    )
+    faults.set_defaults(handler=part_handler(FAULTS))
+
+
+# Seconds: the fault's window (--duration) and the load before it (--warmup); after it:
+FAULTS_FULL, FAULTS_QUICK = Defaults(10.0, 8.0, 1), Defaults(3.0, 4.0, 1)
+FAULTS_AFTER_S = (15.0, 6.0)
+
+
+def _fault_plan(
+    run_args: argparse.Namespace, settings: LoadSettings
+) -> tuple[list[Fault], Windows]:
+    from bench.faults import MATRIX, Windows
+
+    chosen = run_args.faults or tuple(f.slug for f in MATRIX)
+    faults = [f for slug in chosen for f in MATRIX if f.slug == slug]
+    after = run_args.after or FAULTS_AFTER_S[1 if run_args.quick else 0]
+    return faults, Windows(settings.warmup_s, settings.duration_s, after)
+
+
+def _measure_faults(run: Run) -> str:
+    from bench.faults import run_faults, write_faults
+
+    faults, windows = _fault_plan(run.args, run.settings)
+    settings = replace(run.settings, group_rates_rps={**SOAK_RATES, **run.args.rates})
+    doc = run_faults(run.config, settings, faults, windows, run.args.run_dir, run.progress)
+    return write_faults({**run.header, **doc}, run.args.out)
+
+
+def _planned_faults(args: argparse.Namespace, settings: LoadSettings, d: Defaults) -> float:
+    faults, windows = _fault_plan(args, settings)
+    return len(faults) * (STACK_START_EST_S + windows.total_s + 4)
+
+
+FAULTS = Part(FAULTS_FULL, FAULTS_QUICK, _planned_faults, _measure_faults)
