@@ -12,6 +12,9 @@ from typing import Final, Literal
 
 from toolkit.contract import LOOP_LAG_SERIES
 
+#: ``sys.getallocatedblocks()`` of the live workers (``tracing.process_sample``).
+ALLOCATED_BLOCKS: Final = "pricing_python_allocated_blocks"
+
 #: Why a pool refused a request at once (``pricing_shed_total{reason}``): it reached its
 #: handler with less of its deadline left than its route needs (``min_budget_ms``).
 SHED_REASONS = ("budget",)
@@ -416,5 +419,13 @@ FAMILIES: Final = (
         Kind.GAUGE,
         "Start of the pool's oldest live worker (Unix seconds).",
         mode="livemin",
+    ),
+    Spec(
+        None,
+        ALLOCATED_BLOCKS,
+        Kind.GAUGE,
+        "Python's object allocator blocks in use (sys.getallocatedblocks()), summed over "
+        "the pool's live workers: a leak of Python objects, apart from the C heap's RSS.",
+        mode="livesum",
     ),
 )
