@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from bench.overload import ADMISSIONS
 from bench.overload import POOLS as OVERLOAD_POOLS
 from bench.run import STACK_START_EST_S, LoadSettings, planned_seconds
+from pricingctl import argtypes
 from pricingctl.bench.flags import (
     Defaults,
     Parts,
@@ -79,8 +80,22 @@ def soak_parser(sub: Parts) -> None:
     soak.add_argument(
         "--minutes",
         type=lambda text: number(text, low=0.1, what="minutes"),
-        default=SOAK_MINUTES,
-        help=f"how long the load runs (default {SOAK_MINUTES:g})",
+        default=None,
+        help=f"how long the load runs (default {SOAK_MINUTES:g}; --long {LONG_SOAK_MINUTES:g})",
+    )
+    soak.add_argument(
+        "--long",
+        action="store_true",
+        help="look for a slow leak: no kills and no apply (every process lives the whole "
+        "run), tracing on; RSS growth per hour and per million requests, and each pool's "
+        "allocator blocks",
+    )
+    soak.add_argument(
+        "--sample-percent",
+        type=argtypes.number("percent", 0.0, 100.0),
+        default=None,
+        metavar="P",
+        help="with --long: Envoy samples P %% of requests (default: the route config's)",
     )
     soak.add_argument(
         "--kill-every-s",
@@ -132,6 +147,7 @@ OVERLOAD = Part(OVERLOAD_FULL, OVERLOAD_QUICK, _planned_overload, _measure_overl
 
 
 SOAK_MINUTES = 20.0
+LONG_SOAK_MINUTES = 30.0
 # The benchmark's mix at a third of its rates: the soak looks for leaks and lost
 # requests over 20 minutes, not for capacity, and this machine is shared (at the full
 # 30 quotes/s the two cpu workers queue into 503s whenever a neighbour is busy).
@@ -139,10 +155,16 @@ SOAK_RATES = {"cpu": 10.0, "offers": 35.0}
 SOAK_FULL = Defaults(duration_s=SOAK_MINUTES * 60, warmup_s=60.0, repeats=1)
 
 
+def _soak_minutes(args: argparse.Namespace) -> float:
+    return float(args.minutes or (LONG_SOAK_MINUTES if args.long else SOAK_MINUTES))
+
+
 def _soak_defaults(args: argparse.Namespace) -> tuple[float, float, float]:
-    """(total seconds, warm-up seconds, seconds between kills) from --minutes."""
-    total_s = args.minutes * 60
-    warmup_s = args.warmup if args.warmup is not None else min(60.0, total_s / 5)
+    """(total seconds, warm-up seconds, seconds between kills) from --minutes. The long
+    mode's warm-up is longer: a worker's heap grows for minutes before it levels off."""
+    total_s = _soak_minutes(args) * 60
+    warmup_cap_s = 300.0 if args.long else 60.0
+    warmup_s = args.warmup if args.warmup is not None else min(warmup_cap_s, total_s / 5)
     kill_every_s = args.kill_every_s or min(300.0, total_s / 4)
     return total_s, warmup_s, kill_every_s
 
@@ -162,6 +184,8 @@ def _measure_soak(run: Run) -> str:
         sample_every_s=max(1.0, min(10.0, total_s / 60)),
         run_dir=run.args.run_dir,
         progress=run.progress,
+        long=run.args.long,
+        sample_percent=run.args.sample_percent,
     )
     return write_soak({**run.header, **doc}, run.args.out)
 
@@ -169,8 +193,13 @@ def _measure_soak(run: Run) -> str:
 SOAK = Part(
     SOAK_FULL,
     SOAK_FULL,
-    lambda args, settings, d: STACK_START_EST_S + args.minutes * 60 + 60,
+    lambda args, settings, d: STACK_START_EST_S + _soak_minutes(args) * 60 + 60,
     _measure_soak,
+    lambda args: (
+        "--sample-percent needs --long"
+        if args.sample_percent is not None and not args.long
+        else None
+    ),
 )
 
 
