@@ -370,6 +370,22 @@ def _drive(
     return watch, before
 
 
+def span_file_lines(path: Path) -> dict[str, int]:
+    """The span file's lines, and those that are not whole JSON (a write the full file
+    system cut short: `pricingctl traces` refuses a file holding one)."""
+    import json
+
+    lines = torn = 0
+    with contextlib.suppress(FileNotFoundError):
+        for line in path.read_bytes().splitlines():
+            lines += 1
+            try:
+                json.loads(line)
+            except ValueError:
+                torn += 1
+    return {"lines": lines, "torn": torn}
+
+
 def run_fault(
     config: RouteConfig,
     settings: LoadSettings,
@@ -403,6 +419,7 @@ def run_fault(
             "processes": _processes_now(stack),
             "telemetry": telemetry_counters(stack),
         }
+        span_file = span_file_lines(Path(env[SPAN_FILE_ENV])) if SPAN_FILE_ENV in env else None
     samples = Samples.from_json(doc["samples"])
     fault_end = windows.before_s + (0.0 if fault.instant else windows.fault_s)
     return {
@@ -420,6 +437,7 @@ def run_fault(
         "telemetry_lost": _telemetry_lost(before.get("telemetry", {}), after["telemetry"]),
         "processes": process_change(before.get("processes", {}), after["processes"]),
         "failed_per_half_s": failure_timeline(samples),
+        "span_file": span_file,
     }
 
 
@@ -468,11 +486,12 @@ def summary_line(row: dict[str, Any]) -> str:
         if row["not_running_at_end"]
         else ""
     )
+    torn = f"; span file lines torn {row['span_file']['torn']}" if row.get("span_file") else ""
     return (
         f"  {row['fault']:<24} GET failed {failed['get']}/{req['get']}, POST failed "
         f"{failed['post']}/{req['post']} ({failed['post_in_flight']} in flight at a kill); "
         f"{recovery}; spans dropped {_cell(lost['spans_dropped'])}, metric flushes failed "
-        f"{_cell(lost['metrics_flush_failures'])}{down}"
+        f"{_cell(lost['metrics_flush_failures'])}{torn}{down}"
     )
 
 
