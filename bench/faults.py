@@ -10,7 +10,8 @@ flight on a killed process, the only losses a kill may cost); time to recover (f
 the fault's end to the end of the last failed request); RSS and open descriptors of
 every process before and after; the spans the pools dropped and exported, from their
 own counters (`pricing_spans_dropped`, `pricing_spans_exported` on each pool's
-/metrics), and the metric flushes that failed (`pricing_metrics_flush_failures`).
+/metrics), and the metric files a worker had to keep in memory (its own warning, in the
+pools' logs: their later values are not scraped).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from stack.launch import Stack
 from stack.procfs import children, open_fds, rss_kib
 from toolkit.contract import METRICS_DIR_ENV, SPAN_FILE_ENV
 from toolkit.fetch import fetch
+from tracing.prometheus_adapter import IN_MEMORY_WARNING
 from tracing.readback.usage import parse_text
 from tracing.settings import OTLP_TRACES_ENDPOINT_ENV, TRACES_PATH
 
@@ -53,7 +55,6 @@ SLOW_COLLECTOR_BPS = 2048.0
 TELEMETRY_COUNTERS = {
     "spans_dropped": "pricing_spans_dropped_total",
     "spans_exported": "pricing_spans_exported_total",
-    "metrics_flush_failures": "pricing_metrics_flush_failures_total",
 }
 #: A failure this close to the end of the run: the stack had not recovered.
 UNRECOVERED_TAIL_S = 2.0
@@ -265,6 +266,7 @@ def failures(
     requests still failed at the end of the run."""
     requests = {"get": 0, "post": 0}
     failed = {"get": 0, "post": 0, "post_in_flight": 0}
+    before = {"get": 0, "post": 0}  # before the fault: the machine's own noise
     statuses: dict[str, int] = {}
     last_end, tail_failed = fault_end_s, False
     for kind, sent, latency, status in zip(
@@ -275,6 +277,8 @@ def failures(
         if status == 200:
             continue
         failed[method] += 1
+        if sent < fault_at_s:
+            before[method] += 1
         statuses[str(status)] = statuses.get(str(status), 0) + 1
         in_flight = fault_at_s - cpu_timeout_s <= sent <= fault_at_s + 1.0
         if method == "post" and kill and in_flight:
@@ -282,7 +286,13 @@ def failures(
         last_end = max(last_end, sent + latency)
         tail_failed = tail_failed or sent >= total_s - UNRECOVERED_TAIL_S
     recovery = None if tail_failed else round(last_end - fault_end_s, 2)
-    return {"requests": requests, "failed": failed, "statuses": statuses, "recovery_s": recovery}
+    return {
+        "requests": requests,
+        "failed": failed,
+        "failed_before": before,
+        "statuses": statuses,
+        "recovery_s": recovery,
+    }
 
 
 def failure_timeline(samples: Samples, bin_s: float = 0.5) -> list[int]:
@@ -370,6 +380,16 @@ def _drive(
     return watch, before
 
 
+def metric_files_in_memory(stack: Stack) -> int:
+    """Metric files the pools' workers moved into memory (a full metrics directory),
+    from their own warning in the pools' logs."""
+    count = 0
+    for log in (stack.run_dir / "logs").glob("pool-*.log"):
+        with contextlib.suppress(OSError):
+            count += log.read_text(encoding="utf-8", errors="replace").count(IN_MEMORY_WARNING)
+    return count
+
+
 def span_file_lines(path: Path) -> dict[str, int]:
     """The span file's lines, and those that are not whole JSON (a write the full file
     system cut short: `pricingctl traces` refuses a file holding one)."""
@@ -419,6 +439,7 @@ def run_fault(
             "processes": _processes_now(stack),
             "telemetry": telemetry_counters(stack),
         }
+        metric_files = metric_files_in_memory(stack)
         span_file = span_file_lines(Path(env[SPAN_FILE_ENV])) if SPAN_FILE_ENV in env else None
     samples = Samples.from_json(doc["samples"])
     fault_end = windows.before_s + (0.0 if fault.instant else windows.fault_s)
@@ -438,6 +459,7 @@ def run_fault(
         "processes": process_change(before.get("processes", {}), after["processes"]),
         "failed_per_half_s": failure_timeline(samples),
         "span_file": span_file,
+        "metric_files_in_memory": metric_files,
     }
 
 
@@ -478,6 +500,7 @@ def _cell(value: float | None, unit: str = "") -> str:
 
 def summary_line(row: dict[str, Any]) -> str:
     failed, req, lost = row["failed"], row["requests"], row["telemetry_lost"]
+    noise = row["failed_before"]
     recovery = (
         "NOT recovered" if row["recovery_s"] is None else f"recovered {row['recovery_s']:g} s"
     )
@@ -489,9 +512,10 @@ def summary_line(row: dict[str, Any]) -> str:
     torn = f"; span file lines torn {row['span_file']['torn']}" if row.get("span_file") else ""
     return (
         f"  {row['fault']:<24} GET failed {failed['get']}/{req['get']}, POST failed "
-        f"{failed['post']}/{req['post']} ({failed['post_in_flight']} in flight at a kill); "
-        f"{recovery}; spans dropped {_cell(lost['spans_dropped'])}, metric flushes failed "
-        f"{_cell(lost['metrics_flush_failures'])}{torn}{down}"
+        f"{failed['post']}/{req['post']} ({failed['post_in_flight']} in flight at a kill; "
+        f"before the fault {noise['get']} GET, {noise['post']} POST); "
+        f"{recovery}; spans dropped {_cell(lost['spans_dropped'])}, metric files in memory "
+        f"{row['metric_files_in_memory']}{torn}{down}"
     )
 
 

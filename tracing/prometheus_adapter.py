@@ -158,6 +158,9 @@ def _reserve_file(filename: str) -> bool:
         os.close(fd)
 
 
+#: What the warning says of a file moved into memory (`pricingctl bench faults` counts it).
+IN_MEMORY_WARNING = "kept in memory, not scraped"
+
 #: Files of this process moved into memory: their later values are not scraped.
 moved_to_memory: list[str] = []
 
@@ -165,9 +168,10 @@ moved_to_memory: list[str] = []
 def _in_memory(filename: str) -> None:
     moved_to_memory.append(filename)
     _log.warning(
-        "metrics: no room for %s; this worker's values there are kept in memory, not "
-        "scraped (the metrics directory's file system is full)",
+        "metrics: no room for %s; this worker's values there are %s (the metrics "
+        "directory's file system is full)",
         os.path.basename(filename),
+        IN_MEMORY_WARNING,
     )
 
 
