@@ -1,6 +1,6 @@
-"""`pricingctl up`: start the stack, print its URL; on Ctrl-C/SIGTERM (`pricingctl
-down`) drain Envoy, then stop everything. A stack still running from the same run dir
-is named in one line instead."""
+"""`pricingctl up`: start the stack, print its URL, restart what crashes (stack.supervise);
+on Ctrl-C/SIGTERM (`pricingctl down`) drain Envoy, then stop everything. A stack still
+running from the same run dir is named in one line instead."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from stack.jaeger import JaegerPorts
 from stack.launch import DEFAULT_RUN_DIR, DEFAULT_SIMULATOR_PORT, Stack
 from stack.procs import StartError, port_in_use
 from stack.state import clear_state, read_state
+from stack.supervise import Supervisor
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -146,22 +147,18 @@ def _up_line(stack: Stack) -> str:
 
 
 def _serve(stack: Stack, stopping: threading.Event) -> int:
-    """Watch the started stack until asked to stop (then drain Envoy: 0) or until one
-    of its processes dies (1)."""
-    while not stopping.wait(0.5):
-        dead = stack.dead()
-        if dead:
-            print(
-                f"pricingctl: {', '.join(dead)} exited unexpectedly; stopping "
-                f"(see {stack.run_dir / 'logs'})",
-                file=sys.stderr,
-            )
-            return 1
+    """Supervise the started stack until asked to stop (then drain Envoy: 0); a process
+    that exits is restarted (one line each), a crash loop stops the stack (1)."""
+
+    def say(line: str) -> None:
+        print(f"pricingctl: {line}", file=sys.stderr, flush=True)
+
+    reason = Supervisor(stack, say).watch(stopping)
+    if reason is not None:
+        say(reason)
+        return 1
     if not stack.drain():
-        print(
-            f"pricingctl: requests were still in flight after {stack.drain_time_s} s of draining",
-            file=sys.stderr,
-        )
+        say(f"requests were still in flight after {stack.drain_time_s} s of draining")
     return 0
 
 

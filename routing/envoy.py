@@ -54,6 +54,9 @@ UPSTREAM_IDLE_TIMEOUT_S = 20
 HEALTH_CHECK_INTERVAL_S = 1.0
 HEALTH_CHECK_TIMEOUT_S = 2.0
 CONNECT_TIMEOUT_S = 0.25
+# Retries at once: this share of the requests in flight and pending to the pool, or
+# what one crashed worker held (routing.sizing.retries_at_once), whichever is more;
+# never fewer than MIN_RETRY_CONCURRENCY.
 RETRY_BUDGET_PERCENT = 20.0
 MIN_RETRY_CONCURRENCY = 3
 # A retried route on a pool with several replicas hedges an attempt unanswered after
@@ -794,7 +797,7 @@ def _cluster(pool: Pool, health_path: str, limits: EnvoyLimits | None = None) ->
                     "max_pending_requests": limits.pending,
                     "retry_budget": {
                         "budget_percent": {"value": RETRY_BUDGET_PERCENT},
-                        "min_retry_concurrency": MIN_RETRY_CONCURRENCY,
+                        "min_retry_concurrency": max(MIN_RETRY_CONCURRENCY, limits.retries),
                     },
                     "track_remaining": True,
                 }

@@ -308,6 +308,8 @@ def envoy_limits_in_cluster(pool: Pool, replicas: int) -> EnvoyLimits:
         in_flight=math.ceil(ceiling.in_flight / ENVOY_REPLICAS),
         pending=math.ceil(floor.pending / ENVOY_REPLICAS),
         per_host_in_flight=math.ceil(share / ENVOY_REPLICAS),
+        # Each Envoy replica holds its share of what a crashed worker held.
+        retries=math.ceil(floor.retries / ENVOY_REPLICAS),
     )
 
 

@@ -68,6 +68,10 @@ class EnvoyLimits:
     # Requests in flight to each host (replica), where the hosts change under Envoy
     # (Kubernetes: the HPA adds and removes pods); None: no cap per host.
     per_host_in_flight: int | None = None
+    # Retries Envoy lets run at once whatever the retry budget's percentage (its
+    # min_retry_concurrency): what one crashed worker process held (`retries_at_once`).
+    # 0: Envoy's renderer's floor.
+    retries: int = 0
 
 
 def in_flight_per_replica(pool: Pool) -> int:
@@ -84,6 +88,16 @@ def in_flight_per_replica(pool: Pool) -> int:
     return max(pool.workers, min(ceiling, littles))
 
 
+def retries_at_once(pool: Pool) -> int:
+    """Retries to let run at once: every request one worker process may hold, its share
+    of a replica's admission limit. A worker that crashes resets all of them together,
+    and each is an idempotent request that must be retried, not answered 503. More is
+    never needed: a retry is a request Envoy admits like any other (it counts against
+    the pool's in-flight limit and waits in the same queue), so retries replace the
+    work a crash lost and cannot push a pool past what it serves in time."""
+    return math.ceil(in_flight_per_replica(pool) / pool.workers)
+
+
 def envoy_limits(pool: Pool, hosts: int | None = None) -> EnvoyLimits:
     """Envoy's limits for `pool` over `hosts` replicas (default: the hosts routes.toml
     lists). Both grow with the replicas: each adds its own share of work in flight and
@@ -91,4 +105,8 @@ def envoy_limits(pool: Pool, hosts: int | None = None) -> EnvoyLimits:
     hosts = pool.replicas if hosts is None else hosts
     if hosts < 1:
         raise ValueError(f"[pools.{pool.name}]: at least one host, not {hosts}")
-    return EnvoyLimits(hosts * in_flight_per_replica(pool), hosts * pool.max_pending)
+    return EnvoyLimits(
+        hosts * in_flight_per_replica(pool),
+        hosts * pool.max_pending,
+        retries=retries_at_once(pool),
+    )

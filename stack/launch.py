@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,9 @@ class Stack:
     # The web UI Jaeger serves (build-ui.sh's cached build), once started; None: API only.
     jaeger_ui: Path | None = None
     procs: dict[str, Proc] = field(default_factory=dict)
+    # Process name -> times it was started again after it exited on its own
+    # (stack.supervise); written to the pid file.
+    restarts: Counter[str] = field(default_factory=Counter)
 
     @property
     def span_file(self) -> Path:
@@ -195,7 +199,35 @@ class Stack:
             },
             source_config=Path(self.config.source).resolve(),
             app=self.app,
+            restarts=dict(self.restarts),
         )
+
+    def restart(self, name: str, timeout_s: float = 60.0) -> Proc:
+        """Start `name` again after it exited on its own, as it was started: the same
+        command on the same ports and files (Envoy's bootstrap and the LDS/CDS files
+        `routes apply` may have replaced, a pool's own route file), none rendered
+        again; wait until its own readiness check passes, and record it in the pid
+        file. Any process the stack runs, whatever started it: one more part of the
+        stack needs nothing here. Raises StartError (the new process stopped) when it
+        does not come back.
+
+        What is left of the old process's group is stopped first (SIGTERM, then SIGKILL
+        after the stop's timeout): a dead gunicorn master's orphaned workers finish what
+        they hold and give up the pool's port, so the new master binds it and adopts
+        nothing, and its readiness is its own workers'."""
+        old = self.procs[name]
+        old.stop()
+        proc = old.again().start()
+        self.procs[name] = proc
+        try:
+            proc.wait_ready(timeout_s=timeout_s)
+        except StartError:
+            proc.stop()
+            raise
+        finally:
+            self.restarts[name] += 1
+            write_state(self.running())
+        return proc
 
     def stop_all_but(self, *keep: str) -> None:
         """Stop every process except those named (in reverse start order), e.g. all but

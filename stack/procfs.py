@@ -51,6 +51,19 @@ def stat_fields(pid: int) -> list[str] | None:
     return text.rsplit(")", 1)[1].split()
 
 
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group `pgid` that still run (zombies left out: an
+    orphan that exited waits for whoever adopted it to reap it)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = stat_fields(int(entry.name))
+        if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return sorted(members)
+
+
 def process_cpu_s(pid: int) -> float | None:
     """utime + stime of one process (all its threads) in seconds; None if it is gone."""
     fields = stat_fields(pid)

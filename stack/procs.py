@@ -10,9 +10,10 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from stack.procfs import group_members
 from toolkit.logs import tail_file
 from toolkit.wait import wait_until
 
@@ -87,6 +88,10 @@ class Proc:
     # alone goes to the log.
     piped: bool = False
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # Its readiness check and what it says, as `wait_ready` was last given them: how a
+    # restart of the process (`again`) knows it is back.
+    ready: Callable[[], bool] | None = field(default=None, repr=False)
+    ready_what: str = "ready"
 
     def start(self) -> Proc:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +114,11 @@ class Proc:
             log.close()
         return self
 
+    def again(self) -> Proc:
+        """The same process, not started: same command, environment, log (appended to)
+        and readiness check."""
+        return replace(self, popen=None)
+
     @property
     def pid(self) -> int:
         assert self.popen is not None, f"{self.name} was not started"
@@ -117,12 +127,32 @@ class Proc:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
+    def exit_status(self) -> str:
+        """How it ended, in words: `exit code 1`, `signal 9 (SIGKILL)`, or `running`."""
+        code = self.popen.poll() if self.popen is not None else None
+        if code is None:
+            return "running"
+        if code < 0:
+            return f"signal {-code} ({signal.Signals(-code).name})"
+        return f"exit code {code}"
+
     def log_tail(self, lines: int = 40) -> str:
         return tail_file(self.log_path, lines)
 
     def wait_ready(
-        self, ready: Callable[[], bool], timeout_s: float = 30.0, what: str = "ready"
+        self,
+        ready: Callable[[], bool] | None = None,
+        timeout_s: float = 30.0,
+        what: str | None = None,
     ) -> None:
+        """Wait until `ready()` says so (default: the check it was last given); raise
+        StartError, with the log's tail, when it exits first or times out."""
+        if ready is not None:
+            self.ready, self.ready_what = ready, what or "ready"
+        check, what = self.ready, self.ready_what
+        if check is None:
+            raise StartError(f"{self.name}: no readiness check to wait for")
+
         def alive_and_ready() -> bool:
             if not self.alive():
                 code = self.popen.returncode if self.popen else None
@@ -130,7 +160,7 @@ class Proc:
                     f"{self.name} exited with code {code} before it was {what}; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            return ready()
+            return check()
 
         if not wait_until(alive_and_ready, timeout_s):
             raise StartError(
@@ -144,7 +174,10 @@ class Proc:
                 os.kill(self.pid, sig)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM the whole process group, then SIGKILL what is left."""
+        """SIGTERM the whole process group, then SIGKILL what is left after `timeout_s`.
+        The group outlives its leader when the leader died first: a SIGKILLed gunicorn
+        master leaves its workers (orphans, still accepting on the pool's port), which
+        SIGTERM stops gracefully (they finish what they hold)."""
         if self.popen is None:
             return
         pgid = self.popen.pid
@@ -152,7 +185,7 @@ class Proc:
             os.killpg(pgid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=timeout_s)
-        # Children (gunicorn workers) may outlive their parent by a moment.
+        wait_until(lambda: not group_members(pgid), timeout_s, 0.05)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):

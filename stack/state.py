@@ -46,6 +46,8 @@ class Running:
     source_config: Path | None = None
     # The WSGI app the pools serve (Stack.app); None: the service's own.
     app: str | None = None
+    # Process name -> times the launcher started it again after a crash (stack.supervise).
+    restarts: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
         doc = {
@@ -64,6 +66,7 @@ class Running:
             "started": {str(k): v for k, v in self.started.items()},
             "source_config": str(self.source_config) if self.source_config else None,
             "app": self.app,
+            "restarts": self.restarts,
         }
         return json.dumps(doc, indent=2) + "\n"
 
@@ -87,6 +90,7 @@ class Running:
             started={int(k): int(v) for k, v in doc.get("started", {}).items()},
             source_config=Path(doc["source_config"]) if doc.get("source_config") else None,
             app=doc.get("app"),
+            restarts={k: int(v) for k, v in doc.get("restarts", {}).items()},
         )
 
     def ours(self, pid: int) -> bool:

@@ -1,8 +1,9 @@
 """Crashed, reloaded and frozen workers, under load, through the real Envoy.
 
-- SIGKILL an io worker: gunicorn replaces it, Envoy retries the idempotent GETs
-  that were on it, and no GET fails. A killed cpu worker costs at most the POSTs
-  it was running (never retried), each a fast 503 problem.
+- SIGKILL an io worker holding many GETs: gunicorn replaces it, Envoy retries every
+  GET that was on it (all at once, within the retry budget), and no GET fails. A
+  killed cpu worker costs at most the POSTs it was running (never retried), each a
+  fast 503 problem.
 - HUP a pool's master (graceful reload): zero failed requests.
 - Freeze (SIGSTOP) or kill every process of the io pool: Envoy answers 503 at
   once (health checks, no panic routing), the cpu pool keeps serving, and the
@@ -18,10 +19,18 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from routing.envoy import MIN_RETRY_CONCURRENCY
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
 from stack.procfs import children
-from tests.integration.support.http import FAST_MS, fixed_latency, http, reset_upstreams, ride
+from tests.integration.support.http import (
+    FAST_MS,
+    fixed_latency,
+    http,
+    reset_upstreams,
+    ride,
+    set_upstream,
+)
 from tests.integration.support.load import (
     OFFER_COUNT,
     OFFER_RATE,
@@ -32,6 +41,7 @@ from tests.integration.support.load import (
     failed,
     offer_request,
     ride_request,
+    shed,
     timed_out,
     under_load,
 )
@@ -63,23 +73,59 @@ def retries(stack: Stack, pool: str) -> int:
     return stack.envoy_stat(f"cluster.{pool}_pool.upstream_rq_retry")
 
 
-def test_sigkill_of_an_io_worker_fails_no_get(stack: Stack) -> None:
+#: Envoy's counters of what a crashed worker did to the io pool's requests.
+RETRY_STATS = (
+    "upstream_cx_destroy_remote_with_active_rq",  # connections that died under a request
+    "upstream_rq_retry",
+    "upstream_rq_retry_overflow",  # not retried: past the retry budget
+    "upstream_rq_retry_limit_exceeded",  # not retried: out of attempts
+)
+# Offers that wait this long on vehicles, at this rate: about ten in flight on each io
+# worker when one is killed, more than Envoy's floor of retries at once, and each
+# retry still has most of the route's timeout left.
+SLOW_VEHICLES_MS, MANY_GETS_RATE, MANY_GETS_COUNT = 150, 100.0, 500
+
+
+def io_retry_stats(stack: Stack) -> dict[str, int]:
+    return {name: stack.envoy_stat(f"cluster.io_pool.{name}") for name in RETRY_STATS}
+
+
+def test_sigkill_of_an_io_worker_with_many_gets_in_flight_fails_none(stack: Stack) -> None:
+    """Every GET the killed worker held is reset at once and retried together: the
+    retry budget covers them all (routing.sizing.retries_at_once), and a retry that
+    lands on another pooled connection to the dead worker has one more attempt."""
     before = workers_of(stack, "io")
     assert len(before) == stack.config.pool("io").workers == 2
-    retries_before = retries(stack, "io")
+    stats_before = io_retry_stats(stack)
     victim = before[0]
 
-    tally = under_load(
-        stack, offer_request, OFFER_RATE, OFFER_COUNT, lambda: os.kill(victim, signal.SIGKILL)
-    )
+    set_upstream(stack, "vehicles", latency={"dist": "fixed", "ms": SLOW_VEHICLES_MS})
+    try:
+        tally = under_load(
+            stack,
+            offer_request,
+            MANY_GETS_RATE,
+            MANY_GETS_COUNT,
+            lambda: os.kill(victim, signal.SIGKILL),
+        )
+    finally:
+        fixed_latency(stack, FAST_MS)
     assert wait_until(lambda: len(accepting_workers(stack, "io")) == 2, 30)
     after = workers_of(stack, "io")
+    stats = {k: v - stats_before[k] for k, v in io_retry_stats(stack).items()}
     print(
         f"\n{tally.summary('GET offers, one io worker SIGKILLed')}; workers {before} -> {after};"
-        f" Envoy retries {retries(stack, 'io') - retries_before}"
+        f" Envoy {stats}"
     )
     assert victim not in after  # replaced by gunicorn
-    assert len(tally.outcomes) == OFFER_COUNT
+    assert len(tally.outcomes) == MANY_GETS_COUNT
+    # Many GETs were on the worker, more than Envoy's floor of retries at once ...
+    assert stats["upstream_cx_destroy_remote_with_active_rq"] > MIN_RETRY_CONCURRENCY, stats
+    # ... and each was retried: none past the budget, none out of attempts ...
+    assert stats["upstream_rq_retry_overflow"] == stats["upstream_rq_retry_limit_exceeded"] == 0
+    assert stats["upstream_rq_retry"] >= stats["upstream_cx_destroy_remote_with_active_rq"]
+    # ... so no client saw Envoy's 503 for a reset, nor a cut connection.
+    assert [o for o in tally.outcomes if shed(o) or o.status == 0] == [], tally.summary("reset")
     assert_nothing_lost(tally)
 
 

@@ -13,6 +13,7 @@ import routing.envoy as envoy_module
 from routing.envoy import (
     CDS_FILE,
     LDS_FILE,
+    MIN_RETRY_CONCURRENCY,
     envoy_config,
     render_envoy,
     render_static_envoy,
@@ -168,6 +169,9 @@ def test_circuit_breakers_admit_what_each_pool_serves_within_its_latency() -> No
         in_flight, pending = expected[pool.name]
         assert breaker["max_connections"] == breaker["max_requests"] == in_flight
         assert breaker["max_pending_requests"] == pending
+        # Retries at once: every request one crashed worker held (io: 220 / 2 workers).
+        floor = breaker["retry_budget"]["min_retry_concurrency"]
+        assert floor == {"io": 110, "cpu": MIN_RETRY_CONCURRENCY}[pool.name]
         assert (
             clusters[f"{pool.name}_pool"]["health_checks"][0]["http_health_check"]["path"]
             == config.meta.readyz

@@ -15,6 +15,7 @@ from routing.sizing import (
     envoy_limits,
     in_flight_per_replica,
     pool_rates,
+    retries_at_once,
     size,
 )
 
@@ -69,3 +70,12 @@ def test_envoy_limits_grow_with_the_hosts(hosts: int) -> None:
 def test_envoy_limits_need_a_host() -> None:
     with pytest.raises(ValueError, match="at least one host"):
         envoy_limits(load_routes().pool("io"), 0)
+
+
+def test_retries_at_once_cover_what_one_crashed_worker_held() -> None:
+    io = load_routes().pool("io")
+    # Each worker's share of the replica's admission: a crash resets all of it at once.
+    assert retries_at_once(io) * io.workers >= in_flight_per_replica(io)
+    assert (retries_at_once(io) - 1) * io.workers < in_flight_per_replica(io)
+    # The same whatever the hosts: one worker crashes, not a share of every replica.
+    assert envoy_limits(io, 1).retries == envoy_limits(io, 40).retries == retries_at_once(io)
