@@ -42,6 +42,7 @@ from routing.model import Layout, RouteConfig
 from stack.jaeger import JaegerPorts
 from stack.launch import Stack
 from stack.procfs import children, open_fds, rss_kib
+from stack.supervise import Supervisor
 from toolkit.contract import METRICS_DIR_ENV, SPAN_FILE_ENV
 from toolkit.fetch import fetch
 from tracing.prometheus_adapter import IN_MEMORY_WARNING
@@ -349,6 +350,7 @@ def _drive(
     gen: LoadgenProcess,
     windows: Windows,
     progress: Progress,
+    supervise: bool,
 ) -> tuple[_Watch, dict[str, Any]]:
     """The load's run: before, the fault, after. Returns the watch and the 'before'
     snapshot (processes and telemetry counters, a second before the fault)."""
@@ -356,6 +358,8 @@ def _drive(
     start = time.monotonic() + 0.3
     gen.start(start)
     watch = _Watch(start, [], set())
+    # What `pricingctl up` does for a process that exits on its own (None: nothing).
+    supervisor = Supervisor(stack, watch.note) if supervise else None
     at, end, stop = (
         start + windows.before_s,
         start + windows.before_s + windows.fault_s,
@@ -374,6 +378,8 @@ def _drive(
         if ending is not None and now >= end:
             watch.note(f"{fault.name}: {ending()}")
             ending = None
+        if supervisor is not None and (reason := supervisor.check()) is not None:
+            watch.note(reason)
         watch.check(stack, gen)
         progress.update()
         time.sleep(0.1)
@@ -413,6 +419,7 @@ def run_fault(
     windows: Windows,
     run_dir: Path,
     progress: Progress,
+    supervise: bool = True,
 ) -> dict[str, Any]:
     """One fault on a fresh split stack under the mixed load; its row of the matrix."""
     with (
@@ -430,7 +437,7 @@ def run_fault(
         set_upstreams_fixed(stack, settings.upstream_ms)
         gen = LoadgenProcess(_plan(stack, settings, windows.total_s), run_dir / "loadgen")
         try:
-            watch, before = _drive(fault, stack, rig, gen, windows, progress)
+            watch, before = _drive(fault, stack, rig, gen, windows, progress, supervise)
             doc = gen.result(timeout_s=settings.timeout_s + 60)
         finally:
             gen.stop()
@@ -470,14 +477,20 @@ def run_faults(
     windows: Windows,
     run_dir: Path,
     progress: Progress,
+    supervise: bool = True,
 ) -> dict[str, Any]:
-    """The matrix: each fault on its own stack, in order. A disk fault where no tmpfs can
+    """The matrix: each fault on its own stack, in order (supervised as `pricingctl up`
+    supervises, unless `supervise` is False). A disk fault where no tmpfs can
     be mounted is skipped with the reason."""
     rows, skipped = [], {}
     for i, fault in enumerate(faults):
         progress.step(f"faults: {fault.name} ({i + 1}/{len(faults)})", windows.total_s + 10)
         try:
-            rows.append(run_fault(config, settings, fault, windows, run_dir / f"{i:02d}", progress))
+            rows.append(
+                run_fault(
+                    config, settings, fault, windows, run_dir / f"{i:02d}", progress, supervise
+                )
+            )
         except full_disk.NoMount as exc:
             skipped[fault.name] = str(exc)
     return {
@@ -488,6 +501,7 @@ def run_faults(
             "sample_percent": config.tracing.sample_percent,
             "slow_collector_bps": SLOW_COLLECTOR_BPS,
             "tmpfs_mib": full_disk.SIZE_MIB,
+            "supervised": supervise,
         },
         "faults": rows,
         "skipped": skipped,
@@ -533,7 +547,8 @@ def write_faults(doc: dict[str, Any], out: Path) -> str:
         (before_s, before_s + doc["settings"]["windows_s"][1]),
         out / "faults.png",
     )
-    lines = ["faults: one fault at a time, a fresh split stack each, under the mixed load"]
+    how = "supervised" if doc["settings"]["supervised"] else "nothing restarted"
+    lines = [f"faults: one at a time, a fresh split stack each ({how}), under the mixed load"]
     lines += [summary_line(row) for row in doc["faults"]]
     lines += [f"  {name}: skipped ({why})" for name, why in doc["skipped"].items()]
     lines.append(f"results: {out / 'faults.json'}, {out / 'faults.png'}")

@@ -233,6 +233,11 @@ def faults_parser(sub: Parts) -> None:
         metavar="F,F",
         help=f"which faults, in order (default all: {', '.join(FAULT_SLUGS)})",
     )
+    faults.add_argument(
+        "--no-supervise",
+        action="store_true",
+        help="restart nothing that exits (default: as `pricingctl up` supervises)",
+    )
     faults.set_defaults(handler=part_handler(FAULTS))
 
 
@@ -257,7 +262,15 @@ def _measure_faults(run: Run) -> str:
 
     faults, windows = _fault_plan(run.args, run.settings)
     settings = replace(run.settings, group_rates_rps={**SOAK_RATES, **run.args.rates})
-    doc = run_faults(run.config, settings, faults, windows, run.args.run_dir, run.progress)
+    doc = run_faults(
+        run.config,
+        settings,
+        faults,
+        windows,
+        run.args.run_dir,
+        run.progress,
+        supervise=not run.args.no_supervise,
+    )
     return write_faults({**run.header, **doc}, run.args.out)
 
 
