@@ -23,12 +23,15 @@ name.
 
 from __future__ import annotations
 
+import itertools
+import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +47,14 @@ from bench.incident_report import (
 from bench.loadgen import Plan, Samples, plan_schedule
 from bench.run import BenchError, LoadgenProcess, LoadSettings, running_stack, set_upstreams_fixed
 from bench.scenario import Scenario
-from bench.suggest import moves, suggest_cmd, window_s
-from bench.traffic import targets_for
+from bench.suggest import moves, suggest_cmd
+from bench.traffic import Target, targets_for
 from routing.model import Layout, RouteConfig
 from routing.write import write_routes
-from stack import jaeger
 from stack.launch import PROJECT_ROOT, Stack
+from toolkit.fetch import fetch
 from tracing.readback.diagnosis import Diagnosis, diagnose, tell
+from tracing.readback.report import percentile
 from tracing.readback.spans import Span, SpanSourceError, from_file, from_jaeger, jaeger_trace_url
 
 Say = Callable[[str], None]
@@ -65,7 +69,14 @@ FLUSH_S = 3.0
 # service's answer is what gets recorded, not the client giving up.
 CLIENT_MARGIN_S = 1.0
 _START_MARGIN_S = 0.5
+# Seconds of the before window left for `routes suggest`'s last scrape of the pools.
+SCRAPE_SPARE_S = 1.0
 _POLL_S = 0.2
+# The capacity probe: requests of each CPU-heavy endpoint, one at a time, counted after
+# one per worker (which warms it); it stops early past the time limit (3 at least).
+PROBE_REQUESTS = 10
+PROBE_MAX_S = 3.0
+_PROBE_MIN = 3
 
 
 def before_config(config: RouteConfig, scenario: Scenario, run_dir: Path) -> RouteConfig:
@@ -82,8 +93,15 @@ def before_config(config: RouteConfig, scenario: Scenario, run_dir: Path) -> Rou
         if route.endpoint in scenario.cpu_kinds:
             return replace(route, pool=pool)
         if route.endpoint in scenario.offer_kinds:
+            # The replay measures its own cap; the route's alerting objective, which
+            # needs the shipped timeout, has no place in it.
             slow_ms = int(scenario.cap_ms / 2)
-            return replace(route, timeout_ms=scenario.offer_timeout_ms, slow_ms=slow_ms)
+            return replace(
+                route,
+                timeout_ms=scenario.offer_timeout_ms,
+                slow_ms=slow_ms,
+                objective_percent=None,
+            )
         return route
 
     routes = tuple(placed(r) for r in config.routes)
@@ -129,14 +147,67 @@ class Clock:
                 raise self.gen.failure("stopped before the replay ended")
 
 
-def _plan(stack: Stack, scenario: Scenario) -> Plan:
+def _probe_once(target: Target, i: int) -> float:
+    request = target.requests[i % len(target.requests)]
+    method, path, _ = request.head.decode("latin-1").split(" ", 2)
+    url = f"http://{target.host}:{target.port}{path}"
+    try:
+        reply = fetch(url, method=method, body=request.body, timeout_s=60).expect_ok()
+    except OSError as exc:
+        raise BenchError(f"the capacity probe of {target.kind}: {exc}") from None
+    return reply.elapsed_s
+
+
+def calibrate(stack: Stack, scenario: Scenario) -> dict[str, dict[str, float]]:
+    """Each CPU-heavy endpoint's capacity in the offers' pool, on this machine as busy as
+    it is now: its requests one at a time, the pool's workers over their median time;
+    and the rate the scenario's share of that capacity asks for."""
+    listener = stack.config.listener.address
+    kinds = scenario.cpu_kinds
+    targets = targets_for(stack.config, listener.host, listener.port, kinds, scenario.seed)
+    route = stack.config.route_for_endpoint(scenario.offer_kinds[0])
+    assert route is not None
+    workers = stack.config.pool(route.pool).workers
+    out: dict[str, dict[str, float]] = {}
+    for target in targets:
+        times: list[float] = []
+        deadline = time.monotonic() + PROBE_MAX_S
+        for i in itertools.count():
+            elapsed = _probe_once(target, i)
+            if i >= workers:
+                times.append(elapsed)
+            late = time.monotonic() > deadline and len(times) >= _PROBE_MIN
+            if len(times) >= PROBE_REQUESTS or late:
+                break
+        median_s = percentile(times, 50)
+        share = scenario.cpu_shares[target.kind]
+        out[target.kind] = {
+            "median_ms": round(median_s * 1000, 1),
+            "workers": workers,
+            "capacity_rps": round(workers / median_s, 2),
+            "share": share,
+            "rate_rps": round(share * workers / median_s, 3),
+        }
+    return out
+
+
+def calibration_lines(calibration: Mapping[str, Mapping[str, float]]) -> list[str]:
+    return [
+        f"capacity: {kind} takes {c['median_ms']:.0f} ms here; the offers' pool "
+        f"({c['workers']:.0f} workers) serves {c['capacity_rps']:.1f}/s; "
+        f"{100 * c['share']:.0f} % of it: {c['rate_rps']:.2f}/s"
+        for kind, c in calibration.items()
+    ]
+
+
+def _plan(stack: Stack, scenario: Scenario, rates_rps: Mapping[str, float]) -> Plan:
     listener = stack.config.listener.address
     kinds = (*scenario.offer_kinds, *scenario.cpu_kinds)
     targets = targets_for(stack.config, listener.host, listener.port, kinds, scenario.seed)
     longest_s = max(r.timeout_ms for r in stack.config.routes) / 1000
     return Plan(
         targets=targets,
-        rates_rps={k: scenario.cpu_rates_rps[k] for k in scenario.cpu_kinds},
+        rates_rps=dict(rates_rps),
         duration_s=scenario.warmup_s + scenario.before_s + MOVE_MAX_S + scenario.after_s,
         seed=scenario.seed,
         timeout_s=longest_s + CLIENT_MARGIN_S,
@@ -144,9 +215,15 @@ def _plan(stack: Stack, scenario: Scenario) -> Plan:
     )
 
 
-def _suggest_settings(scenario: Scenario) -> LoadSettings:
-    """The load as `bench.suggest` sizes its `routes suggest` window and evidence."""
-    batch = scenario.cpu_rates_rps.get("quotes.batch", 0.0)
+def _suggest_window_s(scenario: Scenario) -> float:
+    """`routes suggest` starts with the before window (the load is warm by then) and
+    scrapes the pools once more just before it ends."""
+    return max(2.0, scenario.before_s - SCRAPE_SPARE_S)
+
+
+def _suggest_settings(scenario: Scenario, rates_rps: Mapping[str, float]) -> LoadSettings:
+    """The load as `bench.suggest` sizes `routes suggest`'s evidence."""
+    batch = rates_rps.get("quotes.batch", 0.0)
     return LoadSettings(
         group_rates_rps={"batch": batch} if batch else {"cpu": 1.0},
         duration_s=scenario.before_s,
@@ -155,11 +232,10 @@ def _suggest_settings(scenario: Scenario) -> LoadSettings:
 
 
 def _run_suggest(
-    stack: Stack, config: RouteConfig, scenario: Scenario, out: dict[str, Any]
+    stack: Stack, config: RouteConfig, settings: LoadSettings, window: float, out: dict[str, Any]
 ) -> threading.Thread:
     """`pricingctl routes suggest --from-metrics` on the pools, inside the before window."""
-    settings = _suggest_settings(scenario)
-    cmd = suggest_cmd(stack, config, settings)
+    cmd = suggest_cmd(stack, config, settings, window=window)
     out["command"] = cmd
 
     def run() -> None:
@@ -168,7 +244,7 @@ def _run_suggest(
             cwd=PROJECT_ROOT,
             capture_output=True,
             text=True,
-            timeout=window_s(settings) + 60,
+            timeout=window + 60,
             check=False,
         )
 
@@ -247,6 +323,8 @@ def _diagnose(
     link = None
     if example is not None and stack.jaeger_url is not None and stack.jaeger_ui is not None:
         link = jaeger_trace_url(stack.jaeger_url, example.trace_id, example.span_id)
+    elif example is not None and stack.jaeger_url is None:
+        link = f"pricingctl traces --from-spans {stack.span_file} --trace-id {example.trace_id}"
     return diagnosis_json(found, source, link)
 
 
@@ -299,6 +377,7 @@ class Outcome:
     move: dict[str, Any] | None
     neighbours_pct: dict[str, float]
     cpu_labels: set[str]
+    calibration: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 def _fix(
@@ -323,20 +402,50 @@ def _fix(
     return _apply(stack, moved_config(config, proposed, stack.run_dir.parent), clock, say)
 
 
-def observe(config: RouteConfig, scenario: Scenario, run_dir: Path, say: Say) -> Outcome:
-    """Run the replay; the driver's view of it (`report` turns it into figures)."""
+@contextmanager
+def replayed(
+    config: RouteConfig, scenario: Scenario, run_dir: Path, say: Say, *, with_jaeger: bool
+) -> Iterator[tuple[Outcome, Stack]]:
+    """Run the replay; the driver's view of it (`report` turns it into figures) and its
+    stack, which runs (the load stopped) until the block ends. Without Jaeger the
+    traces are read from the stack's span file."""
     before_cfg = before_config(config, scenario, run_dir)
-    with_jaeger = jaeger.cached_binary() is not None
     with running_stack(
         before_cfg, Layout.SPLIT, run_dir / "stack", tracing="full", with_jaeger=with_jaeger
     ) as stack:
         set_upstreams_fixed(stack, scenario.upstream_ms)
-        plan = _plan(stack, scenario)
+        calibration = calibrate(stack, scenario)
+        for line in calibration_lines(calibration):
+            say(line)
+        rates = {kind: c["rate_rps"] for kind, c in calibration.items()}
+        plan = _plan(stack, scenario, rates)
         gen = LoadgenProcess(plan, run_dir)
         try:
-            return _drive(stack, before_cfg, scenario, gen, plan, say)
+            outcome = _drive(stack, before_cfg, scenario, gen, plan, say)
         finally:
             gen.stop()
+        yield replace(outcome, calibration=calibration), stack
+
+
+def hold(stack: Stack, say: Say) -> None:
+    """Keep the replay's stack up (its Jaeger holds the traces) until Ctrl-C or SIGTERM,
+    or until one of its processes exits."""
+    if stack.jaeger_url is not None and stack.jaeger_ui is not None:
+        where = f"Jaeger's UI {stack.jaeger_url}"
+    elif stack.jaeger_url is not None:
+        where = f"Jaeger's API {stack.jaeger_url}"
+    else:
+        where = f"spans in {stack.span_file}"
+    say(
+        f"--keep: the replay's stack stays up ({where}; pricingservice {stack.url}); "
+        f"Ctrl-C (or `kill {os.getpid()}`) stops it"
+    )
+    try:
+        while not (dead := stack.dead()):
+            time.sleep(_POLL_S * 5)
+        say(f"{', '.join(dead)} exited; stopping the stack")
+    except KeyboardInterrupt:
+        say("stopping the replay's stack")
 
 
 def _drive(
@@ -354,7 +463,8 @@ def _drive(
     say(f"before: {scenario.polls.clients} clients polling, {before[1] - before[0]:.0f} s measured")
     clock.wait_until(before[0])
     suggested: dict[str, Any] = {}
-    thread = _run_suggest(stack, config, scenario, suggested)
+    settings = _suggest_settings(scenario, plan.rates_rps)
+    thread = _run_suggest(stack, config, settings, _suggest_window_s(scenario), suggested)
     cpu_before = _cpu_window(stack, gen)
     clock.wait_until(before[1])
     neighbours = {"before": _neighbours_pct(cpu_before, _cpu_window(stack, gen), scenario.before_s)}
@@ -362,7 +472,7 @@ def _drive(
     diagnosis = _diagnose(stack, clock, scenario, before)
     for line in diagnosis_lines(diagnosis, scenario.cap_ms):
         say(line)
-    thread.join(timeout=window_s(_suggest_settings(scenario)) + 90)
+    thread.join(timeout=_suggest_window_s(scenario) + 90)
     move = _fix(stack, config, clock, suggested, say)
     start = (move["end_s"] if move else clock.now()) + scenario.settle_s
     after = (start, start + scenario.after_s)
@@ -400,6 +510,7 @@ def report(outcome: Outcome, scenario: Scenario) -> dict[str, Any]:
     during = failed_during(items, (move["start_s"], move["end_s"])) if move else None
     doc: dict[str, Any] = {
         "scenario": scenario.to_json(),
+        "calibration": dict(outcome.calibration),
         "before": side(outcome.before),
         "diagnosis": outcome.diagnosis,
         "suggest": {"moves": outcome.suggest.get("moves", {})},

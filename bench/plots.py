@@ -468,3 +468,35 @@ def baseline_cpu(doc: Mapping[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
     return path
+
+
+@_needs_matplotlib
+def fault_matrix(
+    rows: Sequence[tuple[str, Sequence[int]]],
+    bin_s: float,
+    window: tuple[float, float],
+    path: Path,
+) -> Path:
+    """The fault matrix: failed requests per time bin, one row per fault, the fault's
+    window between dotted lines."""
+    width = max((len(bins) for _, bins in rows), default=1)
+    grid = [list(bins) + [0] * (width - len(bins)) for _, bins in rows]
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(rows) + 1.6))
+    image = ax.imshow(
+        grid or [[0]],
+        aspect="auto",
+        cmap="Reds",
+        interpolation="nearest",
+        extent=(0, width * bin_s, len(rows) - 0.5, -0.5),
+        vmin=0,
+    )
+    ax.set_yticks(range(len(rows)), [name for name, _ in rows], fontsize=8)
+    for x in window:
+        ax.axvline(x, color="black", ls=":", lw=0.8)
+    ax.set_xlabel("seconds of load (dotted: the fault's window; a kill is at its start)")
+    fig.colorbar(image, ax=ax, label=f"failed requests per {bin_s:g} s")
+    ax.set_title("faults: failed requests over time, one fault per row", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path

@@ -53,6 +53,7 @@ from bench.traffic import CPU_KINDS, OFFER_KINDS, Target, kind_rates, targets_fo
 from routing.envoy import cluster_name
 from routing.model import Layout, RouteConfig
 from routing.write import write_routes
+from stack.jaeger import JaegerPorts
 from stack.launch import PROJECT_ROOT, Stack
 from stack.procfs import descendants, serving_workers
 from stack.procs import Proc, StartError
@@ -215,10 +216,12 @@ def running_stack(
     with_jaeger: bool = False,
     env: Mapping[str, str] | None = None,
     app: str | None = None,
+    jaeger_ports: JaegerPorts | None = None,
 ) -> Iterator[Stack]:
     """A started stack on free ports; stopped (by process group) however the block ends.
     `env` is added to the pools' environment; `app` is the WSGI app they serve
-    (`Stack.app`; None: the service's own)."""
+    (`Stack.app`; None: the service's own); `jaeger_ports` where Jaeger listens (None:
+    free ports)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     stack = Stack.on_free_ports(
         config,
@@ -227,6 +230,7 @@ def running_stack(
         extra_env={**env_for(tracing, jaeger=with_jaeger), **(env or {})},
         with_jaeger=with_jaeger,
         app=app,
+        jaeger_ports=jaeger_ports,
     )
     try:
         stack.start()

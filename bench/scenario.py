@@ -30,7 +30,9 @@ class Scenario:
     source: Path
     polls: Polls
     cap_ms: float
-    cpu_rates_rps: Mapping[str, float]  # endpoint -> requests/s
+    # endpoint -> the share of the offers' pool its requests keep busy (0-1), as a
+    # fraction of the capacity `pricingctl incident` measures at start
+    cpu_shares: Mapping[str, float]
     upstream_ms: float
     offer_timeout_ms: int
     warmup_s: float
@@ -48,7 +50,7 @@ class Scenario:
 
     @property
     def cpu_kinds(self) -> tuple[str, ...]:
-        return tuple(k for k, rate in self.cpu_rates_rps.items() if rate > 0)
+        return tuple(k for k, share in self.cpu_shares.items() if share > 0)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -57,7 +59,7 @@ class Scenario:
             "poll_interval_s": self.polls.interval_s,
             "offers": list(self.polls.kinds),
             "cap_ms": self.cap_ms,
-            "cpu_rates_rps": dict(self.cpu_rates_rps),
+            "cpu_shares": dict(self.cpu_shares),
             "upstream_ms": self.upstream_ms,
             "offer_timeout_ms": self.offer_timeout_ms,
             "warmup_s": self.warmup_s,
@@ -122,14 +124,14 @@ def _scenario(path: Path, doc: Mapping[str, Any]) -> Scenario:
     offers = clients.get("offers")
     if not isinstance(offers, list) or not offers or not all(k in OFFER_KINDS for k in offers):
         raise fail(f"[clients].offers: a list of {', '.join(OFFER_KINDS)}, got {offers!r}")
-    cpu = _cpu_rates(doc.get("cpu", {}), fail)
+    cpu = _cpu_shares(doc.get("cpu", {}), fail)
     if n["service"]["offer_timeout_ms"] < n["clients"]["cap_ms"]:
         raise fail("[service].offer_timeout_ms: below [clients].cap_ms (no late offer is seen)")
     return Scenario(
         source=path,
         polls=Polls(n["clients"]["count"], n["clients"]["poll_interval_s"], tuple(offers)),
         cap_ms=n["clients"]["cap_ms"],
-        cpu_rates_rps=cpu,
+        cpu_shares=cpu,
         **n["service"],
         **n["timing"],
         **n["target"],
@@ -160,17 +162,22 @@ def _numbers(
     return out
 
 
-def _cpu_rates(table: Mapping[str, Any], fail: Any) -> dict[str, float]:
+def _cpu_shares(table: Mapping[str, Any], fail: Any) -> dict[str, float]:
     known = (*CPU_KINDS, *BATCH_KINDS)
-    rates: dict[str, float] = {}
-    for kind, rate in table.items():
+    shares: dict[str, float] = {}
+    for kind, share in table.items():
         if kind not in known:
             raise fail(
                 f"[cpu].{kind}: not an endpoint the replay sends (known: {', '.join(known)})"
             )
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1000:
-            raise fail(f"[cpu].{kind}: requests/s from 0 to 1000, got {rate!r}")
-        rates[kind] = float(rate)
-    if not any(rates.values()):
-        raise fail("[cpu]: no CPU-heavy endpoint with a rate above 0 (nothing to hold the loop)")
-    return rates
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share < 1:
+            raise fail(
+                f"[cpu].{kind}: a share of the pool's measured capacity, from 0 to below 1, "
+                f"got {share!r}"
+            )
+        shares[kind] = float(share)
+    if sum(shares.values()) >= 1:
+        raise fail("[cpu]: the shares add up to the pool's whole capacity or more (a backlog)")
+    if not any(shares.values()):
+        raise fail("[cpu]: no CPU-heavy endpoint with a share above 0 (nothing to hold the loop)")
+    return shares

@@ -4,6 +4,13 @@ route timeout changed: every pool reloaded, Envoy switched). Sampled every few
 seconds: RSS and open descriptors per process. Reported: their growth after the
 warm-up, the failed requests (apart from the killed worker's in-flight POSTs), and
 the TCP connections left in CLOSE_WAIT once the load has stopped.
+
+The long mode (`long=True`) looks for a slow leak instead: no kill and no apply, so
+every process (each pool's workers included) lives the whole run, with tracing on at
+the route config's sampling or the one given; each pool's Python allocator blocks
+(`pricing_python_allocated_blocks`) sampled with the RSS. Reported per process: the
+RSS growth after the warm-up as the slope of a least-squares line, per hour and per
+million requests.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -25,6 +33,7 @@ from bench.run import (
     LoadSettings,
     running_stack,
     set_upstreams_fixed,
+    with_sample_percent,
 )
 from bench.traffic import CPU_KINDS, kind_rates, targets_for
 from routing.model import Layout, RouteConfig
@@ -32,10 +41,15 @@ from routing.write import write_routes
 from stack import ops
 from stack.launch import Stack
 from stack.procfs import children, open_fds, rss_kib, tcp_sockets
+from toolkit.fetch import fetch
+from tracing.metric_families import ALLOCATED_BLOCKS
+from tracing.readback.usage import parse_text
 
 # The route changed by the one `routes apply`, and its new timeout.
 APPLY_ENDPOINT, APPLY_TIMEOUT_MS = "offers.scooter", 600
 RSS_GROWTH_TARGET = 0.05
+# The long mode's target: RSS growth after the warm-up, per hour, of every process.
+RSS_GROWTH_PER_HOUR_TARGET = 0.01
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,22 @@ def _sample(stack: Stack, series: dict[int, dict[str, Any]], at_s: float) -> Non
         row["fds"].append(open_fds(pid))
 
 
+def _sample_blocks(stack: Stack, blocks: dict[str, dict[str, list[float]]], at_s: float) -> None:
+    """Each pool's allocator blocks (its live workers' sum), from its own /metrics."""
+    for pool in stack.config.pools_for(stack.layout):
+        url = f"{stack.pool_url(pool.name)}{stack.config.meta.metrics}"
+        try:
+            samples = parse_text(fetch(url, timeout_s=5.0).expect_ok().text)
+        except Exception:  # a busy pool that missed one sample: the next one counts
+            continue
+        value = sum(
+            v for per in samples.values() for (n, _), v in per.items() if n == ALLOCATED_BLOCKS
+        )
+        row = blocks.setdefault(pool.name, {"t": [], "blocks": []})
+        row["t"].append(at_s)
+        row["blocks"].append(value)
+
+
 KILL_POOLS = ("io", "cpu")
 
 
@@ -104,6 +134,55 @@ def _apply(stack: Stack, prepared: RouteConfig, events: list[Event], start: floa
     )
 
 
+@dataclass
+class _Soak:
+    """What one soak collects while it runs. Mutable."""
+
+    series: dict[int, dict[str, Any]]
+    events: list[Event]
+    blocks: dict[str, dict[str, list[float]]]
+
+
+def _loop(
+    stack: Stack,
+    gen: LoadgenProcess,
+    prepared: RouteConfig,
+    *,
+    long: bool,
+    start: float,
+    total_s: float,
+    kill_every_s: float,
+    sample_every_s: float,
+    rng: random.Random,
+    progress: Progress,
+) -> _Soak:
+    """Sample (and, unless `long`, kill and apply) until the load's end."""
+    got = _Soak({}, [], {})
+    next_sample, next_kill = start, start + kill_every_s
+    applied = long
+    while time.monotonic() < start + total_s:
+        now = time.monotonic()
+        if now >= next_sample:
+            _sample(stack, got.series, round(now - start, 2))
+            if long:
+                _sample_blocks(stack, got.blocks, round(now - start, 2))
+            next_sample += sample_every_s
+        if not long and now >= next_kill:
+            _kill_a_worker(stack, got.events, rng, now - start)
+            next_kill += kill_every_s
+        if not applied and now >= start + total_s / 2:
+            applied = True
+            _apply(stack, prepared, got.events, start)
+        dead = stack.dead()
+        if dead:
+            raise BenchError(f"soak: {', '.join(dead)} exited (logs in {stack.run_dir})")
+        if not gen.alive() and gen.popen.returncode != 0:
+            raise gen.failure(f"exited with code {gen.popen.returncode}")
+        progress.update()
+        time.sleep(0.2)
+    return got
+
+
 def run_soak(
     config: RouteConfig,
     settings: LoadSettings,
@@ -112,14 +191,15 @@ def run_soak(
     sample_every_s: float,
     run_dir: Path,
     progress: Progress,
+    long: bool = False,
+    sample_percent: float | None = None,
 ) -> dict[str, Any]:
     # The shipped pools (two workers each): a killed worker leaves its pool serving.
     prepared = write_routes(config, run_dir / "routes.toml")
+    if long:  # tracing on, at the sampling asked for: what the leak must survive
+        prepared = with_sample_percent(prepared, sample_percent, run_dir)
     total_s = settings.total_s
-    series: dict[int, dict[str, Any]] = {}
-    events: list[Event] = []
-    rng = random.Random(settings.seed)
-    with running_stack(prepared, Layout.SPLIT, run_dir / "stack", tracing=False) as stack:
+    with running_stack(prepared, Layout.SPLIT, run_dir / "stack", tracing=long) as stack:
         set_upstreams_fixed(stack, settings.upstream_ms)
         rates = kind_rates(settings.group_rates_rps)
         host, port = stack.url.removeprefix("http://").split(":")
@@ -135,27 +215,20 @@ def run_soak(
             gen.wait_ready()
             start = time.monotonic() + 0.3
             gen.start(start)
-            progress.step(f"soak: {total_s / 60:.1f} min of mixed load", total_s)
-            next_sample, next_kill = start, start + kill_every_s
-            applied = False
-            while time.monotonic() < start + total_s:
-                now = time.monotonic()
-                if now >= next_sample:
-                    _sample(stack, series, round(now - start, 2))
-                    next_sample += sample_every_s
-                if now >= next_kill:
-                    _kill_a_worker(stack, events, rng, now - start)
-                    next_kill += kill_every_s
-                if not applied and now >= start + total_s / 2:
-                    applied = True
-                    _apply(stack, prepared, events, start)
-                dead = stack.dead()
-                if dead:
-                    raise BenchError(f"soak: {', '.join(dead)} exited (logs in {stack.run_dir})")
-                if not gen.alive() and gen.popen.returncode != 0:
-                    raise gen.failure(f"exited with code {gen.popen.returncode}")
-                progress.update()
-                time.sleep(0.2)
+            what = "no kills, tracing on" if long else "kills and an apply"
+            progress.step(f"soak: {total_s / 60:.1f} min of mixed load ({what})", total_s)
+            got = _loop(
+                stack,
+                gen,
+                prepared,
+                long=long,
+                start=start,
+                total_s=total_s,
+                kill_every_s=kill_every_s,
+                sample_every_s=sample_every_s,
+                rng=random.Random(settings.seed),
+                progress=progress,
+            )
             doc = gen.result(timeout_s=settings.timeout_s + 60)
         finally:
             gen.stop()
@@ -163,17 +236,80 @@ def run_soak(
         pids = [pid for pid in _processes(stack)]
         close_wait = sum(1 for *_, state in tcp_sockets(pids) if state == "CLOSE_WAIT")
     samples = Samples.from_json(doc["samples"])
-    return {
+    out: dict[str, Any] = {
         "settings": {
             **settings.to_json(workers=sum(p.workers for p in config.pools), repeats=1),
-            "kill_every_s": kill_every_s,
+            "kill_every_s": None if long else kill_every_s,
             "sample_every_s": sample_every_s,
+            "mode": "long" if long else "kills",
+            "sample_percent": prepared.tracing.sample_percent if long else None,
         },
-        "events": [{"at_s": round(e.at_s, 1), "what": e.what} for e in events],
-        "failures": failures(samples, events, timeout_s=settings.cpu_timeout_s),
+        "events": [{"at_s": round(e.at_s, 1), "what": e.what} for e in got.events],
+        "failures": failures(samples, got.events, timeout_s=settings.cpu_timeout_s),
         "close_wait": close_wait,
-        "processes": summarize(series, warmup_s=settings.warmup_s),
-        "series": {str(pid): row for pid, row in series.items()},
+        "processes": summarize(got.series, warmup_s=settings.warmup_s),
+        "series": {str(pid): row for pid, row in got.series.items()},
+    }
+    if long:
+        out["growth"] = growth(
+            got.series,
+            got.blocks,
+            warmup_s=settings.warmup_s,
+            requests=len(samples),
+            total_s=total_s,
+        )
+        out["blocks"] = got.blocks
+    return out
+
+
+def _slope(t: list[float], y: list[float]) -> float:
+    """Least-squares slope of y over t (0 with fewer than three points)."""
+    if len(t) < 3 or len(set(t)) < 2:
+        return 0.0
+    return statistics.linear_regression(t, y).slope
+
+
+def growth(
+    series: Mapping[int, Mapping[str, Any]],
+    blocks: Mapping[str, Mapping[str, list[float]]],
+    *,
+    warmup_s: float,
+    requests: int,
+    total_s: float,
+) -> dict[str, list[dict[str, Any]]]:
+    """The long soak's figures: per process, its RSS after the warm-up as a least-squares
+    line, per hour (fraction of the line's value at the warm-up's end) and per million
+    requests (KiB); per pool, its allocator blocks likewise."""
+    per_s = requests / total_s if total_s else 0.0
+
+    def fit(t: list[float], y: list[float]) -> dict[str, Any] | None:
+        kept = [(a, b) for a, b in zip(t, y, strict=True) if a >= warmup_s and b > 0]
+        if len(kept) < 3:
+            return None
+        ts, ys = [a for a, _ in kept], [b for _, b in kept]
+        slope = _slope(ts, ys)
+        base = statistics.fmean(ys) - slope * (statistics.fmean(ts) - ts[0])
+        return {
+            "span_s": round(ts[-1] - ts[0], 1),
+            "first": ys[0],
+            "last": ys[-1],
+            "per_hour": round(slope * 3600 / base, 5) if base else None,
+            "per_million_requests": round(slope / per_s * 1e6, 1) if per_s else None,
+        }
+
+    procs = []
+    for pid, row in series.items():
+        rss = fit(row["t"], row["rss"])
+        if rss is not None:
+            procs.append({"pid": pid, "label": row["label"], "rss_kib": rss})
+    pools = []
+    for pool, row in blocks.items():
+        fitted = fit(row["t"], row["blocks"])
+        if fitted is not None:
+            pools.append({"pool": pool, "allocated_blocks": fitted})
+    return {
+        "processes": sorted(procs, key=lambda p: (p["label"], p["pid"])),
+        "pools": pools,
     }
 
 
@@ -221,6 +357,30 @@ def summarize(series: Mapping[int, Mapping[str, Any]], *, warmup_s: float) -> li
     return sorted(out, key=lambda p: (p["label"], p["pid"]))
 
 
+def long_lines(growth: Mapping[str, Any]) -> list[str]:
+    """The long soak's summary: each process's RSS growth per hour and per million
+    requests, and each pool's allocator blocks."""
+    procs = growth["processes"]
+    rates = [p["rss_kib"]["per_hour"] for p in procs if p["rss_kib"]["per_hour"] is not None]
+    worst = max(rates, default=0.0)
+    met = "met" if worst < RSS_GROWTH_PER_HOUR_TARGET else "NOT met"
+    lines = [f"RSS growth after warm-up, per hour: worst {worst:+.2%} (target < 1 %/h: {met})"]
+    for p in procs:
+        fit = p["rss_kib"]
+        lines.append(
+            f"  {p['label']} {p['pid']}: RSS {fit['first'] / 1024:.1f} -> {fit['last'] / 1024:.1f}"
+            f" MiB, {fit['per_hour']:+.2%}/h, {fit['per_million_requests']:+.0f} KiB per million"
+            " requests"
+        )
+    for pool in growth["pools"]:
+        fit = pool["allocated_blocks"]
+        lines.append(
+            f"  pool-{pool['pool']} allocator blocks: {fit['first']:.0f} -> {fit['last']:.0f}, "
+            f"{fit['per_hour']:+.2%}/h, {fit['per_million_requests']:+.0f} per million requests"
+        )
+    return lines
+
+
 def write_soak(doc: dict[str, Any], out: Path) -> str:
     import json
 
@@ -237,12 +397,15 @@ def write_soak(doc: dict[str, Any], out: Path) -> str:
     procs = doc["processes"]
     long_lived = [p for p in procs if "worker" not in p["label"]]
     worst = max(procs, key=lambda p: p["rss_growth"]) if procs else None
+    if "growth" in doc:  # the long mode: the per-hour figures say it
+        worst, long_lived = None, []
     fails = doc["failures"]
     lines = [
         f"soak: {fails['requests']} requests, {len(fails['other'])} failed "
         f"(+{fails['killed_in_flight']} killed workers' in-flight POSTs); "
         f"{sum('SIGKILL' in e['what'] for e in doc['events'])} workers SIGKILLed, "
-        "1 routes apply; CLOSE_WAIT left: " + str(doc["close_wait"]),
+        f"{sum('apply' in e['what'] for e in doc['events'])} routes apply; CLOSE_WAIT left: "
+        + str(doc["close_wait"]),
     ]
     if worst is not None:
         met = "met" if worst["rss_growth"] < RSS_GROWTH_TARGET else "NOT met"
@@ -256,5 +419,7 @@ def write_soak(doc: dict[str, Any], out: Path) -> str:
             f" MiB ({p['rss_growth']:+.1%}), fds {p['fds_first']} -> {p['fds_last']}"
             f" (min {p['fds_min']}, max {p['fds_max']})"
         )
+    if "growth" in doc:
+        lines += long_lines(doc["growth"])
     lines.append(f"results: {out / 'soak.json'}, {out / 'soak.png'}")
     return "\n".join(lines)

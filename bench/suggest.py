@@ -93,11 +93,12 @@ def window_s(settings: LoadSettings) -> float:
     return max(2.0, settings.duration_s - _GENERATOR_START_S - _SPARE_S)
 
 
-def min_requests(settings: LoadSettings) -> int:
-    """Requests a route needs in the window to count as evidence: 30 % of the batches
-    (the rarest kind) the window sees, at least 3 (5 for the default 12 s window:
-    plenty for a route costing ~100 ms a request)."""
-    batches = settings.group_rates_rps.get("batch", 0.0) * window_s(settings)
+def min_requests(settings: LoadSettings, window: float | None = None) -> int:
+    """Requests a route needs in the window (default `window_s`) to count as evidence:
+    30 % of the batches (the rarest kind) the window sees, at least 3 (5 for the default
+    12 s window: plenty for a route costing ~100 ms a request)."""
+    window = window_s(settings) if window is None else window
+    batches = settings.group_rates_rps.get("batch", 0.0) * window
     return max(3, int(0.3 * batches))
 
 
@@ -118,8 +119,15 @@ def wrong_config(routes: RouteConfig, run_dir: Path) -> RouteConfig:
 
 
 def suggest_cmd(
-    stack: Stack, config: RouteConfig, settings: LoadSettings, *extra: str
+    stack: Stack,
+    config: RouteConfig,
+    settings: LoadSettings,
+    *extra: str,
+    window: float | None = None,
 ) -> list[str]:
+    """`pricingctl routes suggest` on the pools' /metrics over *window* seconds (default
+    `window_s`: a driver that starts it inside a warm load may give the whole load)."""
+    window = window_s(settings) if window is None else window
     urls = [stack.pool_url(p.name) + config.meta.metrics for p in config.pools]
     return [
         sys.executable,
@@ -132,9 +140,9 @@ def suggest_cmd(
         "--from-metrics",
         *urls,
         "--window",
-        str(window_s(settings)),
+        f"{window:g}",
         "--min-requests",
-        str(min_requests(settings)),
+        str(min_requests(settings, window)),
         *extra,
     ]
 

@@ -270,15 +270,30 @@ class JsonLinesFileExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan | SpanRecord]) -> SpanExportResult:
         line = encode_otlp_line(spans) + "\n"
         # Owner only: spans name routes, timings and hosts of the service.
+        data = line.encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, line.encode())
+            written = os.write(fd, data)
+            if written < len(data):
+                _cut_torn_line(fd, written)
+                return SpanExportResult.FAILURE  # the batch is dropped, and counted
         finally:
             os.close(fd)
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
         pass
+
+
+def _cut_torn_line(fd: int, written: int) -> None:
+    """A write the file system cut short (it filled up) left the start of a line: cut it
+    off, or every later line would follow it on the same line and the file would not
+    read back (``pricingctl traces`` refuses a line that is not JSON). Only when nothing
+    was appended since (by another worker): then the torn bytes are the file's last."""
+    end = os.lseek(fd, 0, os.SEEK_CUR)
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_size == end:
+            os.ftruncate(fd, end - written)
 
 
 def encode_otlp_json(spans: Sequence[ReadableSpan | SpanRecord]) -> dict[str, Any]:

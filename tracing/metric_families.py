@@ -23,6 +23,9 @@ from toolkit.contract import (
     SHED_SERIES,
 )
 
+#: ``sys.getallocatedblocks()`` of the live workers (``tracing.process_sample``).
+ALLOCATED_BLOCKS: Final = "pricing_python_allocated_blocks"
+
 #: Why a pool refused a request at once (``pricing_shed_total{reason}``): it reached its
 #: handler with less of its deadline left than its route needs (``min_budget_ms``).
 SHED_REASONS = ("budget",)
@@ -404,5 +407,13 @@ FAMILIES: Final = (
         Kind.GAUGE,
         "Start of the pool's oldest live worker (Unix seconds).",
         mode="livemin",
+    ),
+    Spec(
+        None,
+        ALLOCATED_BLOCKS,
+        Kind.GAUGE,
+        "Python's object allocator blocks in use (sys.getallocatedblocks()), summed over "
+        "the pool's live workers: a leak of Python objects, apart from the C heap's RSS.",
+        mode="livesum",
     ),
 )

@@ -333,6 +333,7 @@ def pool_metrics() -> PoolMetrics:
     global _process
     if _process is None:
         prometheus_adapter.check_pid_from_cache()
+        prometheus_adapter.reserve_metric_files()
         _process = PoolMetrics(CollectorRegistry())
         _process.workers.set(1)
     return _process

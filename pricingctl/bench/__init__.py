@@ -12,6 +12,7 @@
     pricingctl bench metrics-cost [--quick] [--n N]
     pricingctl bench instructions [--quick] [--offers N] [--warmup N] [--repeats N] [--sampled]
     pricingctl bench soak [--minutes M] [--kill-every-s S] ...
+    pricingctl bench faults [--quick] [--faults F,F] [--after S] ...
     pricingctl bench overload [--quick] [--multiples X,X] [--pools io,cpu] ...
     pricingctl bench suggest [--quick] [--rates offers=R,cpu=R,batch=R] ...
     pricingctl bench routes-scale [--quick] [--routes N] [--seed S]
@@ -41,7 +42,7 @@ from pricingctl.bench.cost import (
 from pricingctl.bench.flags import Parts
 from pricingctl.bench.overhead import http_client_parser, tracing_overhead_parser
 from pricingctl.bench.routes import routes_scale_parser, suggest_parser
-from pricingctl.bench.stress import overload_parser, soak_parser
+from pricingctl.bench.stress import faults_parser, overload_parser, soak_parser
 from pricingctl.bench.timing import timing_accuracy_parser, timing_cost_parser
 
 
@@ -63,6 +64,7 @@ def add_parser(subparsers: Parts) -> None:
     http_client_parser(sub)
     timing_accuracy_parser(sub)
     soak_parser(sub)
+    faults_parser(sub)
     suggest_parser(sub)
     timing_cost_parser(sub)
     span_cost_parser(sub)

@@ -367,3 +367,34 @@ def test_bench_overload_smoke_writes_steps_targets_and_a_plot(tmp_path: Path) ->
     png = out / "overload.png"
     assert png.read_bytes().startswith(PNG)
     assert "goodput" in done.stdout
+
+
+def test_bench_faults_smoke_a_killed_io_worker_and_a_killed_envoy(tmp_path: Path) -> None:
+    """Two rows of the matrix, short windows: an io worker SIGKILLed under the mixed load
+    costs no GET (Envoy retries what it held) and gunicorn replaces it; a SIGKILLed Envoy
+    is started again by the supervisor and the stack serves again before the run ends.
+    Each row names every process before and after, and the pools' span counters."""
+    out = tmp_path / "out"
+    done = pricingctl(
+        "bench",
+        "faults",
+        *("--quick", "--faults", "sigkill-io-worker,sigkill-envoy"),
+        *("--warmup", "2", "--duration", "3", "--after", "6"),
+        *("--out", str(out), "--run-dir", str(tmp_path / "run")),
+        timeout_s=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((out / "faults.json").read_text())
+    rows = {row["fault"]: row for row in doc["faults"]}
+    worker = rows["SIGKILL io worker"]
+    assert worker["requests"]["get"] > 50
+    assert worker["failed"]["get"] == 0, worker["statuses"]
+    workers = [p for p in worker["processes"] if p["label"] == "pool-io worker"]
+    assert [p["rss_kib"][1] for p in workers].count(None) == 1  # the killed one
+    assert [p["rss_kib"][0] for p in workers].count(None) == 1  # its replacement
+    assert worker["telemetry_lost"]["spans_exported"] is not None
+    envoy = rows["SIGKILL envoy"]
+    assert envoy["not_running_at_end"] == [], envoy["events"]
+    assert any("restarted as pid" in e["what"] for e in envoy["events"]), envoy["events"]
+    assert envoy["recovery_s"] is not None, envoy["events"]
+    assert (out / "faults.png").read_bytes().startswith(PNG)

@@ -178,7 +178,12 @@ NOT_BASE_UNITS = re.compile(
     r"_(milliseconds|ms|microseconds|us|nanoseconds|ns|minutes|hours|kb|mb|percent)(_|$)"
 )
 HIGH_CARDINALITY_LABELS = {"pid", "trace_id", "span_id", "request_id", "user_id", "url", "path"}
-UNITLESS_GAUGES = {"pricing_workers", "process_open_fds", "process_max_fds"}
+UNITLESS_GAUGES = {
+    "pricing_workers",
+    "process_open_fds",
+    "process_max_fds",
+    "pricing_python_allocated_blocks",
+}
 MAX_SERIES_PER_FAMILY = 300
 
 

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[3]
 PARTS = {
     *("envoy-hop", "io-capacity", "tracing-overhead", "overload"),
     *("http-client", "timing-accuracy", "timing-cost", "span-cost", "log-cost"),
-    *("metrics-cost", "soak", "suggest", "routes-scale", "instructions", "baseline"),
+    *("metrics-cost", "soak", "suggest", "routes-scale", "instructions"),
+    *("baseline", "faults"),
 }
 
 

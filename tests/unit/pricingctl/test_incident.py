@@ -1,5 +1,6 @@
 """`pricingctl incident`'s door: a bad scenario file is one line and exit 1, before
-any process starts; a missing one is a bad flag (exit 2)."""
+any process starts; a missing one is a bad flag (exit 2); `--jaeger on` without Jaeger
+built is one line too."""
 
 from __future__ import annotations
 
@@ -32,3 +33,24 @@ def test_a_missing_scenario_is_a_bad_flag(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as done:
         main(["incident", "--scenario", str(tmp_path / "nope.toml")])
     assert done.value.code == 2
+
+
+def test_keep_and_jaeger_are_off_and_auto_by_default() -> None:
+    args = build_parser().parse_args(["incident"])
+    assert args.keep is False and args.jaeger == "auto"
+    args = build_parser().parse_args(["incident", "--keep", "--jaeger", "off"])
+    assert args.keep is True and args.jaeger == "off"
+
+
+def test_jaeger_on_without_jaeger_built_is_one_line_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stack import jaeger
+
+    monkeypatch.setattr(jaeger, "cached_binary", lambda: None)
+    run_dir = tmp_path / "run"
+    assert main(["incident", "--jaeger", "on", "--run-dir", str(run_dir)]) == 1
+    assert capsys.readouterr().err == (
+        "pricingctl incident: Jaeger is not built; run `make jaeger` first\n"
+    )
+    assert not run_dir.exists()

@@ -483,3 +483,26 @@ def test_several_exporters_appending_to_one_file_write_whole_lines(tmp_path: Pat
     assert len(lines) == writers * batches_each
     for line in lines:
         assert len(by_name(json.loads(line))) == 200
+
+
+def test_a_write_the_full_disk_cut_short_leaves_no_torn_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full file system takes part of a line: the part is cut off, the batch counts as
+    failed (dropped), and the file still reads back line by line once there is room."""
+    import os
+
+    from tracing import export
+
+    path = tmp_path / "spans.jsonl"
+    exporter = JsonLinesFileExporter(path)
+    assert exporter.export(sdk_spans()) is SpanExportResult.SUCCESS
+    real_write = os.write
+    monkeypatch.setattr(export.os, "write", lambda fd, data: real_write(fd, data[: len(data) // 2]))
+    assert exporter.export(sdk_spans()) is SpanExportResult.FAILURE
+    monkeypatch.setattr(export.os, "write", real_write)
+    assert exporter.export(sdk_spans()) is SpanExportResult.SUCCESS
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        json.loads(line)

@@ -96,6 +96,7 @@ def test_build_info_and_the_workers_process_metrics_are_exposed() -> None:
     assert value(got, "process_cpu_seconds_total") > 0
     assert value(got, "process_resident_memory_bytes") > 1e6
     assert value(got, "process_open_fds") >= 3
+    assert value(got, "pricing_python_allocated_blocks") > 1000
 
 
 def test_counts_kept_elsewhere_come_in_before_each_flush_and_a_failing_hook_does_not_stop_it() -> (

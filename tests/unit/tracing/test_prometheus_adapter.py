@@ -162,3 +162,70 @@ def test_a_folded_summary_reads_as_the_same_observations_made_one_by_one() -> No
     assert [(n, ls) for n, ls, _ in got] == [(n, ls) for n, ls, _ in want]
     assert [v for *_, v in got] == pytest.approx([v for *_, v in want])
     assert ("seconds_count", {"route": "r"}, 8) in got
+
+
+# --- a full metrics directory ---------------------------------------------------------
+
+FULL_DISK_SCRIPT = """
+import os, sys
+from pathlib import Path
+from bench import full_disk
+if sys.argv[2] == "guarded":
+    from tracing import prometheus_adapter
+    prometheus_adapter.reserve_metric_files()
+from prometheus_client import CollectorRegistry, Counter
+counter = Counter("early", "made before the disk filled", ["k"], registry=CollectorRegistry())
+counter.labels("0").inc()
+full_disk.fill(Path(sys.argv[1]))
+late = Counter("late", "a new series after", ["k"], registry=CollectorRegistry())
+for i in range(3000):  # new pages, the file's growth
+    late.labels(str(i)).inc()
+counter.labels("0").inc()
+print("served on")
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    from bench import full_disk
+
+    try:
+        with full_disk.small_tmpfs(tmp_path / "disk", size_mib=1) as path:
+            yield path
+    except full_disk.NoMount as exc:
+        pytest.skip(f"no size-limited tmpfs here (root only): {exc}")
+
+
+def _run_full(small_disk: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    metrics = small_disk / "metrics"
+    metrics.mkdir(exist_ok=True)
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics)}
+    return subprocess.run(
+        [sys.executable, "-c", FULL_DISK_SCRIPT, str(small_disk), mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+
+
+def test_a_full_metrics_directory_costs_the_metrics_not_the_worker(small_disk: Path) -> None:
+    """A value's first write into a page the full file system cannot back is SIGBUS
+    (prometheus_client's own files, unguarded); reserved, the process runs on, says so,
+    and the pool's files stay readable by a scrape."""
+    from prometheus_client import multiprocess
+
+    unguarded = _run_full(small_disk, "unguarded")
+    assert unguarded.returncode == -7, unguarded  # SIGBUS: what the guard is for
+    (small_disk / ".filler").unlink()
+    for old in (small_disk / "metrics").iterdir():
+        old.unlink()
+    guarded = _run_full(small_disk, "guarded")
+    assert guarded.returncode == 0, guarded.stderr
+    assert "served on" in guarded.stdout
+    assert "kept in memory, not scraped" in guarded.stderr
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, str(small_disk / "metrics"))
+    early = registry.get_sample_value("early_total", {"k": "0"})
+    assert early is not None and early >= 1  # what was written before stays counted
