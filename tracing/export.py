@@ -136,7 +136,7 @@ class ThreadedSpanProcessor(SpanProcessor):
             while not self._stopping:
                 if not self._queue:
                     # Nothing to export: sleep until a span comes, not every interval (each
-                    # wake-up costs an idle worker CPU: BENCHMARKS.md, "Tracing's wake-ups").
+                    # wake-up costs an idle worker CPU: docs/traces.md, "What tracing costs").
                     self._wake.acquire()
                     continue
                 # A signal given while the lock was already released is lost: a flush

@@ -4,7 +4,7 @@ greenlet of the worker's hub.
 Only needed in multiprocess mode (other workers answer scrapes too). Where a hub timer
 already ticks (the loop-lag gauge, with the timing core on) the flush runs on its ticks
 rather than on a timer of its own, which would wake an idle worker once more a second
-(what a wake-up costs: BENCHMARKS.md, "Tracing's wake-ups"). The flush itself:
+(what a wake-up costs: docs/traces.md, "What tracing costs"). The flush itself:
 ``pricingctl bench metrics-cost``.
 """
 

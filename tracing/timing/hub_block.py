@@ -14,8 +14,8 @@ once when the block is seen (``ongoing=True``) and once when it ends, with its l
 The watcher looks once per ``watch_s`` while no block is open (``DEFAULT_WATCH_S``: once
 a second), then every ``check_interval_s`` until the block ends. Each look is a wake-up of
 the process, which costs CPU whatever it does, so a watcher looking ten times a second
-cost an idle worker more than everything else tracing does to it (BENCHMARKS.md,
-"Tracing's wake-ups"). A block
+cost an idle worker more than everything else tracing does to it (docs/traces.md,
+"What tracing costs"). A block
 that lasts ``watch_s`` past the threshold is always seen live; a shorter one with a
 probability of about its length over ``watch_s``, and counted all the same.
 ``watch_s=None`` looks about once per threshold (every block seen live, for debugging).

@@ -17,7 +17,7 @@ from tracing.timing.hook_errors import swallow
 
 #: Default period of the timer (seconds): one sample of the lag a second. Each tick of an
 #: idle hub is a wake-up of the process, which costs CPU whatever the tick does
-#: (BENCHMARKS.md, "Tracing's wake-ups"), so the gauge samples rather than watches; a
+#: (docs/traces.md, "What tracing costs"), so the gauge samples rather than watches; a
 #: busy hub is watched by the switch tracer, which counts every hub block and names
 #: every delay's culprits.
 DEFAULT_INTERVAL_S: Final = 1.0
