@@ -4,7 +4,6 @@ the SDK's protobuf messages, read them back with protobuf's JSON mapping and dum
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from typing import Any
@@ -18,28 +17,11 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
+from tests.unit.support.spans import sdk_encoding
 from tracing.export import encode_otlp_json, encode_otlp_line
 
 RESOURCE = Resource.create({"service.name": "pricingservice", "pricing.pool": "io"})
 OTHER_RESOURCE = Resource({"service.name": "other"}, schema_url="https://example.com/schema")
-
-
-def sdk_encoding(spans: list[ReadableSpan]) -> dict[str, Any]:
-    """What the span file held before: the SDK's OTLP encoder, read back by protobuf's
-    canonical JSON mapping, ids turned from base64 to hex."""
-    from google.protobuf.json_format import MessageToDict
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-    document = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
-    for resource_spans in document.get("resourceSpans", ()):
-        for scope_spans in resource_spans.get("scopeSpans", ()):
-            for span in scope_spans.get("spans", ()):
-                items = [span, *span.get("links", ())]
-                for item in items:
-                    for key in ("traceId", "spanId", "parentSpanId"):
-                        if key in item:
-                            item[key] = base64.b64decode(item[key]).hex()
-    return document
 
 
 def assert_same_bytes(spans: list[ReadableSpan]) -> None:

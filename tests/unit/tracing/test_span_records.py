@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased,
 from opentelemetry.trace import SpanContext, TraceFlags
 
 import tracing.server
-from tests.unit.tracing.test_export_encoding import sdk_encoding
+from tests.unit.support.spans import sdk_encoding
 from tracing.export import ThreadedSpanProcessor, encode_otlp_json, readable_spans
 from tracing.flask_tracing import FlaskTracing
 from tracing.redact import QueryRedactor
@@ -312,7 +312,7 @@ def test_a_slow_roots_record_builds_its_wait_spans_as_counted() -> None:
     """A slow-kept request's record (its server span the root of the incoming trace id)
     with a delayed call and an inbound wait: the hub counts the spans the thread builds,
     each wait span under its call's or the server span, on both of the thread's paths."""
-    from tests.unit.tracing.test_wait_spans import START, delayed_call, request_timing
+    from tests.unit.support.spans import START, delayed_call, request_timing
     from tracing.client import UpstreamCall
     from tracing.wait_spans import inbound_wait_spans
 

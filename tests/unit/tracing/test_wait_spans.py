@@ -7,37 +7,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import pytest
 
 from bench import span_cost
+from tests.unit.support.spans import HOG, MS, START, delayed_call, request_timing
 from toolkit.contract import WAIT_SPANS_ENV
 from tracing import attributes
 from tracing.client import TracingCallObserver
 from tracing.settings import TracingSettings
 from tracing.timing.call_state import CallTiming
-from tracing.timing.server_timing import RequestTiming
 from tracing.wait_spans import call_wait_spans, inbound_wait_spans
-
-MS = 1_000_000
-START = 1_700_000_000_000_000_000
-HOG = "POST /v1/offers/rideshare"
-
-
-def delayed_call(
-    network_ms: float = 60, delay_ms: float = 90, arrived_ms: float = 61
-) -> CallTiming:
-    return CallTiming(
-        duration_s=0.155,
-        network_s=network_ms / 1000,
-        scheduling_delay_s=delay_ms / 1000,
-        blocked_s=0.0,
-        culprits=MappingProxyType({HOG: 0.085, "<hub>": 0.004}),
-        cpu_wait_s=0.02,
-        reply_arrived_unix_ns=START + round(arrived_ms * MS),
-    )
 
 
 def test_a_delayed_calls_children_tile_its_network_time_and_its_wait() -> None:
@@ -80,20 +61,6 @@ def test_no_children_where_nothing_says_to_draw_them(
     timing: CallTiming | None, threshold_s: float | None
 ) -> None:
     assert call_wait_spans(timing, START, START + 155 * MS, threshold_s) == []
-
-
-def request_timing(inbound_ms: float) -> RequestTiming:
-    return RequestTiming(
-        arrival_unix_ns=START,
-        start_unix_ns=START + round(inbound_ms * MS),
-        end_unix_ns=START + 300 * MS,
-        inbound_delay_s=inbound_ms / 1000,
-        inbound_cpu_wait_s=0.1,
-        inbound_culprits=MappingProxyType({HOG: 0.25}),
-        duration_s=0.3 - inbound_ms / 1000,
-        running_s=0.01,
-        waiting_s=0.29 - inbound_ms / 1000,
-    )
 
 
 def test_a_delayed_request_gets_its_inbound_wait_as_a_child() -> None:
