@@ -160,6 +160,29 @@ def add_config_flag(p: argparse.ArgumentParser, default: object) -> None:
     )
 
 
+def add_out_flags(
+    p: argparse.ArgumentParser,
+    default_out: Path,
+    default_run_dir: Path | None = None,
+    *,
+    out_help: str = "results directory",
+    run_dir_help: str = "logs, raw samples, derived configs",
+) -> None:
+    """`--out DIR`, where a command writes its results, and (with *default_run_dir*)
+    `--run-dir DIR`, where the stack it starts keeps its logs and configs, as every
+    command that writes results spells them; each help ends with its default."""
+    p.add_argument(
+        "--out", type=output, default=default_out, help=f"{out_help} (default {default_out})"
+    )
+    if default_run_dir is not None:
+        p.add_argument(
+            "--run-dir",
+            type=path,
+            default=default_run_dir,
+            help=f"{run_dir_help} (default {default_run_dir})",
+        )
+
+
 def span_file(text: str) -> Path:
     """An OTLP JSON-lines span file to read."""
     return existing_file(text)

@@ -40,17 +40,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="traffic, timings and targets (default: incident.toml, which documents each key)",
     )
     argtypes.add_config_flag(incident, None)
-    incident.add_argument(
-        "--out",
-        type=argtypes.output,
-        default=DEFAULT_OUT,
-        help=f"where incident.json and incident.png go (default {DEFAULT_OUT})",
-    )
-    incident.add_argument(
-        "--run-dir",
-        type=argtypes.path,
-        default=DEFAULT_RUN_DIR,
-        help=f"the replay's stack, logs and configs (default {DEFAULT_RUN_DIR})",
+    argtypes.add_out_flags(
+        incident,
+        DEFAULT_OUT,
+        DEFAULT_RUN_DIR,
+        out_help="where incident.json and incident.png go",
+        run_dir_help="the replay's stack, logs and configs",
     )
     incident.add_argument(
         "--json",

@@ -92,18 +92,7 @@ def common_flags(p: argparse.ArgumentParser, defaults: Defaults) -> None:
         help="every upstream answers after exactly this long (default 100)",
     )
     p.add_argument("--seed", type=argtypes.seed, default=1, help="arrival schedule seed")
-    p.add_argument(
-        "--out",
-        type=argtypes.output,
-        default=DEFAULT_OUT,
-        help=f"results directory (default {DEFAULT_OUT})",
-    )
-    p.add_argument(
-        "--run-dir",
-        type=argtypes.path,
-        default=DEFAULT_RUN_DIR,
-        help=f"logs, raw samples, derived configs (default {DEFAULT_RUN_DIR})",
-    )
+    argtypes.add_out_flags(p, DEFAULT_OUT, DEFAULT_RUN_DIR)
     argtypes.add_config_flag(p, None)
 
 
@@ -170,9 +159,4 @@ def timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quick", action="store_true", help="a short run: a smoke test, not a figure to quote"
     )
-    p.add_argument(
-        "--out",
-        type=argtypes.output,
-        default=DEFAULT_OUT,
-        help=f"results directory (default {DEFAULT_OUT})",
-    )
+    argtypes.add_out_flags(p, DEFAULT_OUT)
