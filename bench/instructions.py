@@ -16,8 +16,9 @@ threshold and the long-run bound are raised 1000 x: delays that only valgrind's 
 makes are not explained, and the routes' deadlines, the slow-trace threshold (a slow
 request is exported whatever its sampling) and the optional upstream's wait cap are
 lifted: an offer valgrind slows must still be the same offer, traced the same way. Modes
-off and full alternate, ``--repeats`` times; the figure is the mean of each repeat's
-(full - off) per offer. ``instructions.json`` in ``--out``.
+off and full run side by side (a count does not depend on the CPU a child gets),
+``--repeats`` times; the figure is the mean of each repeat's (full - off) per offer.
+``instructions.json`` in ``--out``.
 
 No Envoy, no gunicorn, no inbound socket: what is left is the tracing an offer pays for
 once its request is parsed, without the cold caches of a real worker. The results file
@@ -70,23 +71,11 @@ def run_instructions(
         raise BenchError("instructions: valgrind (with callgrind_control) is not installed")
     per_offer: dict[str, list[float]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory() as tmp, _simulator(Path(tmp)) as upstream_url:
+        env = {**os.environ, UPSTREAM_URL_ENV: upstream_url, **NO_WAIT_CAP}
+        argv_tail = [str(offers), str(warmup), "sampled" if sampled else ""]
         for repeat in range(repeats):
-            for mode in MODES:
-                out = Path(tmp) / f"callgrind.{mode}.{repeat}"
-                argv = [valgrind, "--tool=callgrind", "--instr-atstart=no"]
-                argv += [f"--callgrind-out-file={out}", sys.executable, "-c", CHILD]
-                env = {**os.environ, UPSTREAM_URL_ENV: upstream_url, **NO_WAIT_CAP}
-                done = subprocess.run(
-                    [*argv, mode, str(offers), str(warmup), "sampled" if sampled else ""],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if done.returncode != 0:
-                    lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
-                    raise BenchError(f"instructions, {mode}: {lines[-1]}")
-                per_offer[mode].append(_total(out) / offers)
+            for mode, total in _count_both(valgrind, Path(tmp), repeat, env, argv_tail).items():
+                per_offer[mode].append(total / offers)
     adds = [full - off for off, full in zip(per_offer["off"], per_offer["full"], strict=True)]
     return {
         "schema": SCHEMA,
@@ -95,6 +84,38 @@ def run_instructions(
         "tracing_adds_per_offer": round(statistics.fmean(adds)),
         "tracing_adds_by_repeat": [round(a) for a in adds],
     }
+
+
+def _count_both(
+    valgrind: str, tmp: Path, repeat: int, env: dict[str, str], argv_tail: list[str]
+) -> dict[str, int]:
+    """Each mode's instructions in one repeat, both children under callgrind at once: a
+    count does not depend on the CPU a child gets, and the pair takes the time of one."""
+    from bench.run import BenchError
+
+    children: dict[str, tuple[subprocess.Popen[bytes], Path, Path]] = {}
+    try:
+        for mode in MODES:
+            out, err = tmp / f"callgrind.{mode}.{repeat}", tmp / f"stderr.{mode}.{repeat}"
+            argv = [valgrind, "--tool=callgrind", "--instr-atstart=no"]
+            argv += [f"--callgrind-out-file={out}", sys.executable, "-c", CHILD, mode]
+            with err.open("wb") as stderr:
+                proc = subprocess.Popen(
+                    [*argv, *argv_tail], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+                )
+            children[mode] = (proc, out, err)
+        for mode, (proc, _, err) in children.items():
+            if proc.wait() != 0:
+                lines = err.read_text(errors="replace").strip().splitlines()
+                raise BenchError(
+                    f"instructions, {mode}: {(lines or [f'exit {proc.returncode}'])[-1]}"
+                )
+        return {mode: _total(out) for mode, (_, out, _) in children.items()}
+    finally:
+        for proc, _, _ in children.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def _total(path: Path) -> int:
