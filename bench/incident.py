@@ -93,15 +93,8 @@ def before_config(config: RouteConfig, scenario: Scenario, run_dir: Path) -> Rou
         if route.endpoint in scenario.cpu_kinds:
             return replace(route, pool=pool)
         if route.endpoint in scenario.offer_kinds:
-            # The replay measures its own cap; the route's alerting objective, which
-            # needs the shipped timeout, has no place in it.
             slow_ms = int(scenario.cap_ms / 2)
-            return replace(
-                route,
-                timeout_ms=scenario.offer_timeout_ms,
-                slow_ms=slow_ms,
-                objective_percent=None,
-            )
+            return replace(route, timeout_ms=scenario.offer_timeout_ms, slow_ms=slow_ms)
         return route
 
     routes = tuple(placed(r) for r in config.routes)

@@ -198,9 +198,7 @@ def _count(mode: str, offers: int, warmup: int, sampled: bool) -> None:
         sampling = tracing.server.Sampling(ratio=0.01, default_slow_s=ROUTE_TIMEOUT_MS / 1e3)
         tracing.server.setup_worker("io", settings, sampling)
     config = load_routes()
-    slow = tuple(
-        replace(r, timeout_ms=ROUTE_TIMEOUT_MS, objective_percent=None) for r in config.routes
-    )
+    slow = tuple(replace(r, timeout_ms=ROUTE_TIMEOUT_MS) for r in config.routes)
     app = create_app("io", config=replace(config, routes=slow))
     logging.disable(logging.CRITICAL)
     call_state._culprit_threshold_ns *= SLOWER

@@ -73,9 +73,7 @@ def _processes(stack: Stack) -> dict[int, str]:
 
 def _apply_change(config: RouteConfig) -> RouteConfig:
     routes = tuple(
-        replace(r, timeout_ms=APPLY_TIMEOUT_MS, objective_percent=None)
-        if r.endpoint == APPLY_ENDPOINT
-        else r
+        replace(r, timeout_ms=APPLY_TIMEOUT_MS) if r.endpoint == APPLY_ENDPOINT else r
         for r in config.routes
     )
     return replace(config, routes=routes)

@@ -88,7 +88,7 @@ def create_app(
     meta = config.meta
     untraced = (meta.healthz, meta.readyz, meta.metrics)
     observer = FlaskTracing(tracing.current(), untraced).instrument(app)
-    pool_metrics = metrics.init_app(app, metrics_path=meta.metrics)
+    pool_metrics = metrics.init_app(app, metrics_path=meta.metrics, config=config)
     logs.init_app(app)  # after tracing's: the request's span is current
     app.extensions["pricing.gateway"] = gateway or HttpGateway(
         os.environ.get(UPSTREAM_URL_ENV) or config.upstream_base_url,

@@ -25,7 +25,6 @@ import yaml
 from routing.envoy import cluster_name
 from routing.model import Route, RouteConfig, route_label
 from toolkit.contract import (
-    DURATION_BUCKETS_S,
     HTTP_METHOD_LABEL,
     HTTP_ROUTE_LABEL,
     HTTP_SERVER_DURATION_SERIES,
@@ -98,13 +97,13 @@ class RuleOptions:
     health_for: str = "2m"
 
 
-def timeout_bound(route: Route) -> str:
-    """The RED histogram's ``le`` label at the largest bound within the route's timeout,
-    as the pools write it (prometheus_client writes a bound as Python's repr of the
-    float: ``0.5``, ``10.0``). Exact for a route with an objective (``routing.load``
-    checks its timeout is a bound), a lower estimate of "within the timeout" otherwise."""
+def timeout_bound(route: Route, config: RouteConfig) -> str:
+    """The RED histogram's ``le`` label at the route's timeout, as the pools write it
+    (prometheus_client writes a bound as Python's repr of the float: ``0.5``, ``10.0``).
+    The pools' bounds are *config*'s ``request_duration_bounds_s``, which hold every
+    route's timeout: the bucket counts exactly the requests answered within it."""
     seconds = route.timeout_ms / 1000
-    return repr(float(max((b for b in DURATION_BUCKETS_S if b <= seconds), default=0.0)))
+    return repr(float(max(b for b in config.request_duration_bounds_s() if b <= seconds)))
 
 
 def _selector(method: str, route: Route, extra: str = "") -> str:
@@ -137,7 +136,7 @@ def route_rules(config: RouteConfig, window: str) -> list[dict[str, Any]]:
             every = _selector(method, route)
             errors = _selector(method, route, f'{HTTP_STATUS_LABEL}=~"5.."')
             good = _selector(
-                method, route, f'{HTTP_STATUS_LABEL}!~"5..",le="{timeout_bound(route)}"'
+                method, route, f'{HTTP_STATUS_LABEL}!~"5..",le="{timeout_bound(route, config)}"'
             )
             count = f"{ROUTE_REQUESTS_SERIES}_count"
             total = _rate(count, every, window)
@@ -194,7 +193,7 @@ def slo_rules(config: RouteConfig) -> list[dict[str, Any]]:
         for method in route.methods:
             labels = {"route": route_label(method, route.path)}
             good = _selector(
-                method, route, f'{HTTP_STATUS_LABEL}!~"5..",le="{timeout_bound(route)}"'
+                method, route, f'{HTTP_STATUS_LABEL}!~"5..",le="{timeout_bound(route, config)}"'
             )
             every = _selector(method, route)
             for window in SLO_WINDOWS:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from toolkit.contract import DURATION_BUCKETS_S
+
 SHARED_POOL = "shared"
 
 # Envoy `retry_on` conditions that are safe for idempotent requests: the
@@ -220,6 +222,16 @@ class RouteConfig:
     def app_routes(self) -> tuple[Route, ...]:
         """The routes placed in one pool (meta routes are in every pool)."""
         return tuple(r for r in self.routes if not r.endpoint.startswith(META_PREFIX))
+
+    def request_duration_bounds_s(self) -> tuple[float, ...]:
+        """The request-duration histogram's upper bounds (seconds, +Inf aside): the fixed
+        DURATION_BUCKETS_S and every route's timeout, so the requests a route answered
+        within its timeout are one bucket, which the alert rules read (``routing.alerts``).
+        Every route's, not only a pool's: every pool then has the same bounds (the
+        rules sum a route's buckets over pools), and a `routes apply` that moves an
+        endpoint changes none, so a pool's workers, old and new, write the same ones."""
+        timeouts_s = (route.timeout_ms / 1000 for route in self.routes)
+        return tuple(sorted({*DURATION_BUCKETS_S, *timeouts_s}))
 
     def route_for_endpoint(self, endpoint: str) -> Route | None:
         return next((r for r in self.routes if r.endpoint == endpoint), None)

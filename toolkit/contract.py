@@ -105,9 +105,9 @@ HTTP_SERVER_DURATION_SERIES: Final = "http_server_request_duration_seconds"
 HTTP_METHOD_LABEL: Final = "http_request_method"
 HTTP_ROUTE_LABEL: Final = "http_route"  # the URL rule's template, never the raw URL
 HTTP_STATUS_LABEL: Final = "http_response_status_code"
-#: The RED histogram's upper bounds (seconds; +Inf last). The rules read "answered within
-#: the route's timeout" from the bucket whose bound is that timeout, so a route with an
-#: objective has its timeout among them (``routing.load`` says so at load time). From
+#: The duration histograms' fixed upper bounds (seconds; +Inf last). The RED histogram
+#: adds every route's timeout (``RouteConfig.request_duration_bounds_s``): the rules read
+#: "answered within the route's timeout" from the bucket whose bound is that timeout. From
 #: 0.5 ms (a call that waited for nothing) to 10 s, the longest route timeout; 0.2 s is
 #: the io pool's p99 target, so "within target" is one bucket, not an interpolation.
 DURATION_BUCKETS_S: Final = (

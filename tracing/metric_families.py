@@ -44,8 +44,9 @@ FAILURE_REASONS: Final = (
     "error",
 )
 
-# Every duration histogram has the RED histogram's bounds, DURATION_BUCKETS_S (in
-# toolkit.contract: the alert rules select its buckets too).
+# Every duration histogram has DURATION_BUCKETS_S (toolkit.contract); the RED
+# histogram's are those and every route's timeout (``RouteConfig.request_duration_bounds_s``,
+# given to ``PoolMetrics``): the alert rules read the bucket at a route's timeout.
 #: Upper bounds of the per-route timing histograms (inbound delay, its CPU wait, handler,
 #: hub wait): a short set, as these are per route on top of the RED family (which keeps
 #: DURATION_BUCKETS_S). 1 ms: waited for nothing; 5 ms: `routes suggest`'s CPU-heavy
@@ -102,7 +103,7 @@ CULPRIT_TOP_K: Final = 5
 #: summary (ROUTE_REQUESTS) and the route CPU, network and culprit counters stay per
 #: route (what `routes suggest` counts requests and CPU by).
 ROUTE_TIMING_TOP_K: Final = 16
-#: The RED histogram (HTTP_SERVER_DURATION, 15 buckets a series) keeps its own series
+#: The RED histogram (HTTP_SERVER_DURATION, a bucket a bound a series) keeps its own series
 #: for at most this many (method, route) per worker, chosen like the timing histograms'
 #: and as many (the busiest when it first had room, named for good, every status of a
 #: named route included); every other route's observations go to

@@ -44,6 +44,7 @@ from prometheus_client import (
 )
 from prometheus_client import Histogram as PromHistogram
 
+from routing.model import RouteConfig
 from toolkit.contract import MULTIPROC_DIR_ENV, POOL_ENV
 from tracing import metric_flush, prometheus_adapter
 from tracing.metric_families import (
@@ -122,9 +123,13 @@ class PoolMetrics:
         culprit_top_k: int = CULPRIT_TOP_K,
         route_timing_top_k: int = ROUTE_TIMING_TOP_K,
         red_top_k: int = RED_TOP_K,
+        config: RouteConfig | None = None,
     ) -> None:
         #: Where the families are registered (None: nowhere, as in prometheus_client).
         self.registry = registry
+        #: The RED histogram's bounds: *config*'s, which hold every route's timeout (the
+        #: alert rules read it); without one, its row's (DURATION_BUCKETS_S).
+        self._red_bounds = config.request_duration_bounds_s() if config is not None else None
         self.pool = pool if pool is not None else (os.environ.get(POOL_ENV) or "")
         self._top_k = {
             Kind.RED: red_top_k,
@@ -188,8 +193,9 @@ class PoolMetrics:
         if kind is Kind.TOP_CULPRITS:
             metric = Counter(spec.name, text, spec.labels, registry=registry)
             return TopCulpritsFamily(metric, top_k, self.series_folded(spec.name))
+        buckets = self._red_bounds if kind is Kind.RED and self._red_bounds else spec.buckets
         histogram = PromHistogram(
-            spec.name, text, spec.labels, registry=registry, buckets=spec.buckets or ()
+            spec.name, text, spec.labels, registry=registry, buckets=buckets or ()
         )
         # The in-process histogram's buckets must be prometheus_client's, +Inf aside.
         bounds = prometheus_adapter.histogram_bounds(histogram)[:-1]
@@ -326,15 +332,18 @@ class PoolMetrics:
 _process: PoolMetrics | None = None
 
 
-def pool_metrics() -> PoolMetrics:
+def pool_metrics(config: RouteConfig | None = None) -> PoolMetrics:
     """This process's metrics (created on first use, after the fork). The app factory,
     gunicorn's hooks and the admission check each ask for it once, at their start, and
-    hand it on."""
+    hand it on. The RED histogram's bounds come from *config* (default: the route
+    config file, the one the pool's app loads) when they are created."""
     global _process
     if _process is None:
+        from routing.load import load_routes
+
         prometheus_adapter.check_pid_from_cache()
         prometheus_adapter.reserve_metric_files()
-        _process = PoolMetrics(CollectorRegistry())
+        _process = PoolMetrics(CollectorRegistry(), config=config or load_routes())
         _process.workers.set(1)
     return _process
 
@@ -360,12 +369,13 @@ def render(metrics: PoolMetrics) -> bytes:
     return generate_latest(metrics.registry or CollectorRegistry())
 
 
-def init_app(app: Any, *, metrics_path: str) -> PoolMetrics:
+def init_app(app: Any, *, metrics_path: str, config: RouteConfig | None = None) -> PoolMetrics:
     """Serve the pool's metrics at *metrics_path* and count every request (RED per route
-    template). Works without tracing: the app calls it whatever the mode."""
+    template; its bounds from *config*, ``pool_metrics``). Works without tracing: the
+    app calls it whatever the mode."""
     from flask import Response, g, request
 
-    metrics = pool_metrics()
+    metrics = pool_metrics(config)
     if os.environ.get(MULTIPROC_DIR_ENV):
         metrics.start_flushing()  # the app is built in the worker, after gevent's fork
 

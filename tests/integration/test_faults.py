@@ -225,9 +225,7 @@ def bulkhead_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     config = derived_config(
         tmp,
         {
-            # The objective goes with the shipped timeout (it needs a histogram bound).
-            'path = "/v1/offers/bike"\nmethods = ["GET"]\npool = "io"\ntimeout_ms = 500\n'
-            "objective_percent = 99.99": (
+            'path = "/v1/offers/bike"\nmethods = ["GET"]\npool = "io"\ntimeout_ms = 500': (
                 'path = "/v1/offers/bike"\nmethods = ["GET"]\npool = "io"\n'
                 f"timeout_ms = {int(BULKHEAD_DEADLINE_S * 1000)}"
             ),

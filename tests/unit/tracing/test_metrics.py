@@ -86,6 +86,36 @@ def test_the_buckets_reach_the_longest_route_timeout_and_bracket_the_hpa_target(
     assert 0.02 in LOOP_LAG_BUCKETS_S  # the io pool's HPA target: pricing_loop_lag_p99_seconds
 
 
+def test_the_red_histogram_has_a_bucket_at_every_route_timeout_as_the_rules_read_it() -> None:
+    """A route timeout off the fixed bounds (450 ms) is a bucket of the worker's RED
+    histogram, written as the alert rules select it (``le`` of ``timeout_bound``)."""
+    from dataclasses import replace
+
+    from routing.alerts import timeout_bound
+    from routing.load import load_routes
+
+    shipped = load_routes()
+    routes = tuple(
+        replace(r, timeout_ms=450) if r.endpoint == "offers.bike" else r for r in shipped.routes
+    )
+    config = replace(shipped, routes=routes)
+    bike = config.route_for_endpoint("offers.bike")
+    assert bike is not None
+    registry = CollectorRegistry()
+    metrics = PoolMetrics(registry, pool="io", config=config)
+    metrics.observe_request("GET", "/v1/offers/bike", 200, 0.44)
+    metrics.observe_request("GET", "/v1/offers/bike", 200, 0.46)
+    metrics.flush()
+    got = scraped(registry)
+    le = timeout_bound(bike, config)
+    assert le == "0.45"
+    assert value(got, DURATION + "_bucket", **BIKE_200, le=le) == 1
+    assert value(got, DURATION + "_bucket", **BIKE_200, le="0.5") == 2
+    # The fixed bounds stay, and every pool gets every route's timeout (3 s: rideshare's).
+    assert value(got, DURATION + "_bucket", **BIKE_200, le="3.0") == 2
+    assert value(got, DURATION + "_bucket", **BIKE_200, le="0.25") == 0
+
+
 def test_build_info_and_the_workers_process_metrics_are_exposed() -> None:
     registry = CollectorRegistry()
     metrics = PoolMetrics(registry, pool="io")
