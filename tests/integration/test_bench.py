@@ -32,8 +32,12 @@ def assert_ordered(stats: dict[str, Any]) -> None:
 
 def test_bench_quick_writes_results_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    # --quick's one repeat, in windows of seconds (what this checks is the files).
     done = pricingctl(
-        "bench", "--quick", "--out", str(out), "--run-dir", str(tmp_path / "run"), timeout_s=600
+        "bench",
+        *("--quick", "--duration", "3", "--warmup", "1"),
+        *("--out", str(out), "--run-dir", str(tmp_path / "run")),
+        timeout_s=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads((out / "results.json").read_text())
