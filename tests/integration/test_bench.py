@@ -314,13 +314,13 @@ def test_bad_flag_is_one_line_and_exit_2(
 
 
 def test_bench_soak_smoke_writes_series_failures_and_a_plot(tmp_path: Path) -> None:
-    """Half a minute: one kill per pool, one routes apply, every process sampled."""
+    """Twenty seconds: a kill per pool, one routes apply, every process sampled."""
     out = tmp_path / "out"
     done = pricingctl(
         "bench",
         "soak",
         "--minutes",
-        "0.5",
+        "0.33",
         "--out",
         str(out),
         "--run-dir",
