@@ -21,7 +21,8 @@ from toolkit.wait import wait_until
 # prctl(2): the signal the kernel sends a process when the thread that forked it exits.
 PR_SET_PDEATHSIG = 1
 # What a child gets when its launcher dies: SIGTERM, so that a gunicorn master stops
-# its workers (they also leave by themselves within a second of losing their master)
+# its workers (one whose master died without doing so leaves by itself:
+# routing.gunicorn.ORPHAN_SERVE_S)
 # and Envoy and Jaeger close their listeners.
 DEATH_SIGNAL = signal.SIGTERM
 
