@@ -8,20 +8,30 @@ past Envoy (or an Envoy that misbehaves).
 - The errors gunicorn answers itself (a bad request line, headers it refuses, a line
   over limit_request_line) are RFC 9457 problem+json like every other answer, with a
   fixed detail; gunicorn's own wording (which quotes the request) stays in its log.
+- A worker whose master died (SIGKILL, OOM) serves on, rather than exiting at once
+  as gevent's worker does (its `notify` calls sys.exit on a changed parent, cutting
+  every request in flight): the pool's listening socket outlives the master (the
+  launcher holds it, as systemd's socket activation does), so a supervisor starts a
+  new master on it while the orphans still answer, then stops them (SIGTERM: they
+  finish what they hold). With nobody to stop it, an orphan stops gracefully by
+  itself after ORPHAN_SERVE_S.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
+import time
 from typing import Any
 
 import gevent
 from gunicorn import util
+from gunicorn.workers.base import Worker
 from gunicorn.workers.ggevent import GeventWorker
 
-from routing.gunicorn import READ_TIMEOUT_S
+from routing.gunicorn import ORPHAN_SERVE_S, READ_TIMEOUT_S
 from toolkit.contract import PROBLEM_JSON
 
 
@@ -55,7 +65,29 @@ class PoolWorker(GeventWorker):
         # Connection (id of its socket) -> the greenlet that drops it if no request
         # has arrived on it by then.
         self._droppers: dict[int, gevent.Greenlet] = {}
+        # When this worker saw its master gone (monotonic seconds); None: it has one.
+        self._orphaned_at: float | None = None
         super().init_process()
+
+    def notify(self) -> None:
+        """The heartbeat, about once a second (gevent's worker loop). gevent's own
+        notify exits the process on a changed parent; this one keeps serving, for at
+        most ORPHAN_SERVE_S, then leaves gracefully (docs/private-apis.md)."""
+        Worker.notify(self)
+        if self.ppid == os.getppid():
+            return
+        now = time.monotonic()
+        if self._orphaned_at is None:
+            self._orphaned_at = now
+            self.log.warning(
+                "worker %s: master %s gone; serving on until stopped (at most %s s)",
+                self.pid,
+                self.ppid,
+                ORPHAN_SERVE_S,
+            )
+        elif self.alive and now - self._orphaned_at >= ORPHAN_SERVE_S:  # type: ignore[has-type]
+            self.log.warning("worker %s: no master for %s s; stopping", self.pid, ORPHAN_SERVE_S)
+            self.alive = False
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         # A socket timeout would not do: the timing instrumentation waits on the socket

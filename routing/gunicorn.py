@@ -12,6 +12,11 @@ from toolkit.contract import POOL_ENV
 WORKER_TIMEOUT_S = 30
 # SIGTERM/HUP: seconds a worker gets to finish what it has accepted.
 GRACEFUL_TIMEOUT_S = 10
+# Seconds a worker whose master died serves on (gunicorn_conf.worker): long enough for a
+# supervisor to start a new master on the same listening socket and see its workers
+# serve (stack.supervise: RESTART_TIMEOUT_S, after at most BACKOFF_MAX_S), then it
+# stops gracefully by itself; the supervisor stops it sooner, once the new ones serve.
+ORPHAN_SERVE_S = 45
 # Seconds a new client connection may take to send its first request
 # (gunicorn_conf.worker): a connection that sends nothing is closed, not held.
 READ_TIMEOUT_S = 10

@@ -4,14 +4,18 @@ when asked). A started stack writes its pid file (`stack.state`) in its run dir.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import socket
 import sys
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from routing.envoy import STATS_PATHS, cluster_name, render_envoy, render_xds
+from routing.gunicorn import GRACEFUL_TIMEOUT_S
 from routing.model import Layout, RouteConfig
 from routing.prometheus import PoolTarget
 from routing.write import write_routes
@@ -19,6 +23,7 @@ from simulator.server import HEALTH_PATH as SIMULATOR_HEALTH_PATH
 from stack import jaeger, prometheus
 from stack.envoy import Admin, envoy_binary, write_xds
 from stack.jaeger import JaegerPorts
+from stack.procfs import group_members, serving_workers
 from stack.procs import Proc, StartError, free_ports, port_in_use
 from stack.state import Running, clear_state, process_start, replica_name, write_state
 from toolkit.contract import METRICS_DIR_ENV, POOL_ENV, ROUTES_ENV, SPAN_FILE_ENV, UPSTREAM_URL_ENV
@@ -33,6 +38,9 @@ DEFAULT_SIMULATOR_PORT = 8200
 ENVOY_CONCURRENCY = 1
 # Seconds beyond the longest route timeout that a drain waits for in-flight requests.
 DRAIN_MARGIN_S = 1.0
+# Seconds beyond gunicorn's graceful timeout that a replaced master's orphaned workers
+# get to finish before SIGKILL.
+ORPHAN_STOP_MARGIN_S = 2.0
 
 __all__ = ["PortTaken", "Stack", "envoy_binary"]
 
@@ -67,6 +75,12 @@ class Stack:
     # Process name -> times it was started again after it exited on its own
     # (stack.supervise); written to the pid file.
     restarts: Counter[str] = field(default_factory=Counter)
+    # Replica name -> its listening socket, bound here and held for the stack's life
+    # (as systemd's socket activation holds one): each gunicorn master it starts
+    # serves on it (`bind fd://N`), so a master that dies takes no socket with it.
+    listeners: dict[str, socket.socket] = field(default_factory=dict)
+    # Replaced masters' orphaned workers, each group stopping in a thread of its own.
+    retiring: list[threading.Thread] = field(default_factory=list)
 
     @property
     def span_file(self) -> Path:
@@ -164,8 +178,12 @@ class Stack:
         return self
 
     def stop(self) -> None:
+        for thread in self.retiring:
+            thread.join()
+        self.retiring.clear()
         for name in reversed(list(self.procs)):
             self.procs[name].stop()
+            self._close_listener(name)
         self.procs.clear()
         clear_state(self.run_dir, os.getpid())
 
@@ -229,12 +247,16 @@ class Stack:
         stack needs nothing here. Raises StartError (the new process stopped) when it
         does not come back.
 
-        What is left of the old process's group is stopped first (SIGTERM, then SIGKILL
-        after the stop's timeout): a dead gunicorn master's orphaned workers finish what
-        they hold and give up the pool's port, so the new master binds it and adopts
-        nothing, and its readiness is its own workers'."""
+        What is left of the old process's group is stopped (SIGTERM, then SIGKILL after
+        the stop's timeout), first, or, for a pool, once the new master's own workers
+        serve: a dead gunicorn master's orphaned workers serve on from the pool's
+        socket, which the launcher holds, while the new master boots on the same
+        socket; then they finish what they hold and leave. No connection is refused
+        or reset meanwhile."""
         old = self.procs[name]
-        old.stop()
+        hand_over = name in self.listeners and bool(group_members(old.pid))
+        if not hand_over:
+            old.stop()
         proc = old.again().start()
         self.procs[name] = proc
         try:
@@ -243,9 +265,24 @@ class Stack:
             proc.stop()
             raise
         finally:
+            if hand_over:
+                self._retire(old)
             self.restarts[name] += 1
             write_state(self.running())
         return proc
+
+    def _retire(self, old: Proc) -> None:
+        """Stop a replaced master's orphaned workers: SIGTERM now (they stop accepting
+        and finish what they hold, within gunicorn's graceful timeout), SIGKILL what is
+        left after it; in a thread, so that the supervisor watches on meanwhile."""
+        thread = threading.Thread(
+            target=old.stop,
+            args=(GRACEFUL_TIMEOUT_S + ORPHAN_STOP_MARGIN_S,),
+            name=f"retire {old.name} {old.pid}",
+            daemon=True,
+        )
+        thread.start()
+        self.retiring.append(thread)
 
     def stop_all_but(self, *keep: str) -> None:
         """Stop every process except those named (in reverse start order), e.g. all but
@@ -253,6 +290,7 @@ class Stack:
         for name in reversed(list(self.procs)):
             if name not in keep:
                 self.procs.pop(name).stop()
+                self._close_listener(name)
 
     def __enter__(self) -> Stack:
         return self.start()
@@ -327,8 +365,8 @@ class Stack:
         return proc
 
     def _spawn_replica(self, pool: str, replica: int) -> Proc:
-        bind = self.config.pool(pool, self.layout).binds[replica]
         name = self.replica_name(pool, replica)
+        fd = self._listener(pool, replica).fileno()
         write_routes(self.config, self._routes_path(pool))
         argv = [
             sys.executable,
@@ -337,17 +375,53 @@ class Stack:
             "--config",
             f"python:gunicorn_conf.{pool}",
             "--bind",
-            str(bind),
+            f"fd://{fd}",
             *([self.app] if self.app else []),
         ]
-        proc = Proc(name, argv, self._log(name), env=self.pool_env(pool), cwd=PROJECT_ROOT).start()
+        proc = Proc(
+            name, argv, self._log(name), env=self.pool_env(pool), cwd=PROJECT_ROOT, pass_fds=(fd,)
+        ).start()
         self.procs[name] = proc
         return proc
 
+    def _listener(self, pool: str, replica: int) -> socket.socket:
+        """The replica's listening socket: bound at its first start, then the same one
+        for every master started on it. gunicorn makes it listen (its backlog); once
+        listening, it keeps queueing connections while no master is left to accept."""
+        name = self.replica_name(pool, replica)
+        if name not in self.listeners:
+            bind = self.config.pool(pool, self.layout).binds[replica]
+            family = socket.AF_INET6 if ":" in bind.host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((bind.host, bind.port))
+            except OSError as exc:
+                sock.close()
+                raise PortTaken(f"port {bind.port} on {bind.host} (pool {pool}): {exc}") from None
+            self.listeners[name] = sock
+        return self.listeners[name]
+
+    def _close_listener(self, name: str) -> None:
+        sock = self.listeners.pop(name, None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
     def _wait_replica(self, pool: str, replica: int, proc: Proc, timeout_s: float) -> None:
-        # Ready, as Envoy's health check sees it: app, upstream clients and tracing set up.
+        """Ready, as Envoy's health check sees it (app, upstream clients and tracing set
+        up), and served by this master's own workers, every one: not by the orphans of
+        a master it replaces, which share its socket."""
+        name = self.replica_name(pool, replica)
         ready_url = f"{self.pool_url(pool, replica)}{self.config.meta.readyz}"
-        proc.wait_ready(lambda: http_ok(ready_url), timeout_s, "ready")
+        port = self.config.pool(pool, self.layout).binds[replica].port
+        workers = self.config.pool(pool, self.layout).workers
+
+        def ready() -> bool:
+            own = serving_workers(self.procs[name].pid, port)
+            return len(own) >= workers and http_ok(ready_url)
+
+        proc.wait_ready(ready, timeout_s, "ready (every worker serving)")
 
     def envoy_config_path(self) -> Path:
         """Envoy's bootstrap; its listeners and clusters are in `xds_dir`."""

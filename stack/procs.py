@@ -21,7 +21,8 @@ from toolkit.wait import wait_until
 # prctl(2): the signal the kernel sends a process when the thread that forked it exits.
 PR_SET_PDEATHSIG = 1
 # What a child gets when its launcher dies: SIGTERM, so that a gunicorn master stops
-# its workers (they also leave by themselves within a second of losing their master)
+# its workers (one whose master died without doing so leaves by itself:
+# routing.gunicorn.ORPHAN_SERVE_S)
 # and Envoy and Jaeger close their listeners.
 DEATH_SIGNAL = signal.SIGTERM
 
@@ -88,6 +89,9 @@ class Proc:
     # True: the launcher talks to it over its stdin and stdout (pipes); its stderr
     # alone goes to the log.
     piped: bool = False
+    # Descriptors it inherits, under the same numbers (a pool's listening socket, which
+    # the launcher holds: `bind fd://N`).
+    pass_fds: tuple[int, ...] = ()
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     # Its readiness check and what it says, as `wait_ready` was last given them: how a
     # restart of the process (`again`) knows it is back.
@@ -107,6 +111,7 @@ class Proc:
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
+                pass_fds=self.pass_fds,
                 preexec_fn=die_with_parent(os.getpid()),
             )
         except FileNotFoundError:
@@ -177,7 +182,7 @@ class Proc:
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM the whole process group, then SIGKILL what is left after `timeout_s`.
         The group outlives its leader when the leader died first: a SIGKILLed gunicorn
-        master leaves its workers (orphans, still accepting on the pool's port), which
+        master leaves its workers (orphans, still serving on the pool's socket), which
         SIGTERM stops gracefully (they finish what they hold)."""
         if self.popen is None:
             return

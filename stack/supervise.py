@@ -1,8 +1,10 @@
 """Keeping a started stack running: a process that exits on its own (Envoy, the
 simulator, Jaeger, a pool's gunicorn master, any part the stack runs) is started again
 the way it was started, on the same ports and files, after a back-off, and said in one
-line; the rest of the stack serves on meanwhile. Only a crash loop stops the stack, with
-its reason.
+line; the rest of the stack serves on meanwhile. A pool's master is started again on
+the listening socket the launcher holds while its orphaned workers serve on, and they
+are stopped once the new workers serve (`Stack.restart`). Only a crash loop stops the
+stack, with its reason.
 
 Restarts run in the thread that calls `Supervisor.watch`: start the stack from that
 thread too, as the processes die with the thread that forked them (stack.procs).

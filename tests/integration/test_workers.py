@@ -4,10 +4,13 @@
   GET that was on it (all at once, within the retry budget), and no GET fails. A
   killed cpu worker costs at most the POSTs it was running (never retried), each a
   fast 503 problem.
+- SIGKILL the io pool's master with GETs in flight, supervised as `pricingctl up`
+  supervises: its orphaned workers serve on while a new master boots on the same
+  socket, then finish and leave; no GET fails.
 - HUP a pool's master (graceful reload): zero failed requests.
-- Freeze (SIGSTOP) or kill every process of the io pool: Envoy answers 503 at
-  once (health checks, no panic routing), the cpu pool keeps serving, and the
-  frozen pool is back within seconds of SIGCONT.
+- Freeze (SIGSTOP) or kill every process of the io pool: once its health checks
+  fail, Envoy answers 503 at once (no panic routing), the cpu pool keeps serving,
+  and the frozen pool is back within seconds of SIGCONT.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import pytest
 from routing.envoy import MIN_RETRY_CONCURRENCY
 from routing.model import Layout, RouteConfig
 from stack.launch import Stack
-from stack.procfs import children, tcp_sockets
+from stack.procfs import children, group_members, tcp_sockets
+from stack.supervise import Supervisor
 from tests.integration.support.http import (
     FAST_MS,
     fixed_latency,
@@ -134,6 +138,35 @@ def test_sigkill_of_an_io_worker_with_many_gets_in_flight_fails_none(stack: Stac
     # ... so no client saw Envoy's 503 for a reset, nor a cut connection.
     assert [o for o in tally.outcomes if shed(o) or o.status == 0] == [], tally.summary("reset")
     assert_nothing_lost(tally)
+
+
+def test_sigkill_of_the_io_master_with_gets_in_flight_fails_none(stack: Stack) -> None:
+    """Supervised as `pricingctl up` supervises it: the orphaned workers serve on from
+    the socket the launcher holds while a new master boots on it; once the new workers
+    serve, the orphans finish what they hold and leave. No connection is refused."""
+    old = stack.procs["pool-io"]
+    orphans = workers_of(stack, "io")
+    said: list[str] = []
+    supervisor = Supervisor(stack, said.append)
+    restarts = stack.restarts["pool-io"]
+    # The load runs until the new master serves and the orphans have had a second.
+    with Background(stack.url, offer_request, rate_per_s=OFFER_RATE, count=10_000) as load:
+        try:
+            time.sleep(1.0)
+            os.kill(old.pid, signal.SIGKILL)
+            assert wait_until(
+                lambda: supervisor.check() is None and stack.restarts["pool-io"] > restarts, 60
+            ), said
+            time.sleep(1.0)
+        finally:
+            load.stop()
+    tally = Tally(load.outcomes)
+    new = stack.procs["pool-io"]
+    print(f"\n{tally.summary('GET offers, io master SIGKILLed')}; {said}")
+    assert new.pid != old.pid
+    assert wait_until(lambda: not group_members(old.pid), 30)  # the orphans left
+    assert set(accepting_workers(stack, "io")).isdisjoint(orphans)
+    assert failed(tally.outcomes) == [], tally.summary("lost")
 
 
 def test_sigkill_of_a_cpu_worker_costs_at_most_its_own_posts(stack: Stack) -> None:
@@ -290,13 +323,26 @@ def test_a_frozen_pool_is_answered_503_at_once_and_the_other_keeps_serving(
 def test_a_dead_pool_is_answered_503_at_once_and_the_other_keeps_serving(
     stack: Stack,
 ) -> None:
-    """Last in the module: the io pool does not come back (nothing supervises gunicorn)."""
+    """Last in the module: the io pool does not come back (nothing supervises gunicorn).
+    Its listening socket does not die with it (the launcher holds it, so that a new
+    master can start on it): connections wait there, and offers get the route timeout,
+    until Envoy's health checks find the pool down; from then on, 503 at once."""
     timeout_s = _offer_timeout_s(stack)
     os.killpg(stack.procs["pool-io"].pid, signal.SIGKILL)
+    probes: list[Reply] = []
+
+    def shedding() -> bool:
+        reply = _offer(stack)
+        probes.append(reply)
+        assert reply.elapsed_s < 3 * timeout_s  # the route timeout bounds every wait
+        return reply.status == 503
+
+    assert wait_until(shedding, 20, 0.1), [r.status for r in probes]
     replies = [_offer(stack) for _ in range(10)]
     rides = [ride(stack) for _ in range(5)]
     print(
-        f"\nio pool killed: offers {[(r.status, round(r.elapsed_s * 1000)) for r in replies]} ms;"
+        f"\nio pool killed: probes {[r.status for r in probes]}; then offers "
+        f"{[(r.status, round(r.elapsed_s * 1000)) for r in replies]} ms;"
         f" cpu pool {[r.status for r in rides]}"
     )
     for reply in replies:

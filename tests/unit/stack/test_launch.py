@@ -61,8 +61,11 @@ class FakeProc:
 
     started: list[FakeProc] = []
 
+    pid = 0
+
     def __init__(self, name: str, argv: list[str], log_path: Path, **kw: Any) -> None:
         self.name, self.argv, self.env = name, argv, kw.get("env")
+        self.pass_fds = kw.get("pass_fds", ())
         self.ready: Callable[[], bool] | None = None
 
     def start(self) -> FakeProc:
@@ -79,14 +82,27 @@ def test_a_pool_is_started_from_its_gunicorn_config_and_waited_for_until_ready(
     probed: list[str] = []
     monkeypatch.setattr(launch, "Proc", FakeProc)
     monkeypatch.setattr(launch, "http_ok", lambda url: probed.append(url) or True)
+    serving: list[int] = []
+    monkeypatch.setattr(launch, "serving_workers", lambda master, port: serving)
     stack = Stack.on_free_ports(routes, Layout.SPLIT, tmp_path)
     stack.start_replica("cpu", timeout_s=1)
     (proc,) = FakeProc.started[-1:]
-    assert proc.argv[:4] == [sys.executable, "-m", "gunicorn", "--config"]
-    assert proc.argv[4] == "python:gunicorn_conf.cpu"
-    assert proc.ready is not None and proc.ready()
-    # Readiness, as Envoy's health check sees it: the path [meta].readyz names.
-    assert probed == [f"{stack.pool_url('cpu')}{routes.meta.readyz}"]
+    try:
+        assert proc.argv[:4] == [sys.executable, "-m", "gunicorn", "--config"]
+        assert proc.argv[4] == "python:gunicorn_conf.cpu"
+        # It serves on the socket the stack holds, bound to the pool's address.
+        held = stack.listeners["pool-cpu"]
+        assert proc.argv[5:7] == ["--bind", f"fd://{held.fileno()}"]
+        assert proc.pass_fds == (held.fileno(),)
+        assert held.getsockname() == ("127.0.0.1", stack.config.pool("cpu").bind.port)
+        # Ready once every one of its own workers serves, and as Envoy's health check
+        # sees it: the path [meta].readyz names.
+        assert proc.ready is not None and not proc.ready()
+        serving.extend(range(stack.config.pool("cpu").workers))
+        assert proc.ready()
+        assert probed == [f"{stack.pool_url('cpu')}{routes.meta.readyz}"]
+    finally:
+        stack._close_listener("pool-cpu")
 
 
 def test_a_taken_port_is_named_before_anything_starts(
