@@ -1,12 +1,9 @@
 """Where a long-lived process's Python heap grows: `tracemalloc` snapshots taken in it
-every few seconds, compared afterwards. A debugging aid for the long soak, never on by
-default and never in the pools' code: a process opts in through its environment
-(`HEAPWATCH_DIR_ENV`, with `bench/heapwatch_site` on PYTHONPATH so Python's `site` runs
-`install` at start-up), and a gunicorn master's workers are watched from their fork.
-
-    PYTHONPATH=bench/heapwatch_site PRICING_HEAPWATCH_DIR=/tmp/heap \\
-        pricingctl bench soak --long --minutes 15
-    python -m bench.heapwatch /tmp/heap [--requests-per-s R]
+every minute, compared afterwards. A debugging aid for the long soak
+(`pricingctl bench soak --long --heapwatch DIR`), never on by default and never in the
+pools' code: a process opts in through its environment (`environment`: the directory in
+`HEAPWATCH_DIR_ENV`, `heapwatch_site/` on PYTHONPATH so Python's `site` runs `install`
+at start-up), and a gunicorn master's workers are watched from their fork.
 
 Snapshots go to `<dir>/<pid>-<name>/<seconds since start>.snap`. The snapshots and the
 one frame kept per allocation cost the watched process memory and CPU: its RSS and
@@ -16,11 +13,12 @@ timings are not the product's while it is watched.
 from __future__ import annotations
 
 import _thread
-import argparse
 import os
 import sys
 import time
 import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +33,33 @@ FRAMES = 1  # frames kept per allocation: the allocating line
 # The original sleep, before gevent patches `time`: the snapshot thread is a real OS
 # thread, never a greenlet.
 _sleep = time.sleep
+
+
+def environment(where: Path) -> dict[str, str]:
+    """What a process's environment needs for it to be watched, snapshots under
+    `where`."""
+    site = str(Path(__file__).with_name("heapwatch_site"))
+    path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, HEAPWATCH_DIR_ENV: str(where)}
+
+
+@contextmanager
+def watching(where: Path | None) -> Iterator[None]:
+    """This process's environment set for `environment(where)` within the block, so
+    that every process started in it is watched; nothing if `where` is None."""
+    if where is None:
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", HEAPWATCH_DIR_ENV)}
+    os.environ.update(environment(where))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _name() -> str:
@@ -82,7 +107,7 @@ class Site:
     now_bytes: int
 
 
-def growing_sites(first: Path, last: Path, top: int = 15) -> list[Site]:
+def growing_sites(first: Path, last: Path, top: int = 8) -> list[Site]:
     """The allocation sites whose live bytes grew most from snapshot `first` to `last`."""
     old = tracemalloc.Snapshot.load(str(first))
     new = tracemalloc.Snapshot.load(str(last))
@@ -96,6 +121,7 @@ def growing_sites(first: Path, last: Path, top: int = 15) -> list[Site]:
             now_bytes=d.size,
         )
         for d in diff[:top]
+        if d.size_diff
     ]
 
 
@@ -125,26 +151,3 @@ def report(base: Path, *, from_s: float, requests_per_s: float | None) -> list[s
                 f"(now {site.now_bytes / 1024:.0f} KiB){per_million}  {site.where}"
             )
     return lines
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.heapwatch", description=__doc__)
-    parser.add_argument("dir", type=Path, help=f"the ${HEAPWATCH_DIR_ENV} of the run")
-    parser.add_argument(
-        "--from-s", type=float, default=0.0, help="first snapshot compared (seconds)"
-    )
-    parser.add_argument(
-        "--requests-per-s",
-        type=float,
-        default=None,
-        help="the process's request rate, for growth per million requests",
-    )
-    args = parser.parse_args(argv)
-    if not args.dir.is_dir():
-        parser.exit(2, f"heapwatch: {args.dir} is not a directory\n")
-    print("\n".join(report(args.dir, from_s=args.from_s, requests_per_s=args.requests_per_s)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench import heapwatch as heapwatch_of
 from bench.loadgen import Plan, Samples
 from bench.progress import Progress
 from bench.run import (
@@ -197,13 +198,15 @@ def run_soak(
     progress: Progress,
     long: bool = False,
     sample_percent: float | None = None,
+    heapwatch: Path | None = None,
 ) -> dict[str, Any]:
     # The shipped pools (two workers each): a killed worker leaves its pool serving.
     prepared = write_routes(config, run_dir / "routes.toml")
     if long:  # tracing on, at the sampling asked for: what the leak must survive
         prepared = with_sample_percent(prepared, sample_percent, run_dir)
     total_s = settings.total_s
-    with running_stack(prepared, Layout.SPLIT, run_dir / "stack", tracing=long) as stack:
+    watching = heapwatch_of.watching(heapwatch)  # every process started inherits it
+    with watching, running_stack(prepared, Layout.SPLIT, run_dir / "stack", tracing=long) as stack:
         set_upstreams_fixed(stack, settings.upstream_ms)
         rates = kind_rates(settings.group_rates_rps)
         host, port = stack.url.removeprefix("http://").split(":")
@@ -255,14 +258,24 @@ def run_soak(
         "series": {str(pid): row for pid, row in got.series.items()},
     }
     if long:
-        out["growth"] = growth(
-            got.series,
-            got.blocks,
-            warmup_s=settings.warmup_s,
-            requests=len(samples),
-            total_s=total_s,
+        out.update(_long_figures(got, settings, requests=len(samples), watched=heapwatch))
+    return out
+
+
+def _long_figures(
+    got: _Soak, settings: LoadSettings, *, requests: int, watched: Path | None
+) -> dict[str, Any]:
+    """The long mode's growth figures, its blocks' series and, if the heap was watched,
+    the allocation sites that grew over the same second half."""
+    total_s = settings.total_s
+    fitted = growth(
+        got.series, got.blocks, warmup_s=settings.warmup_s, requests=requests, total_s=total_s
+    )
+    out: dict[str, Any] = {"growth": fitted, "blocks": got.blocks}
+    if watched is not None:
+        out["heapwatch"] = heapwatch_of.report(
+            watched, from_s=fitted["from_s"], requests_per_s=requests / total_s
         )
-        out["blocks"] = got.blocks
     return out
 
 
@@ -454,5 +467,8 @@ def write_soak(doc: dict[str, Any], out: Path) -> str:
         )
     if "growth" in doc:
         lines += long_lines(doc["growth"])
+    if "heapwatch" in doc:
+        lines += ["allocation sites that grew over the second half (tracemalloc):"]
+        lines += doc["heapwatch"]
     lines.append(f"results: {out / 'soak.json'}, {out / 'soak.png'}")
     return "\n".join(lines)

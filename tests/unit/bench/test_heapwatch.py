@@ -3,6 +3,7 @@ nothing traced unless the environment asks for it."""
 
 from __future__ import annotations
 
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -42,3 +43,16 @@ def test_nothing_is_traced_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(heapwatch.sys, "orig_argv", ["python", "-m", "simulator"])
     heapwatch.install()
     assert not tracemalloc.is_tracing()
+
+
+def test_watching_sets_the_environment_for_the_block_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.delenv(HEAPWATCH_DIR_ENV, raising=False)
+    with heapwatch.watching(tmp_path):
+        site, elsewhere = os.environ["PYTHONPATH"].split(os.pathsep)
+        assert (Path(site) / "sitecustomize.py").is_file() and elsewhere == "/elsewhere"
+        assert os.environ[HEAPWATCH_DIR_ENV] == str(tmp_path)
+    assert os.environ["PYTHONPATH"] == "/elsewhere"
+    assert HEAPWATCH_DIR_ENV not in os.environ
