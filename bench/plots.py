@@ -328,11 +328,15 @@ def soak_timeline(
         mem.plot(t_min, [r / 1024 for r in row["rss"]], color=color[label], lw=1, label=legend)
         fds.plot(t_min, row["fds"], color=color[label], lw=1)
     for at_s, what in events:
+        shade = "black" if "apply" in what else "tab:blue" if "fitted" in what else "grey"
         for ax in (mem, fds):
-            ax.axvline(at_s / 60, color="black" if "apply" in what else "grey", ls=":", lw=0.8)
+            ax.axvline(at_s / 60, color=shade, ls=":", lw=0.8)
     mem.set_ylabel("RSS, MiB")
     fds.set_ylabel("open file descriptors")
-    fds.set_xlabel("minutes (dotted: a worker SIGKILLed; black: routes apply)")
+    fds.set_xlabel(
+        "minutes (dotted: a worker SIGKILLed; black: routes apply; blue: the long soak's "
+        "growth fitted from here)"
+    )
     for ax in (mem, fds):
         ax.grid(True, alpha=0.3)
     mem.legend(fontsize=7, ncol=2)

@@ -98,6 +98,15 @@ def soak_parser(sub: Parts) -> None:
         help="with --long: Envoy samples P %% of requests (default: the route config's)",
     )
     soak.add_argument(
+        "--heapwatch",
+        type=argtypes.path,
+        default=None,
+        metavar="DIR",
+        help="with --long: tracemalloc snapshots of the workers and the simulator, every "
+        "minute, to DIR, and the allocation sites that grew reported (it slows them: a "
+        "search, not figures)",
+    )
+    soak.add_argument(
         "--kill-every-s",
         type=positive,
         default=None,
@@ -186,8 +195,17 @@ def _measure_soak(run: Run) -> str:
         progress=run.progress,
         long=run.args.long,
         sample_percent=run.args.sample_percent,
+        heapwatch=run.args.heapwatch,
     )
     return write_soak({**run.header, **doc}, run.args.out)
+
+
+def _long_only(args: argparse.Namespace) -> str | None:
+    """The flags that only the long soak takes, given without --long: one line."""
+    for flag, value in (("--sample-percent", args.sample_percent), ("--heapwatch", args.heapwatch)):
+        if value is not None and not args.long:
+            return f"{flag} needs --long"
+    return None
 
 
 SOAK = Part(
@@ -195,11 +213,7 @@ SOAK = Part(
     SOAK_FULL,
     lambda args, settings, d: STACK_START_EST_S + _soak_minutes(args) * 60 + 60,
     _measure_soak,
-    lambda args: (
-        "--sample-percent needs --long"
-        if args.sample_percent is not None and not args.long
-        else None
-    ),
+    _long_only,
 )
 
 

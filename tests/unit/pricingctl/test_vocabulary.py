@@ -243,6 +243,7 @@ ACCEPTS: dict[str, tuple[set[str], str]] = {
     "--out": (_A_NAME, "a file or folder may be called so; it is created"),
     "--run-dir": (_A_NAME, "a folder may be called so; it is created"),
     "--xds-dir": (_A_NAME, "a folder may be called so; it is created"),
+    "--heapwatch": (_A_NAME, "a folder may be called so; it is created"),
     "--service": (_A_NAME, "service.name is free text (Jaeger finds none: exit 1)"),
     "pool": (_A_NAME, "a pool's name; the running stack says which exist (exit 1)"),
     "--trace-id": ({"1e400"}, "hexadecimal digits: a trace id Jaeger can look up"),
