@@ -1,13 +1,15 @@
 """What the simulator keeps grows to its caps and no further: the records deque and the
 response and cell caches fill (the long soak's simulator RSS climbs while they do) and
-then stay bounded, by count and in allocated blocks."""
+then stay bounded, by count and in traced memory (tracemalloc: only what is allocated
+while the test runs, so garbage that earlier tests leave behind cannot move the figure,
+as it moved the process-wide allocated blocks)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import random
-import sys
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -42,9 +44,9 @@ def _serve(sim: Simulator, first: int, count: int) -> None:
         conn.data_received(b"GET /promotions/v1/active?user_id=u%d" % i + head)
 
 
-def _blocks() -> int:
+def _traced() -> int:
     gc.collect()
-    return sys.getallocatedblocks()
+    return tracemalloc.get_traced_memory()[0]
 
 
 def test_records_and_caches_stop_growing_at_their_caps(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,15 +55,19 @@ def test_records_and_caches_stop_growing_at_their_caps(monkeypatch: pytest.Monke
     monkeypatch.setattr(responses, "CELL_CACHE_MAX", CAP)
     responses._cells.clear()
     sim = Simulator(parse_config({"upstreams": INSTANT}), rng=random.Random(1))
-    before = _blocks()
-    _serve(sim, 0, 2 * CAP)  # past every cap
-    filled = _blocks()
-    _serve(sim, 2 * CAP, 4 * CAP)  # twice as many again
-    after = _blocks()
+    tracemalloc.start()
+    try:
+        before = _traced()
+        _serve(sim, 0, 2 * CAP)  # past every cap
+        filled = _traced()
+        _serve(sim, 2 * CAP, 4 * CAP)  # twice as many again
+        after = _traced()
+    finally:
+        tracemalloc.stop()
     assert len(sim.records) == CAP
     assert all(len(cache) <= CAP for _, _, cache in sim.routes.values())
     assert len(responses._cells) <= CAP
     assert sum(sim.requests.values()) == 12 * CAP
-    # Filling took thousands of blocks; twice the requests since added a small fraction.
-    assert filled - before > 10 * CAP
+    # Filling took hundreds of bytes a request; twice the requests since added a small fraction.
+    assert filled - before > 100 * CAP
     assert after - filled < (filled - before) / 10
