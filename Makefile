@@ -14,9 +14,11 @@ DEV_STAMP := $(VENV)/.installed-dev
 # and requirements-dev.lock (that plus pytest, ruff, mypy, matplotlib, the bench's
 # other HTTP clients). Both go into the one .venv; the dev one is a superset.
 # setup.py builds the compiled hot path in place (the timing core's C,
-# tracing/timing/csrc/, and the call observer's, tracing/_client_native.c); without a
+# tracing/timing/csrc/, the call observer's, tracing/_client_native.c, and the span
+# encoder's, tracing/_export_native.c); without a
 # compiler it says so and the Python reference runs.
-NATIVE_SOURCES := $(wildcard tracing/timing/csrc/*.c tracing/timing/csrc/*.h) tracing/_client_native.c
+NATIVE_SOURCES := $(wildcard tracing/timing/csrc/*.c tracing/timing/csrc/*.h) tracing/_client_native.c \
+	tracing/_export_native.c
 $(STAMP): requirements.lock pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -1,10 +1,12 @@
-"""The one thing pyproject.toml cannot say: the compiled hot path, two extensions.
+"""The one thing pyproject.toml cannot say: the compiled hot path, three extensions.
 
 - ``tracing.timing._native``: the timing core's, one C file per Python module it follows
   (``tracing/timing/csrc/``, sharing ``timing.h``);
 - ``tracing._client_native``: ``tracing.client``'s call observer, in the OpenTelemetry
   wiring's layer; it takes what it needs of the first through the C API capsule the core
-  exports (``tracing/timing/csrc/capi.h``), so nothing is linked across.
+  exports (``tracing/timing/csrc/capi.h``), so nothing is linked across;
+- ``tracing._export_native``: ``tracing.export``'s span encoder (the exporter thread's
+  largest cost with full sampling), on its own.
 
 ``optional=True``: without a compiler (or Python headers) the build says so and goes
 on, and the timing core runs its Python reference (``tracing.timing.native`` says so in
@@ -33,6 +35,12 @@ setup(
             "tracing._client_native",
             sources=["tracing/_client_native.c"],
             depends=[str(TIMING_C / "capi.h")],
+            extra_compile_args=CFLAGS,
+            optional=True,
+        ),
+        Extension(
+            "tracing._export_native",
+            sources=["tracing/_export_native.c"],
             extra_compile_args=CFLAGS,
             optional=True,
         ),

@@ -52,13 +52,14 @@ from opentelemetry.semconv.attributes.exception_attributes import (
 )
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
+from tracing import export
 from tracing.client import (
     UpstreamCall,
     add_call_events,
     client_span_attributes,
     finished_call_attributes,
 )
-from tracing.export import ThreadedSpanProcessor, span_fields_text
+from tracing.export import ThreadedSpanProcessor
 from tracing.redact import QueryRedactor
 from tracing.wait_spans import CALL_WAIT_SPANS, WaitSpan, call_drawn, call_wait_spans
 
@@ -247,8 +248,9 @@ class RequestRecord:
         trace_id = self.trace_id
         state = self.parsed_trace_state()
         trace_state = ",".join([f"{k}={v}" for k, v in state.items()]) if state else ""
+        encode = export.span_fields_text  # compiled where it was built (tracing.export)
         return [
-            span_fields_text(
+            encode(
                 trace_id,
                 span.span_id,
                 trace_state,

@@ -1,11 +1,19 @@
 """The span file's OTLP/JSON encoder against the SDK's: the same bytes for spans of every
 shape (``tracing.export.encode_otlp_line`` writes the text directly; what it replaced built
-the SDK's protobuf messages, read them back with protobuf's JSON mapping and dumped that)."""
+the SDK's protobuf messages, read them back with protobuf's JSON mapping and dumped that).
+Every test runs on the compiled span encoder (``_export_native.c``) and on the Python
+reference it follows."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import logging
+import shutil
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +26,42 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from opentelemetry.trace.span import TraceState
 
 from tests.unit.support.spans import sdk_encoding
+from tests.unit.support.timing import timing_path
+from tracing import export
 from tracing.export import encode_otlp_json, encode_otlp_line
+from tracing.timing import native
 
 RESOURCE = Resource.create({"service.name": "pricingservice", "pricing.pool": "io"})
 OTHER_RESOURCE = Resource({"service.name": "other"}, schema_url="https://example.com/schema")
+
+
+@pytest.fixture(autouse=True, params=["compiled", "reference"])
+def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    with timing_path(request.param == "compiled"):
+        # The encoder that runs is the one asked for (the compiled one is a builtin).
+        assert inspect.isbuiltin(export.span_fields_text) == (request.param == "compiled")
+        yield request.param
+
+
+def test_the_compiled_encoder_is_what_runs_where_it_could_be_built() -> None:
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if shutil.which("cc") is None or not headers.exists():
+        pytest.skip("no compiler or no Python headers: the reference runs, by design")
+    assert importlib.import_module(export.COMPILED_ENCODER), "it did not import"
+    if native.compiled_runs():
+        assert inspect.isbuiltin(export.span_fields_text), "tracing.export did not take it"
+
+
+def test_ids_the_compiled_formats_do_not_fit_go_to_the_reference() -> None:
+    """The compiled encoder writes ids of 128 and 64 bits; any other id (a bigger or a
+    negative one: no SDK span has one) is the reference's, whole."""
+    for trace_id, span_id in ((2**128 + 5, 7), (-1, 7), (5, 2**64), (5, -3)):
+        args = (trace_id, span_id, "", None, False, "n", SpanKind.INTERNAL, 1, 2, {}, (), None)
+        texts = set()
+        for compiled in (True, False):
+            with timing_path(compiled):
+                texts.add(export.span_fields_text(*args))
+        assert len(texts) == 1, texts
 
 
 def assert_same_bytes(spans: list[ReadableSpan]) -> None:
@@ -122,6 +162,8 @@ def raw_span(name: str = "raw", **kwargs: Any) -> ReadableSpan:
         b"\x00\xffbytes",
         (),
         ("a", "b"),
+        ["a", 1, 2.5, True],
+        ((1, 2), ["x", ("y",)]),
         (1.5, float("nan")),
         {"k": 1, "nested": {"x": [True]}},
         {},

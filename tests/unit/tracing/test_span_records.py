@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanContext, TraceFlags
 
+import tracing.export
 import tracing.server
 from tests.unit.support.spans import sdk_encoding
 from tracing.export import ThreadedSpanProcessor, encode_otlp_json, readable_spans
@@ -200,6 +201,22 @@ def test_the_otlp_exporters_get_the_sdk_spans_built_on_the_thread(tmp_path: Path
         assert sdk_encoding(exported) == encode_otlp_json(queued)
     finally:
         processor.shutdown()
+
+
+def test_the_exporter_thread_hands_the_hub_the_gil_after_each_requests_spans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two requests' spans the exporter's thread lets a waiting hub run, for
+    the span file and for the other exporters alike (``tracing.export``)."""
+    queued: list[Any] = []
+    serve(tmp_path / "built.jsonl", build=True, queued=queued)
+    handed: list[int] = []
+    monkeypatch.setattr(tracing.export, "_let_the_hub_run", lambda: handed.append(1))
+    assert len(queued) == 2
+    encode_otlp_json(queued)
+    assert len(handed) == 2
+    readable_spans(queued)
+    assert len(handed) == 4
 
 
 def span_builder(processor: ThreadedSpanProcessor, **options: Any) -> SpanBuilder:
