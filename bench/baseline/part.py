@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.baseline.sink import COUNT_PATH, SINK_CHILD
+from bench.baseline.sink import COUNT_PATH, running_sink
 from bench.cpu import Snapshot, usage
 from bench.io_capacity import (
     SERVED_FRACTION_MIN,
@@ -130,19 +130,6 @@ def _start_stock(stack: Stack, side: str, traced: bool, sink_url: str) -> int:
     except StartError as exc:
         raise BenchError(str(exc)) from None
     return port
-
-
-@contextlib.contextmanager
-def _sink(run_dir: Path) -> Iterator[str]:
-    """The OTLP sink (``bench.baseline.sink``), stopped when the block ends."""
-    port = free_port()
-    argv = [sys.executable, "-c", SINK_CHILD, str(port)]
-    proc = Proc("otlp-sink", argv, run_dir / "logs" / "otlp-sink.log", cwd=PROJECT_ROOT).start()
-    try:
-        proc.wait_ready(lambda: port_in_use("127.0.0.1", port), _START_TIMEOUT_S, "serving")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.stop()
 
 
 class _Sides:
@@ -291,7 +278,7 @@ def run_baseline(
             traced = TRACING[mode]
             base = run_dir / "baseline" / ("traced" if traced else "off")
             mode_settings = replace(settings, tracing=traced, traceparent_sampled_pct=SAMPLED_PCT)
-            with _sink(base) as sink_url:
+            with running_sink(base) as sink_url:
                 with _sides(config, base, traced, sink_url, progress) as sides:
                     if traced and plan.capacity_steps is not None:
                         capacity = _capacity(sides, plan, base / "capacity", run)
