@@ -9,9 +9,10 @@ Export never blocks or breaks a request.
 
 The queue holds the SDK's ended spans (a request traced live) and the records of
 requests whose spans were never built on the hub (``SpanRecord``: a sampled or slow
-request, ``tracing.span_records``). The thread turns a record into OTLP/JSON text
-directly for the span file, with the one encoder SDK spans go through
-(``span_fields_text``), and into SDK spans for the other exporters.
+request, ``tracing.span_records``). The thread encodes a record's spans directly, with
+the encoders SDK spans go through: OTLP/JSON text for the span file
+(``span_fields_text``), OTLP protobuf for the OTLP exporters
+(``tracing.otlp_protobuf``); it builds SDK spans from it only for the console.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from typing import Protocol as Interface
 
 from gevent.monkey import get_original
@@ -36,10 +37,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
 
 from toolkit.wait import wait_until
+from tracing.otlp_protobuf import export_request, span_fields_proto
 from tracing.settings import BatchSettings, Exporter, Protocol, TracingSettings
 from tracing.timing import native
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Raw OS-thread primitives. Not threading.Thread: under monkey patching the
 # threading module's bookkeeping (get_ident, _active) is gevent's, and a real
@@ -60,8 +64,9 @@ class SpanRecord(Interface):
     @property
     def instrumentation_scope(self) -> Any: ...
 
-    def span_texts(self) -> list[str]:
-        """Its spans in OTLP/JSON (``span_fields_text``)."""
+    def encoded_spans(self, encode: Callable[..., T]) -> list[T]:
+        """Its spans as *encode* makes them from their fields (``span_fields_text``,
+        OTLP/JSON, or ``tracing.otlp_protobuf.span_fields_proto``, its protobuf)."""
         ...
 
     def readable_spans(self) -> list[ReadableSpan]:
@@ -253,15 +258,12 @@ def make_exporter(settings: TracingSettings) -> SpanExporter | None:
         return ConsoleSpanExporter(formatter=lambda span: span.to_json(indent=None) + "\n")
     if kind is Exporter.FILE:
         return JsonLinesFileExporter(settings.span_file)
+    # The SDK's OTLP exporters, fed protobuf written straight from the records.
+    from tracing.otlp_exporters import HttpRecordExporter, grpc_record_exporter
+
     if settings.protocol is Protocol.GRPC:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcSpanExporter,
-        )
-
-        return GrpcSpanExporter(endpoint=settings.otlp_endpoint)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter(endpoint=settings.otlp_endpoint)
+        return grpc_record_exporter(encode_otlp_protobuf, settings.otlp_endpoint)
+    return HttpRecordExporter(encode_otlp_protobuf, endpoint=settings.otlp_endpoint)
 
 
 class JsonLinesFileExporter(SpanExporter):
@@ -309,6 +311,13 @@ def _cut_torn_line(fd: int, written: int) -> None:
             os.ftruncate(fd, end - written)
 
 
+def encode_otlp_protobuf(spans: Sequence[ReadableSpan | SpanRecord]) -> bytes:
+    """The ``ExportTraceServiceRequest`` bytes the SDK's OTLP exporters send for *spans*
+    (SDK spans, or records whose spans it encodes in their place), written straight from
+    their fields (``tracing.otlp_protobuf``): no SDK span or protobuf message is built."""
+    return export_request(group_spans(spans, span_fields_proto))
+
+
 def encode_otlp_json(spans: Sequence[ReadableSpan | SpanRecord]) -> dict[str, Any]:
     """OTLP/JSON of *spans* as a document (``encode_otlp_line`` parsed back)."""
     parsed: dict[str, Any] = json.loads(encode_otlp_line(spans))
@@ -334,21 +343,7 @@ def encode_otlp_line(spans: Sequence[ReadableSpan | SpanRecord], end: str = "") 
     escaped to ASCII as ``json.dumps`` does; fields go in field-number order.
     ``tests/unit/tracing/test_export_encoding.py`` compares the bytes with the SDK's
     encoder on spans of every shape."""
-    # Grouped as the SDK does, by equal resources, then equal scopes; but each distinct
-    # object is hashed once: a Resource's hash is a JSON dump of its attributes.
-    by_resource: dict[Any, dict[Any, list[str]]] = {}
-    groups: dict[tuple[int, int], list[str]] = {}
-    for span in spans:
-        resource, scope = span.resource, span.instrumentation_scope or None
-        group = groups.get((id(resource), id(scope)))
-        if group is None:
-            scopes = by_resource.setdefault(resource, {})
-            group = groups[id(resource), id(scope)] = scopes.setdefault(scope, [])
-        if isinstance(span, ReadableSpan):
-            group.append(_span_text(span))
-        else:
-            group.extend(span.span_texts())
-            _let_the_hub_run()
+    by_resource = group_spans(spans, span_fields_text)
     if not by_resource:
         return "{}" + end
     # One list of parts joined once: each span's text is copied into the line once (a
@@ -376,6 +371,30 @@ def encode_otlp_line(spans: Sequence[ReadableSpan | SpanRecord], end: str = "") 
         out.append("},")
     out[-1] = "}]}" + end
     return "".join(out)
+
+
+def group_spans(
+    spans: Sequence[ReadableSpan | SpanRecord], encode: Callable[..., T]
+) -> dict[Any, dict[Any, list[T]]]:
+    """*spans* (SDK spans, and records of spans) as *encode* makes each from its fields,
+    grouped as the SDK's OTLP encoder groups them: by equal resources, then equal
+    scopes, in the order they come."""
+    # Each distinct object is hashed once: a Resource's hash is a JSON dump of its
+    # attributes.
+    by_resource: dict[Any, dict[Any, list[T]]] = {}
+    groups: dict[tuple[int, int], list[T]] = {}
+    for span in spans:
+        resource, scope = span.resource, span.instrumentation_scope or None
+        group = groups.get((id(resource), id(scope)))
+        if group is None:
+            scopes = by_resource.setdefault(resource, {})
+            group = groups[id(resource), id(scope)] = scopes.setdefault(scope, [])
+        if isinstance(span, ReadableSpan):
+            group.append(sdk_span_encoded(span, encode))
+        else:
+            group.extend(span.encoded_spans(encode))
+            _let_the_hub_run()
+    return by_resource
 
 
 # OTLP's span flags: bit 8 says whether the parent's "is remote" is known, bit 9 says it is.
@@ -406,15 +425,17 @@ def _flags(parent: Any) -> str:
     return str(_FLAGS_HAS_IS_REMOTE)
 
 
-def _span_text(span: ReadableSpan) -> str:
+def sdk_span_encoded(span: ReadableSpan, encode: Callable[..., T]) -> T:
+    """An SDK span as *encode* makes it from its fields (``span_fields_text``, or
+    ``tracing.otlp_protobuf.span_fields_proto``)."""
     context = span.get_span_context()
     assert context is not None  # an SDK span always has one
     parent = span.parent
     status = span.status
-    return span_fields_text(
+    return encode(
         context.trace_id,
         context.span_id,
-        _trace_state_text(context.trace_state),
+        trace_state_text(context.trace_state),
         parent.span_id if parent is not None else None,
         parent is not None and parent.is_remote,
         span.name,
@@ -430,7 +451,8 @@ def _span_text(span: ReadableSpan) -> str:
     )
 
 
-def _trace_state_text(trace_state: Any) -> str:
+def trace_state_text(trace_state: Any) -> str:
+    """A span's trace state as the SDK's encoders write it ("" for none)."""
     if trace_state is None:
         return ""
     return ",".join([f"{key}={value}" for key, value in trace_state.items()])
@@ -455,7 +477,7 @@ def span_fields_text(
     links: Sequence[Any] = (),
 ) -> str:
     """One span of ``encode_otlp_line``'s document, from its fields: what an SDK span
-    gives (``_span_text``), and what ``tracing.span_records`` builds from a request's
+    gives (``sdk_span_encoded``), and what ``tracing.span_records`` builds from a request's
     measurements on the exporter thread without one. *trace_state*: its header text;
     *parent_span_id*: None for a root; *status_code*: None for no status; *dropped*:
     attributes, events and links dropped."""

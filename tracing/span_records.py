@@ -9,9 +9,10 @@ when it ends (``SpanBuilder.request``, on the hub): its ids, name, the few attri
 only the hub can read (the Flask request's), its measurements (``RequestTiming``, each
 call's ``UpstreamCall``) and a function deriving the rest from them. The exporter's OS
 thread (``tracing.export``) builds the spans: their attributes, events, status and
-redaction (``RequestRecord.span_fields``), then OTLP/JSON text for the span file
-(``RequestRecord.span_texts``, through the encoder SDK spans go through) or SDK spans
-for the other exporters (``RequestRecord.readable_spans``).
+redaction (``RequestRecord.span_fields``), then, through the encoders SDK spans go
+through (``RequestRecord.encoded_spans``), OTLP/JSON text for the span file or OTLP
+protobuf for the OTLP exporters (``tracing.otlp_protobuf``); SDK spans only for an
+exporter that takes no record (``RequestRecord.readable_spans``: the console).
 
 Two kinds of request are built here:
 
@@ -52,14 +53,13 @@ from opentelemetry.semconv.attributes.exception_attributes import (
 )
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from tracing import export
 from tracing.client import (
     UpstreamCall,
     add_call_events,
     client_span_attributes,
     finished_call_attributes,
 )
-from tracing.export import ThreadedSpanProcessor
+from tracing.export import T, ThreadedSpanProcessor, trace_state_text
 from tracing.redact import QueryRedactor
 from tracing.wait_spans import CALL_WAIT_SPANS, WaitSpan, call_drawn, call_wait_spans
 
@@ -243,12 +243,12 @@ class RequestRecord:
         )
         return out
 
-    def span_texts(self) -> list[str]:
-        """Its spans in OTLP/JSON (``tracing.export.span_fields_text``)."""
+    def encoded_spans(self, encode: Callable[..., T]) -> list[T]:
+        """Its spans as *encode* makes them from their fields: OTLP/JSON for the span
+        file (``tracing.export.span_fields_text``), protobuf for the OTLP exporters
+        (``tracing.otlp_protobuf.span_fields_proto``)."""
         trace_id = self.trace_id
-        state = self.parsed_trace_state()
-        trace_state = ",".join([f"{k}={v}" for k, v in state.items()]) if state else ""
-        encode = export.span_fields_text  # compiled where it was built (tracing.export)
+        trace_state = trace_state_text(self.parsed_trace_state())
         return [
             encode(
                 trace_id,
@@ -270,7 +270,7 @@ class RequestRecord:
         ]
 
     def readable_spans(self) -> list[ReadableSpan]:
-        """Its spans as the SDK's (for the OTLP and console exporters)."""
+        """Its spans as the SDK's (for an exporter that takes no record: the console)."""
         builder = self.builder
         flags = TraceFlags(self.flags)
         state = self.parsed_trace_state()

@@ -62,3 +62,10 @@ def sdk_encoding(spans: list[ReadableSpan]) -> dict[str, Any]:
                         if key in item:
                             item[key] = base64.b64decode(item[key]).hex()
     return document
+
+
+def sdk_protobuf(spans: list[ReadableSpan]) -> bytes:
+    """What the SDK's OTLP exporters send for *spans*: its encoder's request, serialized."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    return encode_spans(spans).SerializePartialToString()  # type: ignore[no-any-return]

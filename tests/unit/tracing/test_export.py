@@ -174,8 +174,8 @@ class FakeRecord:
         self.resource = Resource.create({})
         self.instrumentation_scope = None
 
-    def span_texts(self) -> list[str]:
-        raise AssertionError("only the span file encodes records")
+    def encoded_spans(self, encode: Any) -> list[Any]:
+        raise AssertionError("only the span file and the OTLP exporters encode records")
 
     def readable_spans(self) -> list[ReadableSpan]:
         return finished_spans(self.span_count, self.prefix)

@@ -1,8 +1,9 @@
-"""The span file's OTLP/JSON encoder against the SDK's: the same bytes for spans of every
-shape (``tracing.export.encode_otlp_line`` writes the text directly; what it replaced built
-the SDK's protobuf messages, read them back with protobuf's JSON mapping and dumped that).
-Every test runs on the compiled span encoder (``_export_native.c``) and on the Python
-reference it follows."""
+"""The span file's OTLP/JSON encoder and the OTLP exporters' protobuf encoder against the
+SDK's: the same bytes for spans of every shape (``tracing.export.encode_otlp_line`` and
+``tracing.export.encode_otlp_protobuf`` write them directly; what they replaced
+built the SDK's protobuf messages, and for the span file read them back with protobuf's
+JSON mapping and dumped that). Every test runs on the compiled span encoder
+(``_export_native.c``) and on the Python reference it follows."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
-from tests.unit.support.spans import sdk_encoding
+from tests.unit.support.spans import sdk_encoding, sdk_protobuf
 from tests.unit.support.timing import timing_path
 from tracing import export
-from tracing.export import encode_otlp_json, encode_otlp_line
+from tracing.export import encode_otlp_json, encode_otlp_line, encode_otlp_protobuf
 from tracing.timing import native
 
 RESOURCE = Resource.create({"service.name": "pricingservice", "pricing.pool": "io"})
@@ -65,10 +66,12 @@ def test_ids_the_compiled_formats_do_not_fit_go_to_the_reference() -> None:
 
 
 def assert_same_bytes(spans: list[ReadableSpan]) -> None:
-    """The line ``JsonLinesFileExporter`` writes is the one it wrote with the SDK."""
+    """The line ``JsonLinesFileExporter`` writes is the one it wrote with the SDK, and
+    the OTLP exporters send the bytes the SDK's encoder serializes."""
     expected = json.dumps(sdk_encoding(spans), separators=(",", ":"))
     assert encode_otlp_line(spans) == expected
     assert encode_otlp_json(spans) == json.loads(expected)
+    assert encode_otlp_protobuf(spans) == sdk_protobuf(spans)
 
 
 def recorded_worker_spans() -> list[ReadableSpan]:

@@ -203,8 +203,11 @@ def test_each_exporter_is_the_sdks_own(monkeypatch: pytest.MonkeyPatch) -> None:
     endpoint = {OTLP_ENDPOINT_ENV: "http://127.0.0.1:9"}
     assert isinstance(made(**endpoint), HttpExporter)
     assert isinstance(made(**endpoint, **{OTLP_PROTOCOL_ENV: "http/protobuf"}), HttpExporter)
+    # Fed protobuf written straight from the queue's records (tracing.otlp_protobuf).
+    assert made(**endpoint).takes_records  # type: ignore[attr-defined]
     grpc = made(**endpoint, **{OTLP_PROTOCOL_ENV: "grpc"})
     assert isinstance(grpc, GrpcExporter)
+    assert grpc.takes_records  # type: ignore[attr-defined]
     grpc.shutdown()  # type: ignore[attr-defined]
     assert isinstance(made(**{TRACES_EXPORTER_ENV: "console"}), ConsoleSpanExporter)
     assert made(**{TRACES_EXPORTER_ENV: "none"}) is None

@@ -22,8 +22,13 @@ from opentelemetry.trace import SpanContext, TraceFlags
 
 import tracing.export
 import tracing.server
-from tests.unit.support.spans import sdk_encoding
-from tracing.export import ThreadedSpanProcessor, encode_otlp_json, readable_spans
+from tests.unit.support.spans import sdk_encoding, sdk_protobuf
+from tracing.export import (
+    ThreadedSpanProcessor,
+    encode_otlp_json,
+    encode_otlp_protobuf,
+    readable_spans,
+)
 from tracing.flask_tracing import FlaskTracing
 from tracing.redact import QueryRedactor
 from tracing.server_span import sampled_traceparent
@@ -179,6 +184,8 @@ def test_a_records_otlp_is_the_sdks_for_the_same_request(tmp_path: Path) -> None
     serve(tmp_path / "built.jsonl", build=True, queued=queued)
     direct = encode_otlp_json(queued)
     assert direct == sdk_encoding(readable_spans(queued))
+    # And the OTLP exporters' protobuf (``tracing.otlp_protobuf``), byte for byte.
+    assert encode_otlp_protobuf(queued) == sdk_protobuf(readable_spans(queued))
     spans = [s for r in direct["resourceSpans"] for ss in r["scopeSpans"] for s in ss["spans"]]
     assert len(spans) == 5
     assert {s.get("traceState") for s in spans} == {"congo=t61rcWkgMzE"}
@@ -187,7 +194,7 @@ def test_a_records_otlp_is_the_sdks_for_the_same_request(tmp_path: Path) -> None
     assert eta["status"] == {"message": "ConnectionResetError: reset by peer", "code": 2}
 
 
-def test_the_otlp_exporters_get_the_sdk_spans_built_on_the_thread(tmp_path: Path) -> None:
+def test_an_exporter_taking_no_record_gets_sdk_spans_built_on_the_thread(tmp_path: Path) -> None:
     queued: list[Any] = []
     serve(tmp_path / "built.jsonl", build=True, queued=queued)
     memory = InMemorySpanExporter()
@@ -250,6 +257,7 @@ def test_span_limits_bind_on_built_spans_as_on_the_sdks() -> None:
         assert span["attributes"][2]["value"] == {"stringValue": "long"}
         assert span["status"] == {"code": 2}
         assert encode_otlp_json([record]) == sdk_encoding(readable_spans([record]))
+        assert encode_otlp_protobuf([record]) == sdk_protobuf(readable_spans([record]))
     finally:
         processor.shutdown()
 
