@@ -105,6 +105,27 @@ def test_bench_parts_quick(tmp_path: Path) -> None:
     assert (out / "io_capacity.png").read_bytes()[:8] == PNG
 
 
+def test_tracing_overhead_otlp_mode_exports_every_span_to_its_sink(tmp_path: Path) -> None:
+    """100-otlp: the pools export over OTLP/HTTP protobuf to the sink the run started
+    (no span file), and what arrived there is counted in the results."""
+    out, run = tmp_path / "out", tmp_path / "run"
+    done = pricingctl(
+        "bench",
+        "tracing-overhead",
+        *("--duration", "2", "--warmup", "1", "--repeats", "1", "--quick", "--no-capacity"),
+        *("--offer-rates", "40", "--modes", "off,100-otlp"),
+        *("--out", str(out), "--run-dir", str(run)),
+        timeout_s=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((out / "tracing_overhead.json").read_text())
+    (point,) = doc["points"]
+    evidence = point["evidence"]["100-otlp"]
+    assert evidence["active"] and evidence["client_spans_in_span_file"] == 0
+    assert doc["exported_to_sink"]["batches"] > 0 and doc["exported_to_sink"]["bytes"] > 0
+    assert "100-otlp_cpu_per_offer_over_off at 40 offers/s" in {t["target"] for t in doc["targets"]}
+
+
 def test_tracing_overhead_quick(tmp_path: Path) -> None:
     """off / production default / 100 %: each mode measured at each rate point, traced
     modes shown active (traceparents at the upstreams, even at 1 % sampling), costs

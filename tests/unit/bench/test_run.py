@@ -12,6 +12,7 @@ from bench.tracing_overhead import ARMS
 from routing.load import parse_routes
 from routing.model import Layout, RouteConfig
 from routing.write import render_routes_toml
+from tracing.settings import OTLP_TRACES_ENDPOINT_ENV
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
@@ -63,6 +64,11 @@ def test_tracing_overhead_modes_set_the_switch_and_the_sampling(
     assert (by_key["default"].tracing, by_key["default"].sample_percent) == ("full", None)
     assert (by_key["100"].tracing, by_key["100"].sample_percent) == ("full", 100.0)
     assert by_key["spans"].tracing == "spans"
+    # 100-otlp: as 100, exporting to the sink the run started, where 100 writes the file.
+    otlp = {arm.key: arm for arm in arms(("off", "100", "100-otlp"), "http://127.0.0.1:9")}
+    assert (otlp["100-otlp"].tracing, otlp["100-otlp"].sample_percent) == ("full", 100.0)
+    assert otlp["100-otlp"].env[OTLP_TRACES_ENDPOINT_ENV] == "http://127.0.0.1:9/v1/traces"
+    assert OTLP_TRACES_ENDPOINT_ENV not in otlp["100"].env
     # 100 %: a derived routes.toml the pools read (source), the rest of the config alike.
     derived = with_sample_percent(routes, 100.0, tmp_path)
     assert derived.tracing.sample_percent == 100.0
