@@ -1,6 +1,8 @@
 """The compiled call observer leaks nothing: many observed calls of unsampled requests
 (the path that runs in C, with its histograms) leave the process's allocated blocks and
-its resident memory where a warm-up left them.
+its resident memory where a warm-up left them. Nor does the compiled span encoder
+(``_export_native.c``), on every path it has: its own, the reference's helpers it
+calls, an attribute that fails to encode.
 
 The number of calls is ``pytest --leak-calls`` (CI's version job runs a million); the
 bound is per call, so a leak of one object a call fails at any count."""
@@ -98,5 +100,61 @@ def test_a_great_many_observed_calls_leave_memory_flat(
     blocks_grown = sys.getallocatedblocks() - blocks_before
     rss_grown = resident_bytes() - rss_before
 
+    assert blocks_grown <= MAX_BLOCKS_PER_CALL * calls, f"{blocks_grown} blocks more"
+    assert rss_grown <= MAX_RSS_BYTES_PER_CALL * calls, f"{rss_grown} bytes more resident"
+
+
+def encode_spans(span_fields: list[tuple[tuple[object, ...], dict[str, object]]], n: int) -> None:
+    from tracing import export
+
+    for i in range(n):
+        args, kwargs = span_fields[i % len(span_fields)]
+        export.span_fields_text(*args, **kwargs)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux's /proc")
+def test_a_great_many_encoded_spans_leave_memory_flat(
+    compiled: None, pytestconfig: pytest.Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    from opentelemetry.sdk.trace import Event
+    from opentelemetry.trace import SpanKind
+
+    from bench.span_cost import sampled_request_queue
+
+    records = [item for item in sampled_request_queue(4) if hasattr(item, "span_fields")]
+    spans: list[tuple[tuple[object, ...], dict[str, object]]] = []
+    for record in records:
+        for span in record.span_fields():
+            args = (record.trace_id, span.span_id, "k=v", span.parent_span_id, True, span.name)
+            spans.append(
+                (
+                    (*args, span.kind, span.start_ns, span.end_ns, span.attributes, span.events),
+                    {"status_code": 2, "status_message": "boom", "dropped": (1, 2, 3)},
+                )
+            )
+    odd = {"é": "ünï", "list": [1, "a", 2.5, True], "none": None, "big": 2**70, "nan": 1e400}
+    event = Event("e", odd, timestamp=5)
+    spans.append(((2**100, 7, "", None, False, "ö", SpanKind.CLIENT, 1, 2, odd, [event], 0), {}))
+    assert len(spans) >= 5
+    calls = max(pytestconfig.getoption("--leak-calls") // 10, 20_000)
+    # What the encoder is handed, whose references it must give back (a reference kept
+    # to an object that exists anyway allocates nothing: the blocks would not show it).
+    # Not the singletons and small ints, which the rest of the process holds and lets go.
+    handed = [
+        obj
+        for args, kwargs in spans
+        for obj in (*args, *kwargs.values(), *args[9].keys(), *args[9].values(), *args[10])
+        if type(obj) not in (bool, int, type(None))
+    ]
+    with caplog.at_level("CRITICAL"):  # the one attribute left out logs each time
+        encode_spans(spans, calls // 10)  # warm-up
+        gc.collect()
+        references = [sys.getrefcount(obj) for obj in handed]
+        blocks_before, rss_before = sys.getallocatedblocks(), resident_bytes()
+        encode_spans(spans, calls)
+        gc.collect()
+    assert [sys.getrefcount(obj) for obj in handed] == references
+    blocks_grown = sys.getallocatedblocks() - blocks_before
+    rss_grown = resident_bytes() - rss_before
     assert blocks_grown <= MAX_BLOCKS_PER_CALL * calls, f"{blocks_grown} blocks more"
     assert rss_grown <= MAX_RSS_BYTES_PER_CALL * calls, f"{rss_grown} bytes more resident"
