@@ -11,8 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from gunicorn_conf import hung
+from routing.gunicorn import hung_after_s, server_settings
 from routing.gunicorn import pool_settings as pool_settings_of
-from routing.gunicorn import server_settings
 from routing.load import load_routes
 from routing.model import SHARED_POOL, layout_of
 from toolkit.contract import (
@@ -30,7 +31,10 @@ _SETTINGS = (
     *("forwarded_allow_ips", "secure_scheme_headers"),
     *("logger_class", "accesslog", "errorlog", "loglevel", "control_socket_disable"),
 )
-_HOOKS = ("on_starting", "post_fork", "post_worker_init", "worker_exit", "child_exit")
+_HOOKS = (
+    *("on_starting", "when_ready", "pre_fork", "post_fork", "post_worker_init"),
+    *("worker_exit", "child_exit"),
+)
 __all__ = [*_SETTINGS, *_HOOKS]
 
 log = logging.getLogger("gunicorn.error")
@@ -123,10 +127,34 @@ def on_starting(server: Any) -> None:
 
 def child_exit(server: Any, worker: Any) -> None:
     """A worker is gone: drop its live gauges (its counters and histograms stay in the
-    pool's totals)."""
+    pool's totals), and close its heartbeat file."""
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
+    beat = getattr(worker, "hung_beat", None)
+    if beat is not None:
+        beat.close()
+
+
+# --- hung workers: killed at once where every route is retried (gunicorn_conf.hung) ---
+
+
+def _hung_after_s() -> float | None:
+    return hung_after_s(load_routes(), os.environ.get(POOL_ENV, SHARED_POOL))
+
+
+def when_ready(server: Any) -> None:
+    """The master looks for hung workers between the turns of its loop."""
+    limit = _hung_after_s()
+    if limit is not None:
+        hung.watch_for_hung_workers(server, limit)
+        server.log.info("pool: a worker without a heartbeat for %.0f ms is killed", limit * 1000)
+
+
+def pre_fork(server: Any, worker: Any) -> None:
+    """In the master, before the fork: the worker's heartbeat file, if its pool has one."""
+    if _hung_after_s() is not None:
+        worker.hung_beat = hung.Heartbeat(server.cfg)
 
 
 # --- server hooks ------------------------------------------------------------
@@ -190,6 +218,11 @@ def post_worker_init(worker: Any) -> None:
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
     worker.log.debug("gc: %d start-up objects frozen", gc.get_freeze_count())
+    # Serving from here on: the heartbeat thread starts (gunicorn_conf.hung).
+    beat = getattr(worker, "hung_beat", None)
+    limit = _hung_after_s()
+    if beat is not None and limit is not None:
+        hung.start_heartbeat(beat, limit)
 
 
 def worker_exit(server: Any, worker: Any) -> None:

@@ -24,6 +24,10 @@ READ_TIMEOUT_S = 10
 # the pool CPU quadratic in its length). Envoy lets through a longer one (up to
 # max_request_headers_kb); the pool answers it 414, problem+json (gunicorn_conf.worker).
 MAX_REQUEST_LINE = 8190
+#: A worker of a pool whose every route Envoy retries is killed once its heartbeat thread
+#: has not beaten for this share of the pool's shortest route timeout (gunicorn_conf.hung):
+#: soon enough that a GET it held, retried on another worker, still fits in that timeout.
+HUNG_AFTER_FRACTION = 0.3
 #: The worker class every pool runs (gevent's, with a read timeout and problem+json errors).
 WORKER_CLASS = "gunicorn_conf.worker.PoolWorker"
 
@@ -77,3 +81,13 @@ def server_settings(config: RouteConfig) -> dict[str, Any]:
         # pools (and test stacks) would fight over it, and nothing here uses it.
         "control_socket_disable": True,
     }
+
+
+def hung_after_s(config: RouteConfig, pool_name: str) -> float | None:
+    """How long a worker of *pool_name* may go without a heartbeat before its master kills
+    it (gunicorn_conf.hung); None when a route of the pool is not retried (a POST): its
+    requests would be lost with the worker."""
+    routes = config.routes_of(pool_name, layout_of(pool_name))
+    if not routes or any(route.retry is None for route in routes):
+        return None
+    return min(route.timeout_ms for route in routes) * HUNG_AFTER_FRACTION / 1000

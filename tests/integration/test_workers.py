@@ -7,6 +7,8 @@
 - SIGKILL the io pool's master with GETs in flight, supervised as `pricingctl up`
   supervises: its orphaned workers serve on while a new master boots on the same
   socket, then finish and leave; no GET fails.
+- SIGSTOP an io worker with GETs in flight: its master kills it once its heartbeat
+  stops, and Envoy retries the GETs it held; none fails.
 - HUP a pool's master (graceful reload): zero failed requests.
 - Freeze (SIGSTOP) or kill every process of the io pool: once its health checks
   fail, Envoy answers 503 at once (no panic routing), the cpu pool keeps serving,
@@ -15,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -88,6 +91,9 @@ RETRY_STATS = (
 # worker when one is killed, more than Envoy's floor of retries at once, and each
 # retry still has most of the route's timeout left.
 SLOW_VEHICLES_MS, MANY_GETS_RATE, MANY_GETS_COUNT = 150, 100.0, 500
+# GETs in flight when an io worker is stopped: about five on it, each with time left to
+# be retried after its master kills it (the offers' upstreams at the benchmark's 100 ms).
+STOPPED_VEHICLES_MS, STOPPED_GETS_COUNT = 100, 300
 
 
 def io_retry_stats(stack: Stack) -> dict[str, int]:
@@ -138,6 +144,50 @@ def test_sigkill_of_an_io_worker_with_many_gets_in_flight_fails_none(stack: Stac
     # ... so no client saw Envoy's 503 for a reset, nor a cut connection.
     assert [o for o in tally.outcomes if shed(o) or o.status == 0] == [], tally.summary("reset")
     assert_nothing_lost(tally)
+
+
+def test_a_stopped_io_worker_with_gets_in_flight_is_killed_and_fails_none(stack: Stack) -> None:
+    """SIGSTOP of one io worker (a frozen process: its connections take requests and
+    never answer): its master sees its heartbeat stop and kills it well within the
+    offers' timeout (gunicorn_conf.hung), and Envoy retries the GETs it held."""
+    before = workers_of(stack, "io")
+    stats_before = io_retry_stats(stack)
+    port = stack.config.pool("io").bind.port
+    stopped: list[int] = []
+
+    def stop_the_busier_worker() -> None:
+        held = {
+            pid: sum(1 for s in tcp_sockets([pid]) if s[1] == port and s[4] == "ESTABLISHED")
+            for pid in before
+        }
+        stopped.append(max(before, key=held.__getitem__))
+        os.kill(stopped[0], signal.SIGSTOP)
+
+    set_upstream(stack, "vehicles", latency={"dist": "fixed", "ms": STOPPED_VEHICLES_MS})
+    try:
+        tally = under_load(
+            stack, offer_request, MANY_GETS_RATE, STOPPED_GETS_COUNT, stop_the_busier_worker
+        )
+    finally:
+        fixed_latency(stack, FAST_MS)
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert wait_until(lambda: len(accepting_workers(stack, "io")) == 2, 30)
+    after = workers_of(stack, "io")
+    stats = {k: v - stats_before[k] for k, v in io_retry_stats(stack).items()}
+    print(
+        f"\n{tally.summary('GET offers, one io worker SIGSTOPped')}; workers {before} -> "
+        f"{after}; Envoy {stats}"
+    )
+    assert stopped[0] not in after  # killed by its master, replaced by gunicorn
+    log = (stack.run_dir / "logs" / "pool-io.log").read_text()
+    assert f"worker {stopped[0]} hung" in log
+    assert len(tally.outcomes) == STOPPED_GETS_COUNT
+    # GETs were waiting on the stopped worker when it was killed, and were retried.
+    assert stats["upstream_cx_destroy_remote_with_active_rq"] > 0, stats
+    assert stats["upstream_rq_retry"] >= stats["upstream_cx_destroy_remote_with_active_rq"]
+    assert_nothing_lost(tally)  # no 503 nor cut connection; a 504 only as a starved machine's
 
 
 def test_sigkill_of_the_io_master_with_gets_in_flight_fails_none(stack: Stack) -> None:

@@ -18,7 +18,10 @@ from routing.model import RouteConfig
 from routing.write import write_routes
 from toolkit.contract import ROUTES_ENV
 
-HOOKS = ("child_exit", "on_starting", "post_fork", "post_worker_init", "worker_exit")
+HOOKS = (
+    *("child_exit", "on_starting", "post_fork", "post_worker_init", "worker_exit"),
+    *("pre_fork", "when_ready"),
+)
 
 COMMON = {
     "worker_class": "gunicorn_conf.worker.PoolWorker",
