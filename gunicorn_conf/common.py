@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gunicorn_conf import hung
-from routing.gunicorn import hung_after_s, server_settings
+from routing.gunicorn import HungLimits, hung_limits, server_settings
 from routing.gunicorn import pool_settings as pool_settings_of
 from routing.load import load_routes
 from routing.model import SHARED_POOL, layout_of
@@ -139,21 +139,25 @@ def child_exit(server: Any, worker: Any) -> None:
 # --- hung workers: killed at once where every route is retried (gunicorn_conf.hung) ---
 
 
-def _hung_after_s() -> float | None:
-    return hung_after_s(load_routes(), os.environ.get(POOL_ENV, SHARED_POOL))
+def _hung_limits() -> HungLimits | None:
+    return hung_limits(load_routes(), os.environ.get(POOL_ENV, SHARED_POOL))
 
 
 def when_ready(server: Any) -> None:
     """The master looks for hung workers between the turns of its loop."""
-    limit = _hung_after_s()
-    if limit is not None:
-        hung.watch_for_hung_workers(server, limit)
-        server.log.info("pool: a worker without a heartbeat for %.0f ms is killed", limit * 1000)
+    limits = _hung_limits()
+    if limits is not None:
+        hung.watch_for_hung_workers(server, limits)
+        server.log.info(
+            "pool: a worker without a heartbeat for %.0f ms (stopped) or %.0f ms is killed",
+            limits.stopped_s * 1000,
+            limits.running_s * 1000,
+        )
 
 
 def pre_fork(server: Any, worker: Any) -> None:
     """In the master, before the fork: the worker's heartbeat file, if its pool has one."""
-    if _hung_after_s() is not None:
+    if _hung_limits() is not None:
         worker.hung_beat = hung.Heartbeat(server.cfg)
 
 
@@ -220,9 +224,9 @@ def post_worker_init(worker: Any) -> None:
     worker.log.debug("gc: %d start-up objects frozen", gc.get_freeze_count())
     # Serving from here on: the heartbeat thread starts (gunicorn_conf.hung).
     beat = getattr(worker, "hung_beat", None)
-    limit = _hung_after_s()
-    if beat is not None and limit is not None:
-        hung.start_heartbeat(beat, limit)
+    limits = _hung_limits()
+    if beat is not None and limits is not None:
+        hung.start_heartbeat(beat, limits)
 
 
 def worker_exit(server: Any, worker: Any) -> None:

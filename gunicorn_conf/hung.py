@@ -4,12 +4,14 @@ timeout, instead of being answered 504 when it expires.
 
 Each worker of such a pool runs a heartbeat thread (a real OS thread) that touches a file
 of its own (``Heartbeat``, made by the master before the fork) every ``BEAT_FRACTION`` of
-the limit (``routing.gunicorn.hung_after_s``). Between the turns of its loop the master
-looks at those files and SIGKILLs a worker whose file is older than the limit. The
-thread needs only the GIL, which a hub busy with requests hands over every switch
-interval, so a loaded worker keeps beating; a worker that is stopped (SIGSTOP, a frozen
-cgroup) or stuck in C code that holds the GIL (the seeds' blocking C library) does not.
-Killed, its connections close, and Envoy retries their GETs (``retry_on: reset``).
+the shorter limit (``routing.gunicorn.hung_limits``). Between the turns of its loop the
+master looks at those files and SIGKILLs a worker whose file is older than its limit:
+the short one when the kernel says the process is stopped (SIGSTOP, a frozen cgroup),
+the pool's whole timeout when it is still runnable (stuck in C code that holds the GIL,
+the seeds' blocking C library; or only starved of CPU by a busy machine, which the long
+limit leaves alone). The thread needs only the GIL, which a hub busy with requests hands
+over every switch interval, so a loaded worker keeps beating. Killed, a worker's
+connections close, and Envoy retries their GETs (``retry_on: reset``).
 
 gunicorn's own heartbeat (``timeout``, beaten by the worker's loop) still kills a worker
 whose loop is stuck in Python for longer. A pool with a route Envoy does not retry (a
@@ -27,6 +29,8 @@ from typing import Any
 
 from gevent.monkey import get_original
 from gunicorn.workers.workertmp import WorkerTmp
+
+from routing.gunicorn import HungLimits
 
 #: The heartbeat's period and the master's look, as a share of the limit.
 BEAT_FRACTION = 0.25
@@ -49,10 +53,10 @@ class Heartbeat(WorkerTmp):
         return None if age < -1.0 else max(age, 0.0)
 
 
-def start_heartbeat(beat: Heartbeat, hung_after_s: float) -> None:
-    """In the worker: a thread that beats every BEAT_FRACTION of the limit until the
-    process ends."""
-    period = hung_after_s * BEAT_FRACTION
+def start_heartbeat(beat: Heartbeat, limits: HungLimits) -> None:
+    """In the worker: a thread that beats every BEAT_FRACTION of the shorter limit until
+    the process ends."""
+    period = limits.stopped_s * BEAT_FRACTION
 
     def run() -> None:
         with contextlib.suppress(OSError, ValueError):  # the file closed at exit
@@ -64,8 +68,18 @@ def start_heartbeat(beat: Heartbeat, hung_after_s: float) -> None:
     _start_new_thread(run, ())
 
 
-def kill_hung_workers(server: Any, hung_after_s: float) -> list[int]:
-    """In the master: SIGKILL each worker whose heartbeat is older than the limit (once:
+def stopped(pid: int) -> bool:
+    """Whether the kernel has *pid* stopped (its state in /proc: T, or t when traced)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"T", b"t")
+
+
+def kill_hung_workers(server: Any, limits: HungLimits) -> list[int]:
+    """In the master: SIGKILL each worker whose heartbeat is older than its limit (once:
     gunicorn's ``aborted`` flag); the pids killed."""
     now = time.monotonic()
     killed = []
@@ -77,14 +91,19 @@ def kill_hung_workers(server: Any, hung_after_s: float) -> list[int]:
             age = beat.age_s(now)
         except (OSError, ValueError):  # closed: the worker was just reaped
             continue
-        if age is None or age <= hung_after_s:
+        if age is None or age <= limits.stopped_s:
+            continue
+        is_stopped = stopped(pid)
+        limit = limits.stopped_s if is_stopped else limits.running_s
+        if age <= limit:
             continue
         server.log.warning(
-            "worker %s hung: no heartbeat for %.0f ms (limit %.0f ms); killed, its GETs "
-            "retried by Envoy",
+            "worker %s hung (%s): no heartbeat for %.0f ms (limit %.0f ms); killed, its "
+            "GETs retried by Envoy",
             pid,
+            "stopped" if is_stopped else "running",
             age * 1000,
-            hung_after_s * 1000,
+            limit * 1000,
         )
         worker.aborted = True
         with contextlib.suppress(ProcessLookupError):
@@ -93,17 +112,17 @@ def kill_hung_workers(server: Any, hung_after_s: float) -> list[int]:
     return killed
 
 
-def watch_for_hung_workers(server: Any, hung_after_s: float) -> None:
+def watch_for_hung_workers(server: Any, limits: HungLimits) -> None:
     """In the master: its loop waits for signals up to a second a turn
     (``Arbiter.wait_for_signals``); that wait now looks for hung workers every
-    BEAT_FRACTION of the limit (docs/private-apis.md)."""
-    period = hung_after_s * BEAT_FRACTION
+    BEAT_FRACTION of the shorter limit (docs/private-apis.md)."""
+    period = limits.stopped_s * BEAT_FRACTION
     wait: Callable[..., list[int]] = server.wait_for_signals
 
     def wait_for_signals(timeout: float = 1.0) -> list[int]:
         end = time.monotonic() + timeout
         while True:
-            kill_hung_workers(server, hung_after_s)
+            kill_hung_workers(server, limits)
             left = end - time.monotonic()
             if left <= 0:
                 return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from routing.model import RouteConfig, layout_of
@@ -25,9 +26,13 @@ READ_TIMEOUT_S = 10
 # max_request_headers_kb); the pool answers it 414, problem+json (gunicorn_conf.worker).
 MAX_REQUEST_LINE = 8190
 #: A worker of a pool whose every route Envoy retries is killed once its heartbeat thread
-#: has not beaten for this share of the pool's shortest route timeout (gunicorn_conf.hung):
-#: soon enough that a GET it held, retried on another worker, still fits in that timeout.
-HUNG_AFTER_FRACTION = 0.3
+#: has been silent this long (gunicorn_conf.hung), as a share of the pool's shortest
+#: route timeout. Stopped (SIGSTOP, a frozen cgroup): soon enough that a GET it held,
+#: retried on another worker, still fits in that timeout. Still runnable (stuck in C code
+#: that holds the GIL, or only starved of CPU by a busy machine): the whole timeout, by
+#: when what it held has failed anyway.
+HUNG_STOPPED_FRACTION = 0.3
+HUNG_RUNNING_FRACTION = 1.0
 #: The worker class every pool runs (gevent's, with a read timeout and problem+json errors).
 WORKER_CLASS = "gunicorn_conf.worker.PoolWorker"
 
@@ -83,11 +88,20 @@ def server_settings(config: RouteConfig) -> dict[str, Any]:
     }
 
 
-def hung_after_s(config: RouteConfig, pool_name: str) -> float | None:
-    """How long a worker of *pool_name* may go without a heartbeat before its master kills
-    it (gunicorn_conf.hung); None when a route of the pool is not retried (a POST): its
+@dataclass(frozen=True)
+class HungLimits:
+    """Seconds without a heartbeat after which a pool's master kills a worker."""
+
+    stopped_s: float
+    running_s: float
+
+
+def hung_limits(config: RouteConfig, pool_name: str) -> HungLimits | None:
+    """When the master of *pool_name* kills a worker whose heartbeat stopped
+    (gunicorn_conf.hung); None when a route of the pool is not retried (a POST): its
     requests would be lost with the worker."""
     routes = config.routes_of(pool_name, layout_of(pool_name))
     if not routes or any(route.retry is None for route in routes):
         return None
-    return min(route.timeout_ms for route in routes) * HUNG_AFTER_FRACTION / 1000
+    shortest_s = min(route.timeout_ms for route in routes) / 1000
+    return HungLimits(shortest_s * HUNG_STOPPED_FRACTION, shortest_s * HUNG_RUNNING_FRACTION)

@@ -99,7 +99,11 @@ def test_an_offer_whose_budget_was_spent_waiting_is_shed_without_an_upstream_cal
     since = time.time_ns()
     # The io workers stop (as a worker starved of CPU would), the offers queue in their
     # socket, and when the workers run again 420 of each offer's 500 ms are gone: less
-    # than the 150 ms the route needs (min_budget_ms in routes.toml).
+    # than the 150 ms the route needs (min_budget_ms in routes.toml). Their master stops
+    # too, first, and runs again last: it would kill a stopped worker as hung
+    # (gunicorn_conf.hung), which is not what this test is about.
+    master = stack.procs["pool-io"].pid
+    os.kill(master, signal.SIGSTOP)
     for pid in workers:
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -110,6 +114,8 @@ def test_an_offer_whose_budget_was_spent_waiting_is_shed_without_an_upstream_cal
     finally:
         for pid in workers:
             os.kill(pid, signal.SIGCONT)
+        time.sleep(0.1)  # their heartbeat threads beat again before the master looks
+        os.kill(master, signal.SIGCONT)
     sender.join(timeout=30)
 
     statuses = Counter(r.status for r in waiting)
