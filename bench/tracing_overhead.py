@@ -43,11 +43,12 @@ traceparent and wrote no span is reported as not active.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.baseline.sink import COUNT_PATH, running_sink
 from bench.progress import Progress
 from bench.run import DRIVER, Arm, LoadSettings, RunResult, run_arms
 from bench.stats import GroupStats, Rows, mean_interval95
@@ -163,49 +164,6 @@ def run_tracing_overhead(
     if "off" not in modes:
         raise ValueError("the modes must include off (every difference is taken from it)")
     doc: dict[str, Any] = {"schema": SCHEMA}
-    with contextlib.ExitStack() as stack:
-        sink_url = ""
-        if SINK_MODES & set(modes):
-            from bench.baseline.sink import COUNT_PATH, running_sink
-
-            sink_url = stack.enter_context(running_sink(run_dir))
-        _measure(
-            doc,
-            config,
-            settings,
-            workers,
-            repeats,
-            deadline_s,
-            run_dir,
-            modes,
-            progress,
-            offer_rates,
-            capacity,
-            paired,
-            sink_url,
-        )
-        if sink_url:
-            doc["exported_to_sink"] = fetch(f"{sink_url}{COUNT_PATH}").expect_ok().json()
-    doc["targets"] = _targets(doc)
-    return doc
-
-
-def _measure(
-    doc: dict[str, Any],
-    config: RouteConfig,
-    settings: LoadSettings,
-    workers: int,
-    repeats: int,
-    deadline_s: float,
-    run_dir: Path,
-    modes: Sequence[str],
-    progress: Progress | None,
-    offer_rates: Sequence[str] | None,
-    capacity: CapacitySearch | None,
-    paired: bool,
-    sink_url: str,
-) -> None:
-    """The capacity search and every rate point, into *doc*."""
     capacity_rps: float | None = None
     if capacity is not None:
         doc["capacity"] = _capacities(config, settings, capacity, deadline_s, run_dir, progress)
@@ -216,26 +174,29 @@ def _measure(
         doc["note_rates"] = (
             "the untraced capacity was 0 (no step passed): the N % rate points were skipped"
         )
-    for rate, share in rates:
-        point_settings = settings
-        name = "mixed"
-        if rate is not None:
-            point_settings = replace(settings, group_rates_rps={"offers": rate, "cpu": 0.0})
-            name = f"offers-{rate:g}"
-        point = _point(
-            config,
-            point_settings,
-            modes,
-            workers,
-            repeats,
-            deadline_s,
-            run_dir / name,
-            progress,
-            paired=paired and not share,
-            sink_url=sink_url,
-        )
-        point["offers_rps"] = rate
-        points.append(point)
+    with _sink_for(modes, run_dir) as sink_url:
+        for rate, share in rates:
+            point_settings = settings
+            name = "mixed"
+            if rate is not None:
+                point_settings = replace(settings, group_rates_rps={"offers": rate, "cpu": 0.0})
+                name = f"offers-{rate:g}"
+            point = _point(
+                config,
+                point_settings,
+                modes,
+                workers,
+                repeats,
+                deadline_s,
+                run_dir / name,
+                progress,
+                paired=paired and not share,
+                sink_url=sink_url,
+            )
+            point["offers_rps"] = rate
+            points.append(point)
+        if sink_url:
+            doc["exported_to_sink"] = fetch(f"{sink_url}{COUNT_PATH}").expect_ok().json()
     doc.update(
         {
             "settings": {
@@ -262,6 +223,18 @@ def _measure(
             ),
         }
     )
+    doc["targets"] = _targets(doc)
+    return doc
+
+
+@contextlib.contextmanager
+def _sink_for(modes: Sequence[str], run_dir: Path) -> Iterator[str]:
+    """The OTLP sink the SINK_MODES export to, while the rate points run ("": none)."""
+    if not SINK_MODES & set(modes):
+        yield ""
+        return
+    with running_sink(run_dir) as url:
+        yield url
 
 
 def _resolved_rates(

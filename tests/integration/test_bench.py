@@ -105,20 +105,27 @@ def test_bench_parts_quick(tmp_path: Path) -> None:
     assert (out / "io_capacity.png").read_bytes()[:8] == PNG
 
 
-def test_tracing_overhead_otlp_mode_exports_every_span_to_its_sink(tmp_path: Path) -> None:
-    """100-otlp: the pools export over OTLP/HTTP protobuf to the sink the run started
-    (no span file), and what arrived there is counted in the results."""
+def tracing_overhead(tmp_path: Path, *flags: str) -> dict[str, Any]:
+    """A quick `bench tracing-overhead` with *flags*: its results document."""
     out, run = tmp_path / "out", tmp_path / "run"
     done = pricingctl(
         "bench",
         "tracing-overhead",
-        *("--duration", "2", "--warmup", "1", "--repeats", "1", "--quick", "--no-capacity"),
-        *("--offer-rates", "40", "--modes", "off,100-otlp"),
+        *("--duration", "2", "--warmup", "1", "--repeats", "1", "--quick", *flags),
         *("--out", str(out), "--run-dir", str(run)),
         timeout_s=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    doc = json.loads((out / "tracing_overhead.json").read_text())
+    doc: dict[str, Any] = json.loads((out / "tracing_overhead.json").read_text())
+    return doc
+
+
+def test_tracing_overhead_otlp_mode_exports_every_span_to_its_sink(tmp_path: Path) -> None:
+    """100-otlp: the pools export over OTLP/HTTP protobuf to the sink the run started
+    (no span file), and what arrived there is counted in the results."""
+    doc = tracing_overhead(
+        tmp_path, "--no-capacity", "--offer-rates", "40", "--modes", "off,100-otlp"
+    )
     (point,) = doc["points"]
     evidence = point["evidence"]["100-otlp"]
     assert evidence["active"] and evidence["client_spans_in_span_file"] == 0
@@ -132,17 +139,11 @@ def test_tracing_overhead_quick(tmp_path: Path) -> None:
     taken from off; the capacity of tracing off and default from one io-capacity each,
     and the second rate point a share of the untraced one. --paired: the point in
     offers/s runs the three modes at once, the share of the capacity one after another."""
-    out, run = tmp_path / "out", tmp_path / "run"
-    done = pricingctl(
-        "bench",
-        "tracing-overhead",
-        *("--duration", "2", "--warmup", "1", "--repeats", "1", "--quick", "--paired"),
-        *("--offer-rates", "40,50%", "--capacity-start-rps", "50", "--capacity-max-rps", "50"),
-        *("--out", str(out), "--run-dir", str(run)),
-        timeout_s=600,
+    doc = tracing_overhead(
+        tmp_path,
+        *("--paired", "--offer-rates", "40,50%"),
+        *("--capacity-start-rps", "50", "--capacity-max-rps", "50"),
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    doc = json.loads((out / "tracing_overhead.json").read_text())
     capacity = doc["capacity"]
     assert set(capacity) >= {"off", "default", "default_over_off"}
     off_capacity = capacity["off"]["capacity_rps"]

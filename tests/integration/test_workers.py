@@ -96,6 +96,16 @@ SLOW_VEHICLES_MS, MANY_GETS_RATE, MANY_GETS_COUNT = 150, 100.0, 500
 STOPPED_VEHICLES_MS, STOPPED_GETS_COUNT = 100, 300
 
 
+def busier(workers: list[int], port: int) -> int:
+    """The worker holding more of Envoy's connections to *port* (the kernel need not
+    share them evenly)."""
+    held = {
+        pid: sum(1 for s in tcp_sockets([pid]) if s[1] == port and s[4] == "ESTABLISHED")
+        for pid in workers
+    }
+    return max(workers, key=held.__getitem__)
+
+
 def io_retry_stats(stack: Stack) -> dict[str, int]:
     return {name: stack.envoy_stat(f"cluster.io_pool.{name}") for name in RETRY_STATS}
 
@@ -111,13 +121,7 @@ def test_sigkill_of_an_io_worker_with_many_gets_in_flight_fails_none(stack: Stac
     killed: list[int] = []
 
     def kill_the_busier_worker() -> None:
-        """The worker holding more of Envoy's connections (the kernel need not share
-        them evenly)."""
-        held = {
-            pid: sum(1 for s in tcp_sockets([pid]) if s[1] == port and s[4] == "ESTABLISHED")
-            for pid in before
-        }
-        killed.append(max(before, key=held.__getitem__))
+        killed.append(busier(before, port))
         os.kill(killed[0], signal.SIGKILL)
 
     set_upstream(stack, "vehicles", latency={"dist": "fixed", "ms": SLOW_VEHICLES_MS})
@@ -156,11 +160,7 @@ def test_a_stopped_io_worker_with_gets_in_flight_is_killed_and_fails_none(stack:
     stopped: list[int] = []
 
     def stop_the_busier_worker() -> None:
-        held = {
-            pid: sum(1 for s in tcp_sockets([pid]) if s[1] == port and s[4] == "ESTABLISHED")
-            for pid in before
-        }
-        stopped.append(max(before, key=held.__getitem__))
+        stopped.append(busier(before, port))
         os.kill(stopped[0], signal.SIGSTOP)
 
     set_upstream(stack, "vehicles", latency={"dist": "fixed", "ms": STOPPED_VEHICLES_MS})
