@@ -12,8 +12,9 @@ run is a child interpreter under ``valgrind --tool=callgrind``, counting only th
 measured offers (``callgrind_control -i on|off`` around them, after a warm-up; the span
 exporter's thread is flushed before each switch, so a sampled offer's export counts). Valgrind
 runs the worker ~50 x slower while the upstreams keep their 2 ms, so the culprit
-threshold and the long-run bound are raised 1000 x: delays that only valgrind's slowness
-makes are not explained, and the routes' deadlines, the slow-trace threshold (a slow
+threshold, the long-run bound and the delay that draws wait spans (``tracing.wait_spans``)
+are raised 1000 x: delays that only valgrind's slowness makes are neither explained nor
+drawn, and the routes' deadlines, the slow-trace threshold (a slow
 request is exported whatever its sampling) and the optional upstream's wait cap are
 lifted: an offer valgrind slows must still be the same offer, traced the same way. Modes
 off and full run side by side (a count does not depend on the CPU a child gets),
@@ -176,7 +177,7 @@ def _count(mode: str, offers: int, warmup: int, sampled: bool) -> None:
     import tracing.server
     from pricing import create_app
     from routing.load import load_routes
-    from tracing.settings import Mode, TracingSettings
+    from tracing.settings import DEFAULT_WAIT_SPANS_MS, Mode, TracingSettings
     from tracing.timing import call_state, route_cpu
 
     reference_init = route_cpu.RouteCpu.__init__
@@ -192,7 +193,12 @@ def _count(mode: str, offers: int, warmup: int, sampled: bool) -> None:
     route_cpu.RouteCpu.__init__ = slower_runs  # type: ignore[method-assign]
     if mode != "off":
         span_file = Path(tempfile.mkdtemp()) / "spans.jsonl"
-        settings = TracingSettings(mode=Mode(mode), otlp_endpoint=None, span_file=span_file)
+        settings = TracingSettings(
+            mode=Mode(mode),
+            otlp_endpoint=None,
+            span_file=span_file,
+            wait_spans_s=DEFAULT_WAIT_SPANS_MS / 1000 * SLOWER,
+        )
         # Lifted like the deadlines: valgrind's pace makes offers "slow", and a slow
         # request is exported whatever its sampling decision.
         sampling = tracing.server.Sampling(ratio=0.01, default_slow_s=ROUTE_TIMEOUT_MS / 1e3)

@@ -104,16 +104,36 @@ static int put_call1(Buf *b, PyObject *helper, PyObject *arg) {
     return put_text(b, PyObject_CallOneArg(helper, arg));
 }
 
-static int put_i64(Buf *b, long long value) {
-    char digits[24];
-    int n = snprintf(digits, sizeof(digits), "%lld", value);
-    return put(b, digits, n);
+/* The decimal digits of *value*, written backwards ending at *end*: where they start. */
+static char *digits_of(unsigned long long value, char *end) {
+    do {
+        *--end = (char)('0' + value % 10);
+        value /= 10;
+    } while (value);
+    return end;
 }
 
-static int put_hex(Buf *b, unsigned long long value, int width) {
-    char digits[20];
-    int n = snprintf(digits, sizeof(digits), "%0*llx", width, value);
-    return put(b, digits, n);
+static int put_i64(Buf *b, long long value) {
+    char digits[24], *end = digits + sizeof(digits);
+    unsigned long long magnitude = value < 0 ? 0ULL - (unsigned long long)value
+                                             : (unsigned long long)value;
+    char *start = digits_of(magnitude, end);
+    if (value < 0)
+        *--start = '-';
+    return put(b, start, end - start);
+}
+
+static const char hexdigits[] = "0123456789abcdef";
+
+/* *value* as 16 lowercase hex digits (an id's half: every id here is written so). */
+static int put_hex16(Buf *b, unsigned long long value) {
+    if (buf_reserve(b, 16) < 0)
+        return -1;
+    char *out = b->data + b->len;
+    for (int i = 15; i >= 0; i--, value >>= 4)
+        out[i] = hexdigits[value & 0xf];
+    b->len += 16;
+    return 0;
 }
 
 /* Python's str(number) of an int (or int(number) of anything else), as the reference's
@@ -133,8 +153,6 @@ static int put_int_text(Buf *b, PyObject *number) {
     Py_DECREF(as_int);
     return put_text(b, text);
 }
-
-static const char hexdigits[] = "0123456789abcdef";
 
 /* A JSON string literal of *s*, escaped to ASCII as json.encoder.encode_basestring_ascii
  * (its C): a non-ASCII str goes through it. */
@@ -176,16 +194,92 @@ static int put_string(Buf *b, PyObject *s) {
     return 0;
 }
 
+/* The times measured here are whole nanoseconds in seconds: a value that is n / 1e9 for
+ * a whole n, under a million seconds. Its shortest round-tripping digits, what repr
+ * writes, are then n's, trailing zeros dropped: parsing them gives the double nearest
+ * n / 10**9, which the division made (IEEE division rounds correctly); and any other
+ * decimal with no more digits differs from it by 1e-9 or more, more than the spacing
+ * of doubles under a million (2**-33), so rounds elsewhere. Written as repr lays it out
+ * ('r' with Py_DTSF_ADD_DOT_0): an exponent below 1e-4, else fixed with a point.
+ * Returns 0 when *value* is not such a value (and nothing was written). */
+static int put_nanos_double(Buf *b, double value, int *written) {
+    *written = 0;
+    double magnitude = fabs(value);
+    if (!(magnitude < 1e6) || magnitude == 0.0)
+        return 0;
+    double scaled = magnitude * 1e9;
+    unsigned long long n = (unsigned long long)llround(scaled);
+    if (n == 0 || (double)n / 1e9 != magnitude)
+        return 0;
+    int zeros = 0;
+    while (n % 10 == 0) {
+        n /= 10;
+        zeros++;
+    }
+    char digits[24], *end = digits + sizeof(digits);
+    char *start = digits_of(n, end);
+    int count = (int)(end - start);
+    /* value = 0.<digits> x 10**point */
+    int point = count + zeros - 9;
+    char text[48], *out = text;
+    if (value < 0)
+        *out++ = '-';
+    if (point <= -4) {
+        int exponent = point - 1;
+        *out++ = start[0];
+        if (count > 1) {
+            *out++ = '.';
+            memcpy(out, start + 1, count - 1);
+            out += count - 1;
+        }
+        *out++ = 'e';
+        *out++ = '-';
+        exponent = -exponent;
+        if (exponent < 10)
+            *out++ = '0';
+        char exp_digits[8], *exp_end = exp_digits + sizeof(exp_digits);
+        char *exp_start = digits_of((unsigned long long)exponent, exp_end);
+        memcpy(out, exp_start, exp_end - exp_start);
+        out += exp_end - exp_start;
+    } else if (point <= 0) {
+        *out++ = '0';
+        *out++ = '.';
+        memset(out, '0', -point);
+        out += -point;
+        memcpy(out, start, count);
+        out += count;
+    } else if (point < count) {
+        memcpy(out, start, point);
+        out += point;
+        *out++ = '.';
+        memcpy(out, start + point, count - point);
+        out += count - point;
+    } else {
+        memcpy(out, start, count);
+        out += count;
+        memset(out, '0', point - count);
+        out += point - count;
+        *out++ = '.';
+        *out++ = '0';
+    }
+    *written = 1;
+    return put(b, text, out - text);
+}
+
 /* float.__repr__, or OTLP/JSON's text for what JSON cannot hold (_double). */
 static int put_double(Buf *b, double value) {
     if (isnan(value))
         return PUTS(b, "\"NaN\"");
     if (isinf(value))
         return value > 0 ? PUTS(b, "\"Infinity\"") : PUTS(b, "\"-Infinity\"");
+    int written;
+    int rc = put_nanos_double(b, value, &written);
+    if (written || rc < 0)
+        return rc;
     char *text = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (text == NULL)
         return -1;
-    int rc = put(b, text, (Py_ssize_t)strlen(text));
+    rc = put(b, text, (Py_ssize_t)strlen(text));
     PyMem_Free(text);
     return rc;
 }
@@ -528,16 +622,16 @@ static PyObject *span_fields_text(PyObject *self, PyObject *args, PyObject *kwar
     buf_init(&b);
     int truth;
     PyObject *result = NULL;
-    if (PUTS(&b, "{\"traceId\":\"") < 0 || put_hex(&b, trace_high, 16) < 0 ||
-        put_hex(&b, trace_low, 16) < 0 || PUTS(&b, "\",\"spanId\":\"") < 0 ||
-        put_hex(&b, span, 16) < 0 || PUTS(&b, "\"") < 0)
+    if (PUTS(&b, "{\"traceId\":\"") < 0 || put_hex16(&b, trace_high) < 0 ||
+        put_hex16(&b, trace_low) < 0 || PUTS(&b, "\",\"spanId\":\"") < 0 ||
+        put_hex16(&b, span) < 0 || PUTS(&b, "\"") < 0)
         goto done;
     if ((truth = PyObject_IsTrue(trace_state)) < 0)
         goto done;
     if (truth && (PUTS(&b, ",\"traceState\":") < 0 || put_string(&b, trace_state) < 0))
         goto done;
     if (parent_span_id != Py_None &&
-        (PUTS(&b, ",\"parentSpanId\":\"") < 0 || put_hex(&b, parent, 16) < 0 ||
+        (PUTS(&b, ",\"parentSpanId\":\"") < 0 || put_hex16(&b, parent) < 0 ||
          PUTS(&b, "\"") < 0))
         goto done;
     if ((truth = PyObject_IsTrue(name)) < 0)

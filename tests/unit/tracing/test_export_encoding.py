@@ -11,6 +11,8 @@ import importlib
 import inspect
 import json
 import logging
+import math
+import random
 import shutil
 import sysconfig
 from collections.abc import Iterator
@@ -179,6 +181,29 @@ def test_attribute_values_encode_as_the_sdk_does(value: Any) -> None:
     assert_same_bytes([span])
     odd_key = raw_span('name "ünïcode" \n', attributes={'k "é"\n': value})
     assert_same_bytes([odd_key])
+
+
+def measured_seconds() -> list[float]:
+    """Doubles as the timing core makes them, whole nanoseconds in seconds (the compiled
+    encoder writes those without the shortest-repr search: they must come out as repr
+    writes them), at every magnitude and sign, and the doubles around them."""
+    rnd = random.Random(42)
+    values = [1e-9, 1e-5, 1.5e-5, 9.9999e-5, 1e-4, 0.00012, 0.5, 1.0, 10.0, 999999.999999999]
+    for digits in (1, 3, 5, 7, 9, 11, 13, 15):
+        for _ in range(60):
+            nanos = rnd.randrange(1, 10**digits)
+            values += [nanos / 1e9, -nanos / 1e9, nanos * 1000 / 1e9]
+    values += [math.nextafter(v, math.inf) for v in values[:200]]
+    values += [1e6, 2e6 / 3, 1e-10 / 3, 5e-324, 1.7976931348623157e308, 0.1 + 0.2]
+    return values
+
+
+def test_measured_seconds_encode_as_the_sdk_does() -> None:
+    values = measured_seconds()
+    span = raw_span(attributes={f"k{i}": value for i, value in enumerate(values)})
+    assert_same_bytes([span])
+    (attrs,) = [s["attributes"] for s in _spans(encode_otlp_json([span]))]
+    assert [a["value"]["doubleValue"] for a in attrs] == values
 
 
 @pytest.mark.parametrize("value", [2**63, -(2**63) - 1, "lone \udc80 surrogate", object()])
