@@ -4,13 +4,15 @@ its key is allow-listed. The offers' queries carry a user id and trip coordinate
 
 A span processor covers every span started with its URL (the client spans' ``url.full``);
 the pools' server spans (``tracing.server_span``) carry the path alone. Cost per span: a
-lookup of four attribute keys, and a split of the query for those present.
+lookup of four attribute keys, and for those present one pass over the query (a split of
+it when an allowed key may be one of its keys).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -35,11 +37,25 @@ def allow_from_env() -> frozenset[str]:
 def redact_query(query: str, allow: Iterable[str] = DEFAULT_ALLOW) -> str:
     """``user_id=u-1&region=sf`` -> ``user_id=REDACTED&region=sf``."""
     allowed = allow if isinstance(allow, frozenset) else frozenset(allow)
+    if not any(marker in query for marker in _key_markers(allowed)):
+        # No allowed key is one of its keys: every value goes, in one pass in C.
+        return _EVERY_VALUE.sub(_REDACTED_VALUE, query)
     parts = []
     for item in query.split("&"):
         key, sep, _ = item.partition("=")
         parts.append(item if key in allowed or not sep else f"{key}={REDACTED}")
     return "&".join(parts)
+
+
+# A value: from an item's first "=" to its end.
+_EVERY_VALUE = re.compile("=[^&]*")
+_REDACTED_VALUE = f"={REDACTED}"
+
+
+@functools.lru_cache(maxsize=16)
+def _key_markers(allowed: frozenset[str]) -> tuple[str, ...]:
+    """What a query holding one of *allowed* as a key contains (and maybe others do)."""
+    return tuple(f"{key}=" for key in allowed)
 
 
 def redact_url(url: str, allow: Iterable[str] = DEFAULT_ALLOW) -> str:
