@@ -85,14 +85,18 @@ class QueryRedactor(SpanProcessor):
         except Exception:  # pragma: no cover - defensive: a span keeps its attributes
             return
 
+    def url(self, value: str) -> str:
+        """*value*, a URL or request target, redacted."""
+        return redact_url(value, self.allow) if "?" in value else value
+
     def changes(self, attributes: Mapping[str, Any]) -> dict[str, str]:
         """The URL and query attributes of *attributes* whose redaction differs, redacted
         (a span built from a plain dict takes them with ``update``)."""
         out: dict[str, str] = {}
         for key in URL_ATTRIBUTES:
             value = attributes.get(key)
-            if isinstance(value, str) and "?" in value:
-                redacted = redact_url(value, self.allow)
+            if isinstance(value, str):
+                redacted = self.url(value)
                 if redacted != value:
                     out[key] = redacted
         for key in QUERY_ATTRIBUTES:

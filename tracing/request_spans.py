@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any, Final, NamedTuple
 
 from opentelemetry import propagate, trace
-from opentelemetry.sdk.trace import Event
 from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_REQUEST_METHOD,
     HTTP_RESPONSE_STATUS_CODE,
@@ -27,7 +26,7 @@ from tracing.server_span import (
     response_header_attributes,
     server_attributes,
 )
-from tracing.span_records import exception_event
+from tracing.span_records import SpanEvent, exception_event
 from tracing.timing.call_state import top_culprits
 from tracing.timing.server_timing import RequestTiming, is_delayed
 from tracing.wait_spans import inbound_wait_spans, start_wait_spans
@@ -157,7 +156,7 @@ def measured_fields(
     envoy_start_ns: int | None,
     slow: bool,
     reason: str,
-) -> tuple[dict[str, Any], list[Event]]:
+) -> tuple[dict[str, Any], list[SpanEvent]]:
     """A built server span's attributes and events from its measurements alone
     (``request_attributes``, ``_request_events``): derived on the exporter thread
     (``tracing.span_records.RequestRecord``), not on the hub. *calls*: the request's
@@ -168,18 +167,18 @@ def measured_fields(
     return attrs, _request_events(timing)
 
 
-def _request_events(timing: RequestTiming) -> list[Event]:
+def _request_events(timing: RequestTiming) -> list[SpanEvent]:
     """A server span's events: the request's bytes reaching the kernel, the handler's start."""
     events = []
     if timing.arrival_unix_ns is not None:
         events.append(
-            Event(
+            SpanEvent(
                 attributes.EVENT_REQUEST_IN_KERNEL,
                 {attributes.INBOUND_DELAY: timing.inbound_delay_s or 0.0},
                 timing.arrival_unix_ns,
             )
         )
-    events.append(Event(attributes.EVENT_HANDLER_STARTED, None, timing.start_unix_ns))
+    events.append(SpanEvent(attributes.EVENT_HANDLER_STARTED, None, timing.start_unix_ns))
     return events
 
 

@@ -51,6 +51,7 @@ from opentelemetry.semconv.attributes.exception_attributes import (
     EXCEPTION_STACKTRACE,
     EXCEPTION_TYPE,
 )
+from opentelemetry.semconv.attributes.url_attributes import URL_FULL
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from tracing.client import (
@@ -70,11 +71,22 @@ _ERROR: Final = Status(StatusCode.ERROR)
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 
 
-def exception_event(exc: BaseException, timestamp: int) -> Event:
+class SpanEvent(NamedTuple):
+    """An event of a span built here: the fields the encoders read of an SDK ``Event``
+    (made one only for an exporter that takes SDK spans, ``readable_spans``), without
+    its constructor's layers, on the exporter thread's path for every sampled span."""
+
+    name: str
+    attributes: Mapping[str, Any] | None
+    timestamp: int
+    dropped_attributes: int = 0
+
+
+def exception_event(exc: BaseException, timestamp: int) -> SpanEvent:
     """The event the SDK's ``record_exception`` adds for *exc*."""
     module = type(exc).__module__
     qualname = type(exc).__qualname__
-    return Event(
+    return SpanEvent(
         "exception",
         {
             EXCEPTION_TYPE: f"{module}.{qualname}" if module and module != "builtins" else qualname,
@@ -93,12 +105,13 @@ class _EventSink:
     __slots__ = ("events",)
 
     def __init__(self) -> None:
-        self.events: list[Event] = []
+        self.events: list[SpanEvent] = []
 
     def add_event(
         self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None
     ) -> None:
-        self.events.append(Event(name, attributes, timestamp))
+        assert timestamp is not None  # every measured event has its time
+        self.events.append(SpanEvent(name, attributes, timestamp))
 
 
 class SpanFields(NamedTuple):
@@ -113,13 +126,13 @@ class SpanFields(NamedTuple):
     start_ns: int
     end_ns: int
     attributes: Mapping[str, Any]
-    events: Sequence[Event]
+    events: Sequence[SpanEvent]
     status: Status
 
 
 #: Derives, on the exporter thread, a server span's measured attributes and events from
 #: the arguments the hub queued with it (``tracing.request_spans``).
-Derive = Callable[..., tuple[dict[str, Any], list[Event]]]
+Derive = Callable[..., tuple[dict[str, Any], list[SpanEvent]]]
 
 
 class RequestRecord:
@@ -156,7 +169,7 @@ class RequestRecord:
         ids: tuple[int, int, int | None, bool, int],
         trace_state: TraceState | str | None,
         attributes: dict[str, Any],
-        events: list[Event],
+        events: list[SpanEvent],
         error: bool,
         times: tuple[int, int],
         calls: Sequence[UpstreamCall],
@@ -295,7 +308,7 @@ class RequestRecord:
                     parent=contexts.get(parent) if parent is not None else None,
                     resource=builder.resource,
                     attributes=span.attributes,
-                    events=span.events,
+                    events=[Event(e.name, e.attributes, e.timestamp) for e in span.events],
                     kind=span.kind,
                     status=span.status,
                     start_time=span.start_ns,
@@ -351,7 +364,7 @@ class SpanBuilder:
         name: str,
         parent: SpanContext | None,
         attributes: dict[str, Any],
-        events: list[Event],
+        events: list[SpanEvent],
         error: bool,
         start_ns: int,
         end_ns: int,
@@ -400,7 +413,8 @@ class SpanBuilder:
     def client_fields(self, record: UpstreamCall, server_span_id: int) -> SpanFields:
         """The client span of one measured call (exporter thread)."""
         attributes = client_span_attributes(record)
-        attributes.update(self.redactor.changes(attributes))
+        # Its one attribute of the redactor's URL_ATTRIBUTES (its path has no query).
+        attributes[URL_FULL] = self.redactor.url(attributes[URL_FULL])
         attributes.update(finished_call_attributes(record))
         events = _EventSink()
         add_call_events(events, record)  # type: ignore[arg-type]
