@@ -15,10 +15,10 @@ DEV_STAMP := $(VENV)/.installed-dev
 # other HTTP clients). Both go into the one .venv; the dev one is a superset.
 # setup.py builds the compiled hot path in place (the timing core's C,
 # tracing/timing/csrc/, the call observer's, tracing/_client_native.c, and the span
-# encoder's, tracing/_export_native.c); without a
+# encoders', tracing/_export_native.c and tracing/_otlp_native.c); without a
 # compiler it says so and the Python reference runs.
 NATIVE_SOURCES := $(wildcard tracing/timing/csrc/*.c tracing/timing/csrc/*.h) tracing/_client_native.c \
-	tracing/_export_native.c
+	tracing/_export_native.c tracing/_otlp_native.c tracing/_encode.h
 $(STAMP): requirements.lock pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

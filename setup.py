@@ -1,12 +1,14 @@
-"""The one thing pyproject.toml cannot say: the compiled hot path, three extensions.
+"""The one thing pyproject.toml cannot say: the compiled hot path, four extensions.
 
 - ``tracing.timing._native``: the timing core's, one C file per Python module it follows
   (``tracing/timing/csrc/``, sharing ``timing.h``);
 - ``tracing._client_native``: ``tracing.client``'s call observer, in the OpenTelemetry
   wiring's layer; it takes what it needs of the first through the C API capsule the core
   exports (``tracing/timing/csrc/capi.h``), so nothing is linked across;
-- ``tracing._export_native``: ``tracing.export``'s span encoder (the exporter thread's
-  largest cost with full sampling), on its own.
+- ``tracing._export_native`` and ``tracing._otlp_native``: the span encoders of
+  ``tracing.export`` (OTLP/JSON, the span file) and ``tracing.otlp_protobuf`` (the OTLP
+  exporters), on the exporter thread for every sampled span; each on its own, sharing
+  ``tracing/_encode.h``.
 
 ``optional=True``: without a compiler (or Python headers) the build says so and goes
 on, and the timing core runs its Python reference (``tracing.timing.native`` says so in
@@ -38,11 +40,15 @@ setup(
             extra_compile_args=CFLAGS,
             optional=True,
         ),
-        Extension(
-            "tracing._export_native",
-            sources=["tracing/_export_native.c"],
-            extra_compile_args=CFLAGS,
-            optional=True,
+        *(
+            Extension(
+                f"tracing.{name}",
+                sources=[f"tracing/{name}.c"],
+                depends=["tracing/_encode.h"],
+                extra_compile_args=CFLAGS,
+                optional=True,
+            )
+            for name in ("_export_native", "_otlp_native")
         ),
     ]
 )

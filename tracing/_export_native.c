@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_encode.h"
+
 /* The reference's helpers (configure). */
 static PyObject *g_reference;   /* span_fields_text itself: odd ids */
 static PyObject *g_value_text;  /* _value_text: any value not written here */
@@ -30,59 +32,6 @@ static PyObject *g_link_text;   /* _link_text */
 static PyObject *g_kinds;       /* _KINDS: SpanKind -> its OTLP number's text */
 static PyObject *g_failed;      /* _encode_failed(key, error) */
 static PyObject *s_timestamp, *s_name, *s_attributes, *s_dropped_attributes, *s_items;
-
-/* == the output buffer ================================================================ */
-
-typedef struct {
-    char *data;
-    Py_ssize_t len;
-    Py_ssize_t cap;
-    char local[8192];
-} Buf;
-
-static void buf_init(Buf *b) {
-    b->data = b->local;
-    b->len = 0;
-    b->cap = sizeof(b->local);
-}
-
-static void buf_free(Buf *b) {
-    if (b->data != b->local)
-        PyMem_Free(b->data);
-}
-
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap)
-        return 0;
-    Py_ssize_t cap = b->cap * 2;
-    while (cap < b->len + extra)
-        cap *= 2;
-    char *data;
-    if (b->data == b->local) {
-        data = PyMem_Malloc(cap);
-        if (data != NULL)
-            memcpy(data, b->local, b->len);
-    } else {
-        data = PyMem_Realloc(b->data, cap);
-    }
-    if (data == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->data = data;
-    b->cap = cap;
-    return 0;
-}
-
-static int put(Buf *b, const char *s, Py_ssize_t n) {
-    if (buf_reserve(b, n) < 0)
-        return -1;
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    return 0;
-}
-
-#define PUTS(b, literal) put((b), (literal), sizeof(literal) - 1)
 
 /* A str the reference's helpers returned (ASCII: they escape), as it is. Steals it. */
 static int put_text(Buf *b, PyObject *text) {
@@ -529,59 +478,6 @@ static int put_count(Buf *b, const char *field, PyObject *count) {
     if (put(b, field, (Py_ssize_t)strlen(field)) < 0)
         return -1;
     return put_text(b, PyObject_Str(count));
-}
-
-/* A span id in [0, 2**64), or -1 without an exception when it is not one. */
-static int span_id_of(PyObject *id, unsigned long long *out) {
-    if (!PyLong_CheckExact(id))
-        return -1;
-    *out = PyLong_AsUnsignedLongLong(id);
-    if (*out == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return -1;
-    }
-    return 0;
-}
-
-/* A trace id in [0, 2**128), as its two halves, or -1 without an exception. */
-static int trace_id_of(PyObject *id, unsigned long long *high, unsigned long long *low) {
-    if (!PyLong_CheckExact(id))
-        return -1;
-    int overflow;
-    long long small = PyLong_AsLongLongAndOverflow(id, &overflow);
-    if (!overflow) {
-        if (small == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return -1;
-        }
-        if (small < 0)
-            return -1;
-        *high = 0;
-        *low = (unsigned long long)small;
-        return 0;
-    }
-    if (overflow < 0)
-        return -1;
-    static PyObject *shift;
-    if (shift == NULL && (shift = PyLong_FromLong(64)) == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    PyObject *upper = PyNumber_Rshift(id, shift);
-    if (upper == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    int rc = span_id_of(upper, high);
-    Py_DECREF(upper);
-    if (rc < 0)
-        return -1;
-    *low = PyLong_AsUnsignedLongLongMask(id);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        return -1;
-    }
-    return 0;
 }
 
 static PyObject *span_fields_text(PyObject *self, PyObject *args, PyObject *kwargs) {

@@ -37,7 +37,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
 
 from toolkit.wait import wait_until
-from tracing.otlp_protobuf import export_request, span_fields_proto
+from tracing import otlp_protobuf
+from tracing.otlp_protobuf import encode_failed, export_request
 from tracing.settings import BatchSettings, Exporter, Protocol, TracingSettings
 from tracing.timing import native
 
@@ -315,7 +316,8 @@ def encode_otlp_protobuf(spans: Sequence[ReadableSpan | SpanRecord]) -> bytes:
     """The ``ExportTraceServiceRequest`` bytes the SDK's OTLP exporters send for *spans*
     (SDK spans, or records whose spans it encodes in their place), written straight from
     their fields (``tracing.otlp_protobuf``): no SDK span or protobuf message is built."""
-    return export_request(group_spans(spans, span_fields_proto))
+    # The module's name, read now: the compiled encoder or its reference (native.use).
+    return export_request(group_spans(spans, otlp_protobuf.span_fields_proto))
 
 
 def encode_otlp_json(spans: Sequence[ReadableSpan | SpanRecord]) -> dict[str, Any]:
@@ -583,12 +585,8 @@ def _attributes_text(attributes: Any) -> str:
             prefix = prefixes.get(key) or _key_prefix(key)
             out.append(f"{prefix}{_value_text(value)}}}")
         except Exception as error:  # as the SDK's encoder: the attribute is left out
-            _encode_failed(key, error)
+            encode_failed(key, error)
     return "[" + ",".join(out) + "]" if out else ""
-
-
-def _encode_failed(key: Any, error: BaseException) -> None:
-    log.error("Failed to encode key %s: %s", key, error, exc_info=error)
 
 
 def _pair_text(key: str, value: str | int, kind: type) -> tuple[type, str]:
@@ -673,7 +671,7 @@ def _compiled(extension: Any) -> dict[str, Any]:
         key_prefix=_key_prefix,
         link_text=_link_text,
         kinds=_KINDS,
-        failed=_encode_failed,
+        failed=encode_failed,
     )
     return {"span_fields_text": extension.span_fields_text}
 

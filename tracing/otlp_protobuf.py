@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import logging
 import struct
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.trace import SpanKind
+
+from tracing.timing import native
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +233,7 @@ def _put_attributes(out: list[bytes], tag: bytes, attributes: Any) -> None:
                 continue
             out.append(_field(tag, _key_value(key, value)))
         except Exception as error:  # as the SDK's encoder: the attribute is left out
-            log.exception("Failed to encode key %s: %s", key, error)
+            encode_failed(key, error)
 
 
 def _pair(key: str, value: Any, kind: type) -> tuple[type, bytes]:
@@ -288,7 +291,33 @@ def _any_value(value: Any) -> bytes:
     raise Exception(f"Invalid type {type(value)} of value {value}")
 
 
+def encode_failed(key: Any, error: BaseException) -> None:
+    """An attribute left out: the SDK's encoders' log line (both encoders here, and their
+    compiled versions, report through it)."""
+    log.error("Failed to encode key %s: %s", key, error, exc_info=error)
+
+
 def _int64(value: int) -> bytes:
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise ValueError(f"{value} does not fit in int64")
     return _varint(value & _UINT64)
+
+
+# The one place the compiled encoder comes in: its own extension (_otlp_native.c), which
+# writes the common shapes itself and hands every other to the helpers above.
+COMPILED_ENCODER = "tracing._otlp_native"
+
+
+def _compiled(extension: Any) -> dict[str, Any]:
+    extension.configure(
+        reference=span_fields_proto,
+        any_value=_any_value,
+        key_value=_key_value,
+        link_bytes=_link_bytes,
+        kinds=_KINDS,
+        failed=encode_failed,
+    )
+    return {"span_fields_proto": extension.span_fields_proto}
+
+
+native.accelerate(sys.modules[__name__], _compiled, extension=COMPILED_ENCODER)

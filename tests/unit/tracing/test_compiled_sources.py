@@ -1,5 +1,5 @@
 """The compiled hot path's C sources (``tracing/timing/csrc/``, ``tracing/_client_native.c``,
-``tracing/_export_native.c``)
+``tracing/_export_native.c``, ``tracing/_otlp_native.c``)
 as a maintainer meets them: every file small enough to read, and compiled without a
 single warning against each CPython version's headers found on the machine (the build's
 extensions are optional, so a warning that becomes an error in a newer CPython would
@@ -22,6 +22,7 @@ SOURCES = [
     *sorted((ROOT / "tracing" / "timing" / "csrc").glob("*.c")),
     ROOT / "tracing" / "_client_native.c",
     ROOT / "tracing" / "_export_native.c",
+    ROOT / "tracing" / "_otlp_native.c",
 ]
 MAX_LINES = 800
 # Other CPython versions' headers, where pyenv keeps them (the versions the README names).

@@ -30,7 +30,7 @@ from opentelemetry.trace.span import TraceState
 
 from tests.unit.support.spans import sdk_encoding, sdk_protobuf
 from tests.unit.support.timing import timing_path
-from tracing import export
+from tracing import export, otlp_protobuf
 from tracing.export import encode_otlp_json, encode_otlp_line, encode_otlp_protobuf
 from tracing.timing import native
 
@@ -41,8 +41,9 @@ OTHER_RESOURCE = Resource({"service.name": "other"}, schema_url="https://example
 @pytest.fixture(autouse=True, params=["compiled", "reference"])
 def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
     with timing_path(request.param == "compiled"):
-        # The encoder that runs is the one asked for (the compiled one is a builtin).
+        # The encoders that run are the ones asked for (the compiled ones are builtins).
         assert inspect.isbuiltin(export.span_fields_text) == (request.param == "compiled")
+        assert inspect.isbuiltin(otlp_protobuf.span_fields_proto) == (request.param == "compiled")
         yield request.param
 
 
@@ -51,8 +52,10 @@ def test_the_compiled_encoder_is_what_runs_where_it_could_be_built() -> None:
     if shutil.which("cc") is None or not headers.exists():
         pytest.skip("no compiler or no Python headers: the reference runs, by design")
     assert importlib.import_module(export.COMPILED_ENCODER), "it did not import"
+    assert importlib.import_module(otlp_protobuf.COMPILED_ENCODER), "it did not import"
     if native.compiled_runs():
         assert inspect.isbuiltin(export.span_fields_text), "tracing.export did not take it"
+        assert inspect.isbuiltin(otlp_protobuf.span_fields_proto), "nor tracing.otlp_protobuf"
 
 
 def test_ids_the_compiled_formats_do_not_fit_go_to_the_reference() -> None:
@@ -60,11 +63,15 @@ def test_ids_the_compiled_formats_do_not_fit_go_to_the_reference() -> None:
     negative one: no SDK span has one) is the reference's, whole."""
     for trace_id, span_id in ((2**128 + 5, 7), (-1, 7), (5, 2**64), (5, -3)):
         args = (trace_id, span_id, "", None, False, "n", SpanKind.INTERNAL, 1, 2, {}, (), None)
-        texts = set()
+        texts, errors = set(), set()
         for compiled in (True, False):
             with timing_path(compiled):
                 texts.add(export.span_fields_text(*args))
+                with pytest.raises((OverflowError, ValueError)) as raised:  # to_bytes's
+                    otlp_protobuf.span_fields_proto(*args)
+                errors.add(str(raised.value))
         assert len(texts) == 1, texts
+        assert len(errors) == 1, errors
 
 
 def assert_same_bytes(spans: list[ReadableSpan]) -> None:

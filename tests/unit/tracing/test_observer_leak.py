@@ -1,8 +1,8 @@
 """The compiled call observer leaks nothing: many observed calls of unsampled requests
 (the path that runs in C, with its histograms) leave the process's allocated blocks and
-its resident memory where a warm-up left them. Nor does the compiled span encoder
-(``_export_native.c``), on every path it has: its own, the reference's helpers it
-calls, an attribute that fails to encode.
+its resident memory where a warm-up left them. Nor do the compiled span encoders
+(``_export_native.c``, ``_otlp_native.c``), on every path they have: their own, the
+reference's helpers they call, the reference whole, an attribute that fails to encode.
 
 The number of calls is ``pytest --leak-calls`` (CI's version job runs a million); the
 bound is per call, so a leak of one object a call fails at any count."""
@@ -104,17 +104,21 @@ def test_a_great_many_observed_calls_leave_memory_flat(
     assert rss_grown <= MAX_RSS_BYTES_PER_CALL * calls, f"{rss_grown} bytes more resident"
 
 
-def encode_spans(span_fields: list[tuple[tuple[object, ...], dict[str, object]]], n: int) -> None:
-    from tracing import export
+def encode_spans(
+    encoding: str, span_fields: list[tuple[tuple[object, ...], dict[str, object]]], n: int
+) -> None:
+    from tracing import export, otlp_protobuf
 
+    encode = export.span_fields_text if encoding == "json" else otlp_protobuf.span_fields_proto
     for i in range(n):
         args, kwargs = span_fields[i % len(span_fields)]
-        export.span_fields_text(*args, **kwargs)
+        encode(*args, **kwargs)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("encoding", ["json", "protobuf"])
 def test_a_great_many_encoded_spans_leave_memory_flat(
-    compiled: None, pytestconfig: pytest.Config, caplog: pytest.LogCaptureFixture
+    encoding: str, compiled: None, pytestconfig: pytest.Config, caplog: pytest.LogCaptureFixture
 ) -> None:
     from opentelemetry.sdk.trace import Event
     from opentelemetry.trace import SpanKind
@@ -135,6 +139,10 @@ def test_a_great_many_encoded_spans_leave_memory_flat(
     odd = {"é": "ünï", "list": [1, "a", 2.5, True], "none": None, "big": 2**70, "nan": 1e400}
     event = Event("e", odd, timestamp=5)
     spans.append(((2**100, 7, "", None, False, "ö", SpanKind.CLIENT, 1, 2, odd, [event], 0), {}))
+    # A field of a type only the reference writes: the whole span is its.
+    spans.append(
+        ((9, 7, "", 3, False, "n", SpanKind.SERVER, 1, 2, odd, (), 0), {"dropped": [0, 1, 0]})
+    )
     assert len(spans) >= 5
     calls = max(pytestconfig.getoption("--leak-calls") // 10, 20_000)
     # What the encoder is handed, whose references it must give back (a reference kept
@@ -147,11 +155,11 @@ def test_a_great_many_encoded_spans_leave_memory_flat(
         if type(obj) not in (bool, int, type(None))
     ]
     with caplog.at_level("CRITICAL"):  # the one attribute left out logs each time
-        encode_spans(spans, calls // 10)  # warm-up
+        encode_spans(encoding, spans, calls // 10)  # warm-up
         gc.collect()
         references = [sys.getrefcount(obj) for obj in handed]
         blocks_before, rss_before = sys.getallocatedblocks(), resident_bytes()
-        encode_spans(spans, calls)
+        encode_spans(encoding, spans, calls)
         gc.collect()
     assert [sys.getrefcount(obj) for obj in handed] == references
     blocks_grown = sys.getallocatedblocks() - blocks_before
