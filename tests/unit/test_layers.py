@@ -318,13 +318,18 @@ def test_the_check_sees_a_name_from_above() -> None:
 
 
 def test_c_above_the_core_uses_only_its_c_api() -> None:
-    """Compiled code outside the timing core includes the core's capi.h, not timing.h,
-    and C never sits below the core (routing, toolkit: pure Python)."""
+    """Compiled code outside the timing core includes the core's capi.h, not timing.h
+    (the span encoders, nothing of the core: only their shared buffer), and C never
+    sits below the core (routing, toolkit: pure Python)."""
     sources = compiled_sources()
     above = [p for layer, paths in sources.items() if layer != "tracing.timing" for p in paths]
     assert {p.name for p in above} >= {"_client_native.c"}
     includes = {
         (p.name, name) for p in above for name in re.findall(r'#include\s+"([^"]+)"', p.read_text())
     }
-    assert includes == {("_client_native.c", "timing/csrc/capi.h")}
+    assert includes == {
+        ("_client_native.c", "timing/csrc/capi.h"),
+        ("_export_native.c", "_encode.h"),
+        ("_otlp_native.c", "_encode.h"),
+    }
     assert not {"toolkit", "routing"} & set(sources)
