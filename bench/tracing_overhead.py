@@ -539,6 +539,18 @@ def _io_cpu_ms_per_offer(runs: Sequence[RunResult], deadline_s: float) -> float 
     return round(io_cpu_s / ok * 1000, 3) if ok else None
 
 
+def _io_export_thread_ms_per_offer(runs: Sequence[RunResult], deadline_s: float) -> float:
+    """Of the io pool's CPU over the offers it served, its span exporter threads' (ms):
+    what full sampling costs off the hub (``tracing.export.EXPORT_THREAD``)."""
+    from tracing.export import EXPORT_THREAD
+
+    ok = GroupStats.of(Rows.pooled([r.rows(OFFER_KINDS) for r in runs]), deadline_s).ok
+    cpu_s = sum(
+        r.cpu["pool-io"].threads_s.get(EXPORT_THREAD, 0.0) for r in runs if "pool-io" in r.cpu
+    )
+    return round(cpu_s / ok * 1000, 3) if ok else 0.0
+
+
 def _mode_json(runs: Sequence[RunResult], deadline_s: float) -> dict[str, Any]:
     offers = GroupStats.of(Rows.pooled([r.rows(OFFER_KINDS) for r in runs]), deadline_s)
     cpu_rows = Rows.pooled([r.rows(CPU_KINDS) for r in runs])
@@ -551,6 +563,7 @@ def _mode_json(runs: Sequence[RunResult], deadline_s: float) -> dict[str, Any]:
         "offers": offers.to_json(),
         "cpu": None if cpu is None else cpu.to_json(),
         "io_cpu_ms_per_offer": _io_cpu_ms_per_offer(runs, deadline_s),
+        "io_export_thread_ms_per_offer": _io_export_thread_ms_per_offer(runs, deadline_s),
         "cpu_use_pct": {
             name: round(sum(r.cpu[name].cpu_pct for r in runs) / len(runs), 2)
             for name in runs[0].cpu
@@ -593,6 +606,11 @@ def write_tracing_overhead(doc: dict[str, Any], out: Path) -> str:
             lines.append(
                 f"{where}, tracing {mode}: offers p50 {o['p50_ms']:.1f} ms p99 "
                 f"{o['p99_ms']:.1f} ms, io CPU {m['io_cpu_ms_per_offer']} ms/offer"
+                + (
+                    f" ({m['io_export_thread_ms_per_offer']} on the span exporter's thread)"
+                    if m.get("io_export_thread_ms_per_offer")
+                    else ""
+                )
                 + ("" if ratio is None else f" ({ratio:.3f} x off")
                 + (
                     ""

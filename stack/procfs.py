@@ -70,6 +70,20 @@ def process_cpu_s(pid: int) -> float | None:
     return None if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """utime + stime of each of `pid`'s threads in seconds, by thread name (comm;
+    threads of one name summed); empty once it is gone."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # a thread that ended
+            continue
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return out
+
+
 def rss_kib(pid: int) -> int:
     """Resident memory of `pid` in KiB (0 once it is gone)."""
     try:

@@ -49,7 +49,12 @@ T = TypeVar("T")
 # Raw OS-thread primitives. Not threading.Thread: under monkey patching the
 # threading module's bookkeeping (get_ident, _active) is gevent's, and a real
 # thread started through it trips over that at exit.
-_start_new_thread, _allocate_lock = get_original("_thread", ["start_new_thread", "allocate_lock"])
+_start_new_thread, _allocate_lock, _get_native_id = get_original(
+    "_thread", ["start_new_thread", "allocate_lock", "get_native_id"]
+)
+#: The exporter thread's OS name (``top -H``, ``ps -L``; the benchmark's per-thread CPU:
+#: ``pricingctl bench tracing-overhead``). Linux keeps 15 characters.
+EXPORT_THREAD = "span-export"
 
 
 class SpanRecord(Interface):
@@ -140,6 +145,8 @@ class ThreadedSpanProcessor(SpanProcessor):
             self._signal()  # a batch begins (the thread sleeps until one does), or is full
 
     def _run(self) -> None:
+        with contextlib.suppress(OSError):  # not Linux: the thread keeps its name
+            Path(f"/proc/self/task/{_get_native_id()}/comm").write_text(EXPORT_THREAD)
         try:
             while not self._stopping:
                 if not self._queue:

@@ -122,7 +122,8 @@ def tracing_overhead(tmp_path: Path, *flags: str) -> dict[str, Any]:
 
 def test_tracing_overhead_otlp_mode_exports_every_span_to_its_sink(tmp_path: Path) -> None:
     """100-otlp: the pools export over OTLP/HTTP protobuf to the sink the run started
-    (no span file), and what arrived there is counted in the results."""
+    (no span file), and what arrived there is counted in the results, as is the CPU of
+    the io worker's span exporter thread (none untraced)."""
     doc = tracing_overhead(
         tmp_path, "--no-capacity", "--offer-rates", "40", "--modes", "off,100-otlp"
     )
@@ -131,6 +132,10 @@ def test_tracing_overhead_otlp_mode_exports_every_span_to_its_sink(tmp_path: Pat
     assert evidence["active"] and evidence["client_spans_in_span_file"] == 0
     assert doc["exported_to_sink"]["batches"] > 0 and doc["exported_to_sink"]["bytes"] > 0
     assert "100-otlp_cpu_per_offer_over_off at 40 offers/s" in {t["target"] for t in doc["targets"]}
+    exporter_ms = {mode: m["io_export_thread_ms_per_offer"] for mode, m in point["modes"].items()}
+    # A 2 s window at 40/s may hold no clock tick of the exporter's: its share is bounded.
+    assert exporter_ms["off"] == 0.0
+    assert 0.0 <= exporter_ms["100-otlp"] < point["modes"]["100-otlp"]["io_cpu_ms_per_offer"]
 
 
 def test_tracing_overhead_quick(tmp_path: Path) -> None:

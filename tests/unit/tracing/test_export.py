@@ -18,7 +18,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from toolkit.wait import wait_until
-from tracing.export import JsonLinesFileExporter, ThreadedSpanProcessor, encode_otlp_json
+from tracing.export import (
+    EXPORT_THREAD,
+    JsonLinesFileExporter,
+    ThreadedSpanProcessor,
+    encode_otlp_json,
+)
 from tracing.settings import BatchSettings
 
 # Long enough that the worker thread only exports when told to (flush, full batch, shutdown).
@@ -102,6 +107,19 @@ def test_spans_are_exported_from_another_os_thread(processors: Any) -> None:
     assert threading.get_ident() not in exporter.thread_idents
     assert processor.exported_spans == 1
     assert processor.dropped_spans == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="names threads on Linux")
+def test_the_exporter_thread_is_named_for_top_and_the_benchmark(processors: Any) -> None:
+    exporter = RecordingExporter()
+    processor = processors(exporter)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    with provider.get_tracer("test").start_as_current_span("GET /v1/offers/bike"):
+        pass
+    assert processor.force_flush(5000)
+    (tid,) = set(exporter.native_ids)
+    assert Path(f"/proc/self/task/{tid}/comm").read_text().strip() == EXPORT_THREAD
 
 
 class CountingLock:
