@@ -43,6 +43,7 @@ from tests.integration.support.load import (
     OFFER_RATE,
     STARVED_FRACTION,
     Background,
+    Outcome,
     Tally,
     assert_nothing_lost,
     failed,
@@ -54,6 +55,7 @@ from tests.integration.support.load import (
 )
 from tests.integration.support.stack import accepting_workers
 from tests.samples import OFFER_QUERY
+from toolkit.contract import SHED_HEADER
 from toolkit.fetch import Reply
 from toolkit.wait import wait_until
 
@@ -187,7 +189,24 @@ def test_a_stopped_io_worker_with_gets_in_flight_is_killed_and_fails_none(stack:
     # GETs were waiting on the stopped worker when it was killed, and were retried.
     assert stats["upstream_cx_destroy_remote_with_active_rq"] > 0, stats
     assert stats["upstream_rq_retry"] >= stats["upstream_cx_destroy_remote_with_active_rq"]
-    assert_nothing_lost(tally)  # no 503 nor cut connection; a 504 only as a starved machine's
+    # No cut connection nor Envoy 503. On a starved machine the kill comes later, and a
+    # GET the stopped worker held reaches the other with too little of its deadline left:
+    # that one sheds it (503 with x-pricing-shed: not worked on in vain), as it may let
+    # one time out (504). Both are bounded; a worker left hung would lose half the GETs.
+    starved = [o for o in failed(tally.outcomes) if timed_out(o) or pool_shed(o)]
+    assert [o for o in failed(tally.outcomes) if o not in starved] == [], lost_detail(tally)
+    assert len(starved) <= max(1, STARVED_FRACTION * len(tally.outcomes)), lost_detail(tally)
+
+
+def pool_shed(outcome: Outcome) -> bool:
+    """The pool's admission answered 503 itself (not Envoy's breaker): overload, shed."""
+    return outcome.status == 503 and SHED_HEADER in outcome.headers
+
+
+def lost_detail(tally: Tally) -> str:
+    """Each failed request's status, headers and times: whose answer it was."""
+    lost = [(o.status, o.headers, round(o.sent_at_s, 3)) for o in failed(tally.outcomes)]
+    return f"{tally.summary('lost')}: {lost}"
 
 
 def test_sigkill_of_the_io_master_with_gets_in_flight_fails_none(stack: Stack) -> None:
