@@ -94,6 +94,8 @@ COPY toolkit ./toolkit
 # fallback to the Python reference in the image).
 COPY --from=build /wheels/unpacked/tracing/timing/_native*.so ./tracing/timing/
 COPY --from=build /wheels/unpacked/tracing/_client_native*.so ./tracing/
+COPY --from=build /wheels/unpacked/tracing/_export_native*.so ./tracing/
+COPY --from=build /wheels/unpacked/tracing/_otlp_native*.so ./tracing/
 COPY simulator ./simulator
 COPY gunicorn_conf ./gunicorn_conf
 COPY deploy/container/entrypoint.sh /usr/local/bin/pricing-entrypoint

@@ -122,6 +122,20 @@ def test_the_image_runs_as_its_non_root_user(engine: podman.Podman, images: str)
     assert uid == NON_ROOT_UID
 
 
+def test_the_image_runs_every_compiled_part(engine: podman.Podman, images: str) -> None:
+    """The timing core, the call observer and both span encoders are the compiled ones
+    in the image (the Dockerfile copies each from the wheel), not the Python reference."""
+    probe = (
+        "import inspect; from tracing import export, otlp_protobuf; "
+        "from tracing.timing import native; "
+        "assert native.compiled_runs(), native.reason; "
+        "assert inspect.isbuiltin(export.span_fields_text); "
+        "assert inspect.isbuiltin(otlp_protobuf.span_fields_proto); print('compiled')"
+    )
+    done = engine.run("run", "--rm", "--entrypoint", "python", images, "-c", probe, check=False)
+    assert done.stdout.strip() == "compiled", done.stderr[-2000:]
+
+
 def test_every_service_is_healthy_and_pools_run_unprivileged(
     engine: podman.Podman, topology: podman.Topology, routes: RouteConfig
 ) -> None:
