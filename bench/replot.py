@@ -82,6 +82,7 @@ def runs_from_results(doc: Mapping[str, Any], run_dir: Path) -> list[RunResult]:
                         cpu_s=float(c["cpu_s"]),
                         cpu_pct=float(c["cpu_pct"]),
                         processes_pct={int(p): float(v) for p, v in c["processes_pct"].items()},
+                        threads_s={t: float(v) for t, v in c.get("threads_s", {}).items()},
                     )
                     for name, c in r["cpu_use"].items()
                 },
