@@ -1,6 +1,7 @@
 /* What the span encoders share (tracing/_export_native.c, OTLP/JSON, and
  * tracing/_otlp_native.c, OTLP protobuf): the growing byte buffer a span is written into,
- * and the ids they write. Each includes it: static functions, one copy per extension. */
+ * the ids they write, and an attribute's failure reported. Each includes it: static
+ * functions, one copy per extension. */
 #ifndef PRICING_ENCODE_H
 #define PRICING_ENCODE_H
 
@@ -109,6 +110,29 @@ static inline int trace_id_of(PyObject *id, unsigned long long *high, unsigned l
         PyErr_Clear();
         return -1;
     }
+    return 0;
+}
+
+/* An attribute failed to encode: what was written of it is cut off, and *failed* (the
+ * reference's encode_failed) reports the error. */
+static inline int attribute_failed(Buf *b, Py_ssize_t mark, PyObject *key, PyObject *failed) {
+    b->len = mark;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *error = PyErr_GetRaisedException();
+#else
+    PyObject *type, *error, *traceback;
+    PyErr_Fetch(&type, &error, &traceback);
+    PyErr_NormalizeException(&type, &error, &traceback);
+    if (traceback != NULL && error != NULL)
+        PyException_SetTraceback(error, traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+#endif
+    PyObject *result = PyObject_CallFunctionObjArgs(failed, key, error ? error : Py_None, NULL);
+    Py_XDECREF(error);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
     return 0;
 }
 

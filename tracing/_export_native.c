@@ -303,28 +303,6 @@ static int put_key_prefix(Buf *b, PyObject *key) {
     return PUTS(b, ",\"value\":");
 }
 
-/* An attribute failed to encode: its text is cut off, and the reference reports it. */
-static int attribute_failed(Buf *b, Py_ssize_t mark, PyObject *key) {
-    b->len = mark;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *error = PyErr_GetRaisedException();
-#else
-    PyObject *type, *error, *traceback;
-    PyErr_Fetch(&type, &error, &traceback);
-    PyErr_NormalizeException(&type, &error, &traceback);
-    if (traceback != NULL && error != NULL)
-        PyException_SetTraceback(error, traceback);
-    Py_XDECREF(type);
-    Py_XDECREF(traceback);
-#endif
-    PyObject *result = PyObject_CallFunctionObjArgs(g_failed, key, error ? error : Py_None, NULL);
-    Py_XDECREF(error);
-    if (result == NULL)
-        return -1;
-    Py_DECREF(result);
-    return 0;
-}
-
 /* *prefix* and a JSON array of KeyValue, or nothing when no attribute is written. */
 static int put_attributes(Buf *b, PyObject *attributes, const char *prefix) {
     if (attributes == Py_None)
@@ -373,7 +351,9 @@ static int put_attributes(Buf *b, PyObject *attributes, const char *prefix) {
         /* The reference's try covers the key and the value (an Exception, as its except). */
         if (rc == 0 && (put_key_prefix(b, key) < 0 || put_value(b, value) < 0 ||
                         PUTS(b, "}") < 0)) {
-            rc = PyErr_ExceptionMatches(PyExc_Exception) ? attribute_failed(b, mark, key) : -1;
+            rc = PyErr_ExceptionMatches(PyExc_Exception)
+                     ? attribute_failed(b, mark, key, g_failed)
+                     : -1;
             if (rc == 0)
                 rc = 1;  /* left out */
         }

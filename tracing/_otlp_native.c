@@ -206,28 +206,6 @@ static int put_key_value(Buf *b, unsigned char tag, PyObject *key, PyObject *val
     return close_field(b, pair);
 }
 
-/* An attribute failed to encode: its bytes are cut off, and the reference reports it. */
-static int attribute_failed(Buf *b, Py_ssize_t mark, PyObject *key) {
-    b->len = mark;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *error = PyErr_GetRaisedException();
-#else
-    PyObject *type, *error, *traceback;
-    PyErr_Fetch(&type, &error, &traceback);
-    PyErr_NormalizeException(&type, &error, &traceback);
-    if (traceback != NULL && error != NULL)
-        PyException_SetTraceback(error, traceback);
-    Py_XDECREF(type);
-    Py_XDECREF(traceback);
-#endif
-    PyObject *result = PyObject_CallFunctionObjArgs(g_failed, key, error ? error : Py_None, NULL);
-    Py_XDECREF(error);
-    if (result == NULL)
-        return -1;
-    Py_DECREF(result);
-    return 0;
-}
-
 /* Each of *attributes* as a KeyValue field numbered by *tag*. */
 static int put_attributes(Buf *b, unsigned char tag, PyObject *attributes) {
     if (attributes == Py_None)
@@ -273,7 +251,7 @@ static int put_attributes(Buf *b, unsigned char tag, PyObject *attributes) {
         int rc = put_key_value(b, tag, key, value);
         /* The reference's try covers the key and the value (an Exception, as its except). */
         if (rc < 0 && PyErr_ExceptionMatches(PyExc_Exception))
-            rc = attribute_failed(b, mark, key);
+            rc = attribute_failed(b, mark, key, g_failed);
         Py_DECREF(key);
         Py_DECREF(value);
         if (rc < 0)
