@@ -107,19 +107,10 @@ def test_spans_are_exported_from_another_os_thread(processors: Any) -> None:
     assert threading.get_ident() not in exporter.thread_idents
     assert processor.exported_spans == 1
     assert processor.dropped_spans == 0
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="names threads on Linux")
-def test_the_exporter_thread_is_named_for_top_and_the_benchmark(processors: Any) -> None:
-    exporter = RecordingExporter()
-    processor = processors(exporter)
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
-    with provider.get_tracer("test").start_as_current_span("GET /v1/offers/bike"):
-        pass
-    assert processor.force_flush(5000)
+    # Named for top -H and the benchmark's per-thread CPU (on Linux).
     (tid,) = set(exporter.native_ids)
-    assert Path(f"/proc/self/task/{tid}/comm").read_text().strip() == EXPORT_THREAD
+    comm = Path(f"/proc/self/task/{tid}/comm")
+    assert not comm.parent.exists() or comm.read_text().strip() == EXPORT_THREAD
 
 
 class CountingLock:
