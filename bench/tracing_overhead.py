@@ -541,7 +541,8 @@ def _io_cpu_ms_per_offer(runs: Sequence[RunResult], deadline_s: float) -> float 
 
 def _io_export_thread_ms_per_offer(runs: Sequence[RunResult], deadline_s: float) -> float:
     """Of the io pool's CPU over the offers it served, its span exporter threads' (ms):
-    what full sampling costs off the hub (``tracing.export.EXPORT_THREAD``)."""
+    the spans' writing or sending, and the building of those the hub had no idle time
+    for (``tracing.export.EXPORT_THREAD``)."""
     from tracing.export import EXPORT_THREAD
 
     ok = GroupStats.of(Rows.pooled([r.rows(OFFER_KINDS) for r in runs]), deadline_s).ok

@@ -8,11 +8,16 @@ thread, made from `gevent.monkey.get_original`, encodes and exports.
 Export never blocks or breaks a request.
 
 The queue holds the SDK's ended spans (a request traced live) and the records of
-requests whose spans were never built on the hub (``SpanRecord``: a sampled or slow
-request, ``tracing.span_records``). The thread encodes a record's spans directly, with
-the encoders SDK spans go through: OTLP/JSON text for the span file
-(``span_fields_text``), OTLP protobuf for the OTLP exporters
-(``tracing.otlp_protobuf``); it builds SDK spans from it only for the console.
+requests whose spans were not built as they ran (``SpanRecord``: a sampled or slow
+request, ``tracing.span_records``). A record's spans are encoded directly, with the
+encoders SDK spans go through: OTLP/JSON text for the span file (``span_fields_text``),
+OTLP protobuf for the OTLP exporters (``tracing.otlp_protobuf``); SDK spans are built
+from it only for the console. The hub encodes records while it has nothing else to do
+(an idle watcher, one record at a time); the thread encodes those it has not reached
+when their batch is exported (the hub had no idle time: a worker at its capacity).
+Encoded on the thread, a record cost the worker about twice the CPU: the thread and
+the hub handed the GIL to each other around every system call the hub made
+(``pricingctl bench tracing-overhead``, ``io_export_thread_ms_per_offer``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from typing import Protocol as Interface
 
+from gevent import get_hub
 from gevent.monkey import get_original
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -72,7 +78,13 @@ class SpanRecord(Interface):
 
     def encoded_spans(self, encode: Callable[..., T]) -> list[T]:
         """Its spans as *encode* makes them from their fields (``span_fields_text``,
-        OTLP/JSON, or ``tracing.otlp_protobuf.span_fields_proto``, its protobuf)."""
+        OTLP/JSON, or ``tracing.otlp_protobuf.span_fields_proto``, its protobuf): those
+        ``build_ahead`` made, when it was given the same *encode*."""
+        ...
+
+    def build_ahead(self, encode: Callable[..., Any]) -> bool:
+        """Encode its spans now, for ``encoded_spans`` (on the hub, while it is idle),
+        unless that began: then False. Never raises."""
         ...
 
     def readable_spans(self) -> list[ReadableSpan]:
@@ -83,7 +95,9 @@ class SpanRecord(Interface):
 class ThreadedSpanProcessor(SpanProcessor):
     """Batch processor whose worker is a real OS thread, never a greenlet. Its limits
     are ``OTEL_BSP_*`` (``tracing.settings.BatchSettings``). Without an exporter
-    (``OTEL_TRACES_EXPORTER=none``) it keeps nothing and starts no thread."""
+    (``OTEL_TRACES_EXPORTER=none``) it keeps nothing and starts no thread. An exporter
+    with a ``span_encoder`` (the span file's, the OTLP ones) has its records encoded on
+    the hub while it is idle (``_build_ahead``)."""
 
     def __init__(self, exporter: SpanExporter | None, batch: BatchSettings | None = None) -> None:
         batch = batch or BatchSettings()
@@ -108,6 +122,15 @@ class ThreadedSpanProcessor(SpanProcessor):
         self._stopping = exporter is None
         self._flush_asked = False
         self._pid = os.getpid()
+        #: The per-span encoder the exporter's batches use, read as each record is
+        #: encoded ahead (``native.use`` switches it); None: none is encoded ahead.
+        self._span_encoder: Callable[[], Callable[..., Any]] | None = getattr(
+            exporter, "span_encoder", None
+        )
+        # Queued records the hub has yet to encode; those the thread took first are
+        # skipped. Bounded as the queue is: a hub never idle drops the oldest.
+        self._ahead: deque[SpanRecord] = deque(maxlen=self.max_queue_spans)
+        self._idle: Any = None  # the hub's idle watcher, made with the first record
         if exporter is None:
             self._done.release()
         else:
@@ -130,19 +153,39 @@ class ThreadedSpanProcessor(SpanProcessor):
     def on_record(self, record: SpanRecord) -> None:
         """Queue a request's spans to be built on the thread (``SpanRecord``), or count
         them dropped when the queue is full. Runs on the hub: an append."""
-        if not self._stopping:
-            self._append(record, record.span_count)
+        if self._stopping or not self._append(record, record.span_count):
+            return
+        if self._span_encoder is not None:
+            self._ahead.append(record)
+            idle = self._idle
+            if idle is None:
+                idle = self._idle = get_hub().loop.idle()
+            if not idle.active:
+                idle.start(self._build_ahead)
 
-    def _append(self, item: ReadableSpan | SpanRecord, spans: int) -> None:
+    def _build_ahead(self) -> None:
+        """The hub's idle watcher: encode the next record the thread has not taken, then
+        let the loop poll again. One at a time: a request that comes meanwhile waits
+        for one record's encoding at most."""
+        ahead = self._ahead
+        encoder = self._span_encoder
+        assert encoder is not None  # nothing is encoded ahead without one
+        while ahead and not ahead.popleft().build_ahead(encoder()):
+            pass
+        if not ahead:
+            self._idle.stop()
+
+    def _append(self, item: ReadableSpan | SpanRecord, spans: int) -> bool:
         before = self._queued_spans - self._taken_spans
         if before + spans > self.max_queue_spans:
             self.dropped_spans += spans
-            return
+            return False
         self._queue.append(item)
         self._queued_spans += spans
         batch = self.max_batch_spans
         if before == 0 or before < batch <= before + spans:
             self._signal()  # a batch begins (the thread sleeps until one does), or is full
+        return True
 
     def _run(self) -> None:
         with contextlib.suppress(OSError):  # not Linux: the thread keeps its name
@@ -285,6 +328,11 @@ class JsonLinesFileExporter(SpanExporter):
     """
 
     takes_records = True
+
+    @staticmethod
+    def span_encoder() -> Callable[..., str]:
+        """The per-span encoder its lines are made with (``encode_otlp_line``)."""
+        return span_fields_text
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)

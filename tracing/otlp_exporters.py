@@ -24,16 +24,26 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.semconv.attributes.http_attributes import HTTP_RESPONSE_STATUS_CODE
 
+from tracing import otlp_protobuf
+
 log = logging.getLogger(__name__)
 
 #: A batch of SDK spans and records -> its ExportTraceServiceRequest bytes.
 Encode = Callable[[Sequence[Any]], bytes]
 
 
+def span_encoder() -> Callable[..., bytes]:
+    """The per-span encoder the exporters' batches are made with, as *encode* is given
+    (``tracing.export.encode_otlp_protobuf``): the compiled one or its reference, read
+    now (``native.use``)."""
+    return otlp_protobuf.span_fields_proto
+
+
 class HttpRecordExporter(OTLPSpanExporter):
     """OTLP/HTTP (protobuf): the SDK's exporter, its batches encoded by *encode*."""
 
     takes_records = True
+    span_encoder = staticmethod(span_encoder)
 
     def __init__(self, encode: Encode, **options: Any) -> None:
         super().__init__(**options)
@@ -83,6 +93,7 @@ def grpc_record_exporter(encode: Encode, endpoint: str | None) -> Any:
 
     class GrpcRecordExporter(GrpcSpanExporter):
         takes_records = True
+        span_encoder = staticmethod(span_encoder)
 
         def _translate_data(self, data: Sequence[Any]) -> ExportTraceServiceRequest:
             return ExportTraceServiceRequest.FromString(encode(data))

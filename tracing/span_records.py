@@ -7,12 +7,13 @@ as it is set and again for each event, the span's lock, the processors' ``on_sta
 A request whose spans are built here leaves one ``RequestRecord`` on the export queue
 when it ends (``SpanBuilder.request``, on the hub): its ids, name, the few attributes
 only the hub can read (the Flask request's), its measurements (``RequestTiming``, each
-call's ``UpstreamCall``) and a function deriving the rest from them. The exporter's OS
-thread (``tracing.export``) builds the spans: their attributes, events, status and
-redaction (``RequestRecord.span_fields``), then, through the encoders SDK spans go
-through (``RequestRecord.encoded_spans``), OTLP/JSON text for the span file or OTLP
-protobuf for the OTLP exporters (``tracing.otlp_protobuf``); SDK spans only for an
-exporter that takes no record (``RequestRecord.readable_spans``: the console).
+call's ``UpstreamCall``) and a function deriving the rest from them. The spans are
+built later, by the hub while it is idle or by the exporter's OS thread
+(``tracing.export``): their attributes, events, status and redaction
+(``RequestRecord.span_fields``), then, through the encoders SDK spans go through
+(``RequestRecord.encoded_spans``), OTLP/JSON text for the span file or OTLP protobuf for
+the OTLP exporters (``tracing.otlp_protobuf``); SDK spans only for an exporter that
+takes no record (``RequestRecord.readable_spans``: the console).
 
 Two kinds of request are built here:
 
@@ -37,6 +38,8 @@ where ``OTEL_*_LIMIT`` variables ask for more than the SDK's defaults can bind.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
@@ -141,6 +144,8 @@ class RequestRecord:
     (``span_fields``). A ``tracing.export.SpanRecord``."""
 
     __slots__ = (
+        "_built",
+        "_claim",
         "attributes",
         "builder",
         "calls",
@@ -177,6 +182,11 @@ class RequestRecord:
         waits: Sequence[WaitSpan] = (),
     ) -> None:
         self.builder = builder
+        # Popped by whoever encodes its spans first, the hub (``build_ahead``) or the
+        # exporter thread (``encoded_spans``): list.pop is atomic under the GIL.
+        self._claim = [True]
+        #: The encoder and what it made; (None, None) when that failed.
+        self._built: tuple[Any, Any] | None = None
         self.name = name
         #: trace id, server span id, parent span id (None: a root), parent is remote, flags
         self.trace_id, self.span_id, self.parent_span_id, self.parent_remote, self.flags = ids
@@ -256,10 +266,45 @@ class RequestRecord:
         )
         return out
 
+    def build_ahead(self, encode: Callable[..., Any]) -> bool:
+        """Encode its spans now, kept for ``encoded_spans`` (the hub, while idle), unless
+        that began: then False. Never raises: a failure is left for the thread to meet
+        again, and to count."""
+        if not self._claimed():
+            return False
+        with contextlib.suppress(Exception):
+            self._build(encode)
+        return True
+
     def encoded_spans(self, encode: Callable[..., T]) -> list[T]:
         """Its spans as *encode* makes them from their fields: OTLP/JSON for the span
         file (``tracing.export.span_fields_text``), protobuf for the OTLP exporters
-        (``tracing.otlp_protobuf.span_fields_proto``)."""
+        (``tracing.otlp_protobuf.span_fields_proto``). Those ``build_ahead`` made with
+        the same *encode*, waiting for the hub if it is making them."""
+        if self._claimed():
+            return self._build(encode)
+        while self._built is None:  # the hub is encoding it: let it finish
+            os.sched_yield()
+        built_with, spans = self._built
+        return spans if built_with is encode else self._spans(encode)
+
+    def _claimed(self) -> bool:
+        try:
+            self._claim.pop()
+        except IndexError:
+            return False
+        return True
+
+    def _build(self, encode: Callable[..., T]) -> list[T]:
+        try:
+            spans = self._spans(encode)
+        except BaseException:
+            self._built = (None, None)
+            raise
+        self._built = (encode, spans)
+        return spans
+
+    def _spans(self, encode: Callable[..., T]) -> list[T]:
         trace_id = self.trace_id
         trace_state = trace_state_text(self.parsed_trace_state())
         return [

@@ -7,12 +7,15 @@ built from the same record for the other exporters."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import gevent
 import pytest
 from flask import Flask
+from gevent.monkey import get_original
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -23,13 +26,17 @@ from opentelemetry.trace import SpanContext, TraceFlags
 import tracing.export
 import tracing.server
 from tests.unit.support.spans import sdk_encoding, sdk_protobuf
+from toolkit.wait import wait_until
 from tracing.export import (
+    JsonLinesFileExporter,
     ThreadedSpanProcessor,
     encode_otlp_json,
     encode_otlp_protobuf,
     readable_spans,
+    span_fields_text,
 )
 from tracing.flask_tracing import FlaskTracing
+from tracing.otlp_protobuf import span_fields_proto
 from tracing.redact import QueryRedactor
 from tracing.server_span import sampled_traceparent
 from tracing.settings import BatchSettings, Mode, TracingSettings
@@ -389,3 +396,129 @@ def _no_wait_ids(document: dict[str, Any]) -> dict[str, Any]:
                 if span["name"] in ("network", "waiting for the event loop"):
                     span["spanId"] = "drawn"
     return document
+
+
+# The OS thread's own ident (not a greenlet's, were the test process monkey-patched).
+_os_thread_ident, _start_os_thread = get_original("_thread", ["get_ident", "start_new_thread"])
+
+
+def queue_requests(builder: SpanBuilder, count: int, **options: Any) -> None:
+    for n in range(count):
+        builder.request(
+            name=f"GET /{n}", parent=None, attributes={"n": n}, events=[], error=False,
+            start_ns=1, end_ns=2, **options,
+        )  # fmt: skip
+
+
+def test_the_hub_encodes_queued_records_while_idle_and_the_thread_writes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the hub has nothing else to do it encodes the queued records for the
+    exporter (``ThreadedSpanProcessor._build_ahead``); the thread writes what it made,
+    and encodes none of them again."""
+    encoded_on: list[int] = []
+
+    def counting(*fields: Any, **options: Any) -> str:
+        encoded_on.append(_os_thread_ident())
+        return span_fields_text(*fields, **options)
+
+    monkeypatch.setattr(tracing.export, "span_fields_text", counting)
+    span_file = tmp_path / "spans.jsonl"
+    processor = ThreadedSpanProcessor(
+        JsonLinesFileExporter(span_file), BatchSettings(schedule_delay_s=60.0)
+    )
+    try:
+        queue_requests(span_builder(processor), 3)
+        assert encoded_on == []  # queued only, as each request ended
+        gevent.sleep(0.05)  # the hub idles
+        assert encoded_on == [_os_thread_ident()] * 3
+        assert processor.force_flush(5000)
+        assert len(encoded_on) == 3
+        (line,) = span_file.read_text().splitlines()
+        (scope,) = json.loads(line)["resourceSpans"][0]["scopeSpans"]
+        assert [span["name"] for span in scope["spans"]] == ["GET /0", "GET /1", "GET /2"]
+    finally:
+        processor.shutdown()
+
+
+def test_a_record_is_encoded_once_by_whichever_begins_first() -> None:
+    """The hub (``build_ahead``) and the exporter thread (``encoded_spans``) share one
+    claim on a record: the thread gets what the hub made with the same encoder, the hub
+    makes nothing once the thread began, and another encoder makes the spans anew."""
+    processor = ThreadedSpanProcessor(InMemorySpanExporter(), BatchSettings(schedule_delay_s=60))
+    try:
+        queue_requests(span_builder(processor), 2)
+        ahead, late = processor._queue
+        assert isinstance(ahead, RequestRecord) and isinstance(late, RequestRecord)
+        assert ahead.build_ahead(span_fields_text)
+        made = ahead.encoded_spans(span_fields_text)
+        assert ahead.encoded_spans(span_fields_text) is made
+        assert not ahead.build_ahead(span_fields_text)
+        assert [type(span) for span in ahead.encoded_spans(span_fields_proto)] == [bytes]
+        taken = late.encoded_spans(span_fields_text)
+        assert not late.build_ahead(span_fields_text)
+        assert late.encoded_spans(span_fields_text) is taken
+    finally:
+        processor.shutdown()
+
+
+def test_the_thread_waits_for_a_record_the_hub_is_encoding() -> None:
+    processor = ThreadedSpanProcessor(InMemorySpanExporter(), BatchSettings(schedule_delay_s=60))
+    try:
+        queue_requests(span_builder(processor), 1)
+        (record,) = processor._queue
+        assert isinstance(record, RequestRecord)
+        record._claim.pop()  # the hub began encoding it
+        got: list[Any] = []
+        _start_os_thread(lambda: got.append(record.encoded_spans(span_fields_text)), ())
+        time.sleep(0.05)
+        assert got == []  # waiting, not encoding it again
+        record._built = (span_fields_text, ["made by the hub"])
+        assert wait_until(lambda: got, 5.0, 0.01)
+        assert got == [["made by the hub"]]
+    finally:
+        processor.shutdown()
+
+
+def test_a_record_the_hub_fails_to_encode_is_left_for_the_thread_to_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A failure while the hub encodes ahead never reaches its loop: the thread meets
+    it again when it exports, and counts the record's spans dropped, as it always did."""
+
+    def broken() -> Any:
+        raise RuntimeError("derive broke")
+
+    processor = ThreadedSpanProcessor(
+        JsonLinesFileExporter(tmp_path / "spans.jsonl"), BatchSettings(schedule_delay_s=60.0)
+    )
+    try:
+        queue_requests(span_builder(processor), 1, derive=(broken, ()))
+        (record,) = processor._queue
+        gevent.sleep(0.05)  # the hub idles, and fails
+        assert record._built == (None, None)
+        assert "derive broke" not in capfd.readouterr().err  # gevent reports what reaches it
+        assert processor.force_flush(5000)
+        assert (processor.exported_spans, processor.dropped_spans) == (0, 1)
+        assert "derive broke" in caplog.text
+    finally:
+        processor.shutdown()
+
+
+def test_records_the_hub_had_no_time_for_are_not_kept_for_it(tmp_path: Path) -> None:
+    """A hub never idle (a worker at its capacity): the thread encodes the records, and
+    the hub keeps no more of them than the queue holds."""
+    processor = ThreadedSpanProcessor(
+        JsonLinesFileExporter(tmp_path / "spans.jsonl"),
+        BatchSettings(schedule_delay_s=60.0, max_queue_size=4, max_export_batch_size=4),
+    )
+    try:
+        builder = span_builder(processor)
+        for _ in range(5):
+            queue_requests(builder, 4)
+            assert processor.force_flush(5000)
+        assert (processor.exported_spans, processor.dropped_spans) == (20, 0)
+        assert len(processor._ahead) == 4
+        assert not any(record.build_ahead(span_fields_text) for record in processor._ahead)
+    finally:
+        processor.shutdown()
