@@ -23,7 +23,8 @@ so other processes' load drops out):
   record) and live SDK spans (a request that came without Envoy's decision);
 - on the exporter thread: ``JsonLinesFileExporter.export`` of batches of 512 spans
   (the processor's batch size), per span and per request (4 spans), for each kind (a
-  record's spans are built there);
+  record's spans are built there; in a worker, mostly by the hub while it is idle
+  beforehand: the same work, ``tracing.export``);
 - the sum, per request and per span;
 - what drawing a delayed request's wait adds (``tracing.wait_spans``: two child spans per
   call and one for the inbound delay, counted on the hub, built on the exporter thread).
@@ -280,6 +281,7 @@ def _take_spans(worker: Any) -> list[Any]:
     processor = worker.processor
     items = list(processor._queue)
     processor._queue.clear()
+    processor._ahead.clear()  # built here, not by a hub that never runs
     processor._taken_spans = processor._queued_spans
     return items
 

@@ -253,3 +253,22 @@ def test_fields_at_their_defaults_are_left_out_as_the_sdk_does() -> None:
 def test_no_spans_encode_as_an_empty_request() -> None:
     assert_same_bytes([])
     assert encode_otlp_line([]) == "{}"
+
+
+def test_each_exporter_has_records_built_ahead_with_the_encoder_its_batches_use(
+    tmp_path: Path,
+) -> None:
+    """What the hub builds while idle is what the batch takes as it is (the same
+    encoder), whichever implementation runs."""
+    from tracing.otlp_exporters import HttpRecordExporter, grpc_record_exporter
+
+    span_file = export.JsonLinesFileExporter(tmp_path / "spans.jsonl")
+    assert span_file.span_encoder() is export.span_fields_text
+    http = HttpRecordExporter(encode_otlp_protobuf, endpoint="http://127.0.0.1:9/v1/traces")
+    grpc = grpc_record_exporter(encode_otlp_protobuf, "http://127.0.0.1:9")
+    try:
+        assert http.span_encoder() is otlp_protobuf.span_fields_proto
+        assert grpc.span_encoder() is otlp_protobuf.span_fields_proto
+    finally:
+        http.shutdown()
+        grpc.shutdown()
