@@ -414,7 +414,7 @@ def test_the_hub_encodes_queued_records_while_idle_and_the_thread_writes_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While the hub has nothing else to do it encodes the queued records for the
-    exporter (``ThreadedSpanProcessor._build_ahead``); the thread writes what it made,
+    exporter (``ThreadedSpanProcessor._build_while_idle``); the thread writes what it made,
     and encodes none of them again."""
     encoded_on: list[int] = []
 
@@ -520,5 +520,28 @@ def test_records_the_hub_had_no_time_for_are_not_kept_for_it(tmp_path: Path) -> 
         assert (processor.exported_spans, processor.dropped_spans) == (20, 0)
         assert len(processor._ahead) == 4
         assert not any(record.build_ahead(span_fields_text) for record in processor._ahead)
+    finally:
+        processor.shutdown()
+
+
+class _NeverIdle:
+    """A hub's idle watcher that never runs: a worker at its capacity."""
+
+    active = True
+
+
+def test_a_hub_never_idle_builds_one_record_for_each_past_the_most_waiting(
+    tmp_path: Path,
+) -> None:
+    processor = ThreadedSpanProcessor(
+        JsonLinesFileExporter(tmp_path / "spans.jsonl"), BatchSettings(schedule_delay_s=60.0)
+    )
+    processor._idle = _NeverIdle()
+    try:
+        queue_requests(span_builder(processor), tracing.export.MOST_AHEAD + 3)
+        records = list(processor._queue)
+        gevent.sleep(0)  # one turn of the loop
+        built = [record._built is not None for record in records]  # type: ignore[union-attr]
+        assert built == [True] * 3 + [False] * tracing.export.MOST_AHEAD  # the oldest
     finally:
         processor.shutdown()
