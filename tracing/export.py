@@ -13,10 +13,10 @@ request, ``tracing.span_records``). A record's spans are encoded directly, with 
 encoders SDK spans go through: OTLP/JSON text for the span file (``span_fields_text``),
 OTLP protobuf for the OTLP exporters (``tracing.otlp_protobuf``); SDK spans are built
 from it only for the console. The hub encodes records while it has nothing else to do
-(an idle watcher, one record at a time); the thread encodes those it has not reached
-when their batch is exported (the hub had no idle time: a worker at its capacity).
-Encoded on the thread, a record cost the worker about twice the CPU: the thread and
-the hub handed the GIL to each other around every system call the hub made
+(an idle watcher, one record at a time), and past ``MOST_AHEAD`` waiting one for each
+new one (a worker at its capacity has no idle time); the thread encodes those left when
+it exports. Encoded on the thread, a record cost the worker about twice the CPU: the
+thread and the hub handed the GIL to each other around every system call the hub made
 (``pricingctl bench tracing-overhead``, ``io_export_thread_ms_per_offer``).
 """
 
@@ -65,7 +65,7 @@ EXPORT_THREAD = "span-export"
 #: Records waiting for the hub past which it builds one for each new one, idle or not (a
 #: worker at its capacity has no idle time): the thread then finds its batches built,
 #: rather than build them itself at about twice the CPU (``ThreadedSpanProcessor``).
-MOST_AHEAD = 32
+MOST_AHEAD = 4
 
 
 class SpanRecord(Interface):
