@@ -15,9 +15,9 @@ OTLP protobuf for the OTLP exporters (``tracing.otlp_protobuf``); SDK spans are 
 from it only for the console. The hub encodes records while it has nothing else to do
 (an idle watcher, one record at a time), and past ``MOST_AHEAD`` waiting one for each
 new one (a worker at its capacity has no idle time); the thread encodes those left when
-it exports. Encoded on the thread, a record cost the worker about twice the CPU: the
-thread and the hub handed the GIL to each other around every system call the hub made
-(``pricingctl bench tracing-overhead``, ``io_export_thread_ms_per_offer``).
+it exports. Encoded on the thread, the same work cost about the same CPU, but the
+thread held the GIL while the hub's requests waited for it: with every request sampled
+their tail was longer (``pricingctl bench tracing-overhead``, BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ _start_new_thread, _allocate_lock, _get_native_id = get_original(
 EXPORT_THREAD = "span-export"
 
 #: Records waiting for the hub past which it builds one for each new one, idle or not (a
-#: worker at its capacity has no idle time): the thread then finds its batches built,
-#: rather than build them itself at about twice the CPU (``ThreadedSpanProcessor``).
+#: worker at its capacity has no idle time): the thread then finds its batches built
+#: (``ThreadedSpanProcessor``). Few: a busy worker's records carry wait spans, and a
+#: batch holds fewer of them.
 MOST_AHEAD = 4
 
 
