@@ -158,8 +158,9 @@ class ThreadedSpanProcessor(SpanProcessor):
         self._append(span, 1)
 
     def on_record(self, record: SpanRecord) -> None:
-        """Queue a request's spans to be built on the thread (``SpanRecord``), or count
-        them dropped when the queue is full. Runs on the hub: an append."""
+        """Queue a request's spans to be built (``SpanRecord``), or count them dropped
+        when the queue is full. Runs on the hub, as the request ends: appends, and the
+        idle watcher started that builds them."""
         if self._stopping or not self._append(record, record.span_count):
             return
         if self._span_encoder is None:
@@ -385,8 +386,7 @@ def encode_otlp_protobuf(spans: Sequence[ReadableSpan | SpanRecord]) -> bytes:
     """The ``ExportTraceServiceRequest`` bytes the SDK's OTLP exporters send for *spans*
     (SDK spans, or records whose spans it encodes in their place), written straight from
     their fields (``tracing.otlp_protobuf``): no SDK span or protobuf message is built."""
-    # The module's name, read now: the compiled encoder or its reference (native.use).
-    return export_request(group_spans(spans, otlp_protobuf.span_fields_proto))
+    return export_request(group_spans(spans, otlp_protobuf.span_encoder()))
 
 
 def encode_otlp_json(spans: Sequence[ReadableSpan | SpanRecord]) -> dict[str, Any]:

@@ -32,18 +32,11 @@ log = logging.getLogger(__name__)
 Encode = Callable[[Sequence[Any]], bytes]
 
 
-def span_encoder() -> Callable[..., bytes]:
-    """The per-span encoder the exporters' batches are made with, as *encode* is given
-    (``tracing.export.encode_otlp_protobuf``): the compiled one or its reference, read
-    now (``native.use``)."""
-    return otlp_protobuf.span_fields_proto
-
-
 class HttpRecordExporter(OTLPSpanExporter):
     """OTLP/HTTP (protobuf): the SDK's exporter, its batches encoded by *encode*."""
 
     takes_records = True
-    span_encoder = staticmethod(span_encoder)
+    span_encoder = staticmethod(otlp_protobuf.span_encoder)
 
     def __init__(self, encode: Encode, **options: Any) -> None:
         super().__init__(**options)
@@ -93,7 +86,7 @@ def grpc_record_exporter(encode: Encode, endpoint: str | None) -> Any:
 
     class GrpcRecordExporter(GrpcSpanExporter):
         takes_records = True
-        span_encoder = staticmethod(span_encoder)
+        span_encoder = staticmethod(otlp_protobuf.span_encoder)
 
         def _translate_data(self, data: Sequence[Any]) -> ExportTraceServiceRequest:
             return ExportTraceServiceRequest.FromString(encode(data))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import struct
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -129,6 +129,14 @@ def _keep(item: Any, encoded: bytes) -> bytes:
     if len(_groups) < _MAX_GROUPS:
         _groups[id(item)] = (item, encoded)
     return encoded
+
+
+def span_encoder() -> Callable[..., bytes]:
+    """The per-span encoder an ``ExportTraceServiceRequest`` is made with: the compiled
+    one or its reference, read now (``native.use`` switches it). What the OTLP exporters'
+    batches use (``tracing.export.encode_otlp_protobuf``), and what the hub builds their
+    records ahead with."""
+    return span_fields_proto
 
 
 def span_fields_proto(
