@@ -18,6 +18,7 @@ from pricingctl.bench.flags import (
     compared,
     load_flags,
     positive,
+    seconds,
 )
 from pricingctl.bench.skeleton import Part, Run, part_handler
 
@@ -87,6 +88,22 @@ def tracing_overhead_parser(sub: Parts) -> None:
     )
     tr.add_argument("--capacity-step-rps", type=positive, default=None, help="default 100")
     tr.add_argument("--capacity-max-rps", type=positive, default=None, help="default 1500")
+    tr.add_argument(
+        "--capacity-duration",
+        type=seconds(1.0),
+        default=None,
+        metavar="S",
+        help=f"measured seconds per capacity step (default {CAPACITY_FULL.duration_s:g}, "
+        f"--quick {CAPACITY_QUICK.duration_s:g})",
+    )
+    tr.add_argument(
+        "--capacity-warmup",
+        type=seconds(0.0),
+        default=None,
+        metavar="S",
+        help=f"discarded seconds before each capacity step (default {CAPACITY_FULL.warmup_s:g}, "
+        f"--quick {CAPACITY_QUICK.warmup_s:g})",
+    )
     tr.set_defaults(handler=part_handler(TRACING_OVERHEAD))
 
 
@@ -134,8 +151,8 @@ def _overhead_capacity(args: argparse.Namespace) -> CapacitySearch | None:
         start_rps=args.capacity_start_rps or 100.0,
         step_rps=args.capacity_step_rps or (200.0 if args.quick else 100.0),
         max_rps=args.capacity_max_rps or (500.0 if args.quick else 1500.0),
-        duration_s=d.duration_s,
-        warmup_s=d.warmup_s,
+        duration_s=args.capacity_duration or d.duration_s,
+        warmup_s=d.warmup_s if args.capacity_warmup is None else args.capacity_warmup,
     )
 
 

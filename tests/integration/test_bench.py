@@ -148,6 +148,9 @@ def test_tracing_overhead_quick(tmp_path: Path) -> None:
         tmp_path,
         *("--paired", "--offer-rates", "40,50%"),
         *("--capacity-start-rps", "50", "--capacity-max-rps", "50"),
+        # Each of the four io-capacity steps (off, default, 0.8 x and 1.5 x) in a short
+        # window: what this checks is that they ran and what they fed the points.
+        *("--capacity-duration", "3", "--capacity-warmup", "1"),
     )
     capacity = doc["capacity"]
     assert set(capacity) >= {"off", "default", "default_over_off"}

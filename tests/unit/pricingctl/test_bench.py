@@ -55,6 +55,23 @@ def test_good_flags_parse() -> None:
     assert args.bench_command == "io-capacity" and args.direct
 
 
+def test_tracing_overhead_capacity_windows_default_to_the_parts_own() -> None:
+    """--capacity-duration/--capacity-warmup set each capacity step's windows; without
+    them the steps keep io-capacity's (quick or full), whatever --duration says."""
+    from pricingctl.bench.capacity import CAPACITY_FULL, CAPACITY_QUICK
+    from pricingctl.bench.overhead import _overhead_capacity
+
+    def windows(*flags: str) -> tuple[float, float]:
+        args = build_parser().parse_args(["bench", "tracing-overhead", *flags])
+        search = _overhead_capacity(args)
+        assert search is not None
+        return search.duration_s, search.warmup_s
+
+    assert windows("--duration", "2") == (CAPACITY_FULL.duration_s, CAPACITY_FULL.warmup_s)
+    assert windows("--quick") == (CAPACITY_QUICK.duration_s, CAPACITY_QUICK.warmup_s)
+    assert windows("--quick", "--capacity-duration", "3", "--capacity-warmup", "0") == (3.0, 0.0)
+
+
 def test_http_client_without_a_dev_only_client_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
