@@ -181,10 +181,7 @@ class Stack:
         for thread in self.retiring:
             thread.join()
         self.retiring.clear()
-        for name in reversed(list(self.procs)):
-            self.procs[name].stop()
-            self._close_listener(name)
-        self.procs.clear()
+        self._stop_procs(list(self.procs))
         clear_state(self.run_dir, os.getpid())
 
     def drain(self) -> bool:
@@ -287,10 +284,27 @@ class Stack:
     def stop_all_but(self, *keep: str) -> None:
         """Stop every process except those named (in reverse start order), e.g. all but
         Jaeger, so that the pools flush their spans into it and it can still be read."""
-        for name in reversed(list(self.procs)):
-            if name not in keep:
-                self.procs.pop(name).stop()
-                self._close_listener(name)
+        self._stop_procs([name for name in self.procs if name not in keep])
+
+    def _stop_procs(self, names: list[str]) -> None:
+        """Stop *names* (in start order) in reverse start order, but every pool replica at
+        once: what was started after them (Envoy) first, so nothing new reaches them, and
+        what was started before (the simulator they call) last. A gevent worker sees its
+        SIGTERM only at its loop's next beat, up to a second: pool after pool added those."""
+        pools = [name for name in names if name in self.listeners]
+        first_pool = names.index(pools[0]) if pools else len(names)
+        before = [name for name in names[:first_pool] if name not in pools]
+        after = [name for name in names[first_pool:] if name not in pools]
+        for name in reversed(after):
+            self._stop_proc(name)
+        for name in pools:
+            self.procs[name].terminate()
+        for name in [*reversed(pools), *reversed(before)]:
+            self._stop_proc(name)
+
+    def _stop_proc(self, name: str) -> None:
+        self.procs.pop(name).stop()
+        self._close_listener(name)
 
     def __enter__(self) -> Stack:
         return self.start()

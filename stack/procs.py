@@ -179,6 +179,12 @@ class Proc:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
 
+    def terminate(self) -> None:
+        """SIGTERM the whole process group, without waiting (`stop` waits)."""
+        if self.popen is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM the whole process group, then SIGKILL what is left after `timeout_s`.
         The group outlives its leader when the leader died first: a SIGKILLed gunicorn
@@ -187,8 +193,7 @@ class Proc:
         if self.popen is None:
             return
         pgid = self.popen.pid
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
+        self.terminate()
         deadline = time.monotonic() + timeout_s
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=timeout_s)
