@@ -141,30 +141,7 @@ def test_routes_apply_refuses_an_invalid_config_in_one_line(stack: Stack, tmp_pa
     assert {p: path.read_text() for p, path in stack.running().pool_routes.items()} == files
 
 
-def test_routes_apply_moves_an_endpoint_under_load_without_a_failed_request(
-    stack: Stack, tmp_path: Path
-) -> None:
-    moved = derived_config(tmp_path, SCOOTER_TO_CPU)
-    done, tally = run_under_load(stack, "routes", "--config", moved.source, "apply")
-    scooters = [o for o in sorted(tally.outcomes, key=lambda o: o.index) if is_scooter(o)]
-    pools = [o.headers.get("x-pricing-pool") for o in scooters]
-    print(
-        f"\n{done.stdout}{tally.summary('mixed load across `pricingctl routes apply`')}; "
-        f"scooter served by io {pools.count('io')}, cpu {pools.count('cpu')}"
-    )
-    assert done.returncode == 0, done.stderr
-    assert "offers.scooter moves from io to cpu" in done.stdout
-    assert_no_failure(tally, "routes apply")
-    # The endpoint flips once, from the old pool to the new one.
-    assert pools[0] == "io" and pools[-1] == "cpu", pools
-    flip = pools.index("cpu")
-    assert set(pools[flip:]) == {"cpu"}, pools
-    # The other endpoints stay where they were.
-    bikes = [o for o in tally.outcomes if o.index % 4 == 2]
-    assert {o.headers.get("x-pricing-pool") for o in bikes} == {"io"}
-
-
-# --- a second operator, a stale pid file ---------------------------------------------
+# --- a second operator --------------------------------------------------------------
 
 
 def test_a_second_apply_or_reload_is_refused_while_one_runs(stack: Stack) -> None:
@@ -198,6 +175,35 @@ def test_routes_apply_applies_the_config_the_stack_was_started_with(
     given = pricingctl("routes", "apply", "--config", str(copy), "--run-dir", str(stack.run_dir))
     assert given.returncode == 0, given.stderr
     assert given.stdout.splitlines()[0] == f"routes apply: {copy}"
+
+
+# Last of the tests on the module's stack: it leaves the stack on the moved config, so
+# an apply after it would move the endpoint back (a reload of every pool, ~30 s); the
+# applies above find nothing to change.
+def test_routes_apply_moves_an_endpoint_under_load_without_a_failed_request(
+    stack: Stack, tmp_path: Path
+) -> None:
+    moved = derived_config(tmp_path, SCOOTER_TO_CPU)
+    done, tally = run_under_load(stack, "routes", "--config", moved.source, "apply")
+    scooters = [o for o in sorted(tally.outcomes, key=lambda o: o.index) if is_scooter(o)]
+    pools = [o.headers.get("x-pricing-pool") for o in scooters]
+    print(
+        f"\n{done.stdout}{tally.summary('mixed load across `pricingctl routes apply`')}; "
+        f"scooter served by io {pools.count('io')}, cpu {pools.count('cpu')}"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "offers.scooter moves from io to cpu" in done.stdout
+    assert_no_failure(tally, "routes apply")
+    # The endpoint flips once, from the old pool to the new one.
+    assert pools[0] == "io" and pools[-1] == "cpu", pools
+    flip = pools.index("cpu")
+    assert set(pools[flip:]) == {"cpu"}, pools
+    # The other endpoints stay where they were.
+    bikes = [o for o in tally.outcomes if o.index % 4 == 2]
+    assert {o.headers.get("x-pricing-pool") for o in bikes} == {"io"}
+
+
+# --- a stale pid file ----------------------------------------------------------------
 
 
 def test_down_kills_nothing_a_stale_pid_file_names_that_is_not_ours(tmp_path: Path) -> None:
