@@ -209,7 +209,7 @@ def test_http_client_quick(tmp_path: Path) -> None:
         "bench",
         "http-client",
         *("--clients", "ours,geventhttpclient", "--rates", "offers=60"),
-        *("--duration", "3", "--warmup", "1", "--repeats", "1"),
+        *("--duration", "2", "--warmup", "1", "--repeats", "1"),
         *("--out", str(out), "--run-dir", str(run)),
         timeout_s=300,
     )
