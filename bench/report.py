@@ -7,6 +7,7 @@ samples of all repeats (not the best repeat, not a mean of percentiles).
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sys
@@ -17,10 +18,11 @@ from typing import Any
 
 from bench.cpu import OTHER
 from bench.floor import Floor
-from bench.run import LAYOUTS, RunResult
+from bench.run import LAYOUTS, BenchError, RunResult
 from bench.spans import SpanTimings
 from bench.stats import GroupStats, Rows, lag_summary_ms
 from bench.traffic import CPU_KINDS, OFFER_KINDS
+from toolkit.contract import BENCH_PREFLIGHT_ENV
 from tracing.readback.breakdown import PARTS, UNEXPLAINED, Breakdown
 
 SCHEMA = "pricingservice.bench.compare/1"
@@ -565,12 +567,27 @@ def write_json(path: Path, doc: Any) -> Path:
     return path
 
 
+def preflight_s() -> float:
+    """How long the machine is watched before a benchmark: PREFLIGHT_S, or the seconds
+    in BENCH_PREFLIGHT_ENV (the test suite's smoke runs take a short look)."""
+    text = os.environ.get(BENCH_PREFLIGHT_ENV, "")
+    if not text:
+        return PREFLIGHT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= 60:
+        raise BenchError(f"{BENCH_PREFLIGHT_ENV}={text!r}: seconds above 0 and at most 60 expected")
+    return seconds
+
+
 def machine_before_start() -> dict[str, object]:
     """The machine before a benchmark: hardware, and how busy the neighbours are."""
     from bench.cpu import machine_busy_pct
 
     machine = machine_info()
-    busy = machine_busy_pct(PREFLIGHT_S)
+    busy = machine_busy_pct(preflight_s())
     machine["busy_before_start_pct_of_one_core"] = round(busy, 1)
     if busy > BUSY_WARNING_PCT:
         print(

@@ -85,6 +85,8 @@ OTLP_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 QUERY_ALLOW_ENV: Final = "PRICING_TRACE_QUERY_ALLOW"
 #: Where built tools (the Jaeger binary) are cached (default ~/.cache/pricingservice).
 CACHE_DIR_ENV: Final = "PRICING_CACHE_DIR"
+#: Seconds `pricingctl bench` watches the machine's CPU before it starts (default 3).
+BENCH_PREFLIGHT_ENV: Final = "PRICING_BENCH_PREFLIGHT_S"
 #: Debugging only: where `bench.heapwatch` writes tracemalloc snapshots of the pools'
 #: workers and the simulator (unset: nothing is traced).
 HEAPWATCH_DIR_ENV: Final = "PRICING_HEAPWATCH_DIR"

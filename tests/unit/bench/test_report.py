@@ -6,11 +6,14 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from bench import plots, report
 from bench.cpu import OTHER, ComponentCpu
 from bench.floor import Floor
 from bench.loadgen import Samples
-from bench.run import LoadSettings, RunResult, layout_arms, run_order
+from bench.run import BenchError, LoadSettings, RunResult, layout_arms, run_order
+from toolkit.contract import BENCH_PREFLIGHT_ENV
 
 SETTINGS = LoadSettings({"cpu": 30.0, "offers": 100.0}, duration_s=10.0, warmup_s=2.0)
 FLOOR = Floor(100.0, 100.0, 100.0, "configured", 1000)
@@ -145,3 +148,18 @@ def test_time_breakdown_from_tracing_breakdowns(tmp_path: Path) -> None:
     assert met["split: traced offers whose parts add up (max(1 ms, 3 %))"] is False
     plots.time_breakdown({"split": bd}, tmp_path / "bd.png", title="t")
     assert (tmp_path / "bd.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_preflight_is_the_benchmarks_unless_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PRICING_BENCH_PREFLIGHT_S sets how long the machine is watched first; a value that
+    is not seconds in (0, 60] is one clear error, not a division by zero later."""
+    monkeypatch.delenv(BENCH_PREFLIGHT_ENV, raising=False)
+    assert report.preflight_s() == report.PREFLIGHT_S
+    monkeypatch.setenv(BENCH_PREFLIGHT_ENV, "0.25")
+    assert report.preflight_s() == 0.25
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        monkeypatch.setenv(BENCH_PREFLIGHT_ENV, bad)
+        with pytest.raises(BenchError, match=BENCH_PREFLIGHT_ENV):
+            report.preflight_s()
