@@ -3,6 +3,7 @@ checked without starting anything."""
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -103,6 +104,43 @@ def test_a_pool_is_started_from_its_gunicorn_config_and_waited_for_until_ready(
         assert probed == [f"{stack.pool_url('cpu')}{routes.meta.readyz}"]
     finally:
         stack._close_listener("pool-cpu")
+
+
+class Stopping:
+    """A started process that records, in a log the test shares, how it is stopped."""
+
+    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
+        self.name, self.log = name, log
+
+    def terminate(self) -> None:
+        self.log.append(("SIGTERM", self.name))
+
+    def stop(self) -> None:
+        self.log.append(("stopped", self.name))
+
+
+def test_a_stack_stops_envoy_then_every_pool_at_once_then_what_they_call(
+    routes: RouteConfig, tmp_path: Path
+) -> None:
+    """Nothing new reaches the pools once they are told (Envoy first), and the simulator
+    they call outlives them; the pools are told together, not one after the other."""
+    stack = Stack.on_free_ports(routes, Layout.SPLIT, tmp_path)
+    log: list[tuple[str, str]] = []
+    for name in ("jaeger", "simulator", "pool-cpu", "pool-io", "envoy"):
+        stack.procs[name] = Stopping(name, log)  # type: ignore[assignment]
+    for pool in ("pool-cpu", "pool-io"):
+        stack.listeners[pool] = socket.socket()
+    stack.stop()
+    assert log == [
+        ("stopped", "envoy"),
+        ("SIGTERM", "pool-cpu"),
+        ("SIGTERM", "pool-io"),
+        ("stopped", "pool-io"),
+        ("stopped", "pool-cpu"),
+        ("stopped", "simulator"),
+        ("stopped", "jaeger"),
+    ]
+    assert stack.procs == {} and stack.listeners == {}
 
 
 def test_a_taken_port_is_named_before_anything_starts(
