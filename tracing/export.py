@@ -212,20 +212,33 @@ class ThreadedSpanProcessor(SpanProcessor):
                     # wake-up costs an idle worker CPU: docs/traces.md, "What tracing costs").
                     self._wake.acquire()
                     continue
-                # A signal given while the lock was already released is lost: a flush
-                # asked for and a full batch are read here, not waited for.
-                queued = self._queued_spans - self._taken_spans
-                if not self._flush_asked and queued < self.max_batch_spans:
+                # A signal left from before (the first span of this batch came while the
+                # last one was exported) must not cut the batch short; one given while the
+                # lock was already released is lost: a flush asked for and a full batch are
+                # read here, not waited for.
+                self._wake.acquire(blocking=False)
+                if not self._flush_asked and not self._batch_full():
                     self._wake.acquire(timeout=self.export_interval_s)  # the batch forms
-                self._flush_asked = False
-                self._drain()
-            self._drain()
+                flush, self._flush_asked = self._flush_asked, False
+                self._drain(everything=flush)
+            self._drain(everything=True)
         finally:
             self._done.release()
 
-    def _drain(self) -> None:
+    def _batch_full(self) -> bool:
+        return self._queued_spans - self._taken_spans >= self.max_batch_spans
+
+    def _drain(self, everything: bool) -> None:
+        """Export the batch that formed, then any full ones behind it; with *everything*
+        (a flush, the shutdown), all that is queued. Spans short of a full batch wait for
+        theirs to form, as ``OTEL_BSP_SCHEDULE_DELAY`` says: drained to the last span, a
+        busy worker's spans, coming during each export, went out a few at a time, back to
+        back, each few paying an export's fixed cost (``pricingctl bench
+        tracing-overhead``, the OTLP mode's exporter thread)."""
         with self._export_lock:
-            while self._queue:
+            first = True
+            while self._queue and (first or everything or self._batch_full()):
+                first = False
                 exporter = self.exporter
                 assert exporter is not None  # nothing is queued without one
                 batch, spans = self._take_batch()

@@ -145,6 +145,32 @@ def test_an_idle_exporter_thread_sleeps_until_a_span_comes(processors: Any) -> N
     assert wake.waits <= 5, wake.waits
 
 
+def test_spans_that_come_during_an_export_wait_for_their_batch_to_form(
+    processors: Any,
+) -> None:
+    """A busy worker's spans keep coming while a batch is exported: they go out when their
+    own batch is full or its schedule delay has passed, not a few at a time right behind
+    it (each export has a fixed cost: an HTTP request for OTLP)."""
+    exporter = RecordingExporter()
+    exporter.gate = threading.Event()
+    processor = processors(exporter, max_export_batch_size=2)
+    first, late, full = finished_spans(2), finished_spans(1, "late"), finished_spans(2, "full")
+    for span in first:  # a full batch: exported at once, the exporter held
+        processor.on_end(span)
+    assert exporter.entered.wait(5)
+    processor.on_end(late[0])  # the first span of the next batch, during the export
+    exporter.gate.set()
+    time.sleep(0.2)  # the thread is back, waiting for the late span's batch
+    assert exporter.batches == [["span-0", "span-1"]]
+    for span in full:  # the late span's batch fills: out at once, and what is behind it
+        processor.on_end(span)
+    assert wait_until(lambda: len(exporter.batches) == 2, 5, 0.005)
+    time.sleep(0.2)
+    assert exporter.batches == [["span-0", "span-1"], ["late-0", "full-0"]]
+    assert processor.force_flush(5000)  # a flush sends the rest, short of a batch
+    assert exporter.batches[2:] == [["full-1"]]
+
+
 def test_spans_beyond_the_queue_are_dropped_and_counted_without_blocking(
     processors: Any,
 ) -> None:
