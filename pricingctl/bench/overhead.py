@@ -88,22 +88,19 @@ def tracing_overhead_parser(sub: Parts) -> None:
     )
     tr.add_argument("--capacity-step-rps", type=positive, default=None, help="default 100")
     tr.add_argument("--capacity-max-rps", type=positive, default=None, help="default 1500")
-    tr.add_argument(
-        "--capacity-duration",
-        type=seconds(1.0),
-        default=None,
-        metavar="S",
-        help=f"measured seconds per capacity step (default {CAPACITY_FULL.duration_s:g}, "
-        f"--quick {CAPACITY_QUICK.duration_s:g})",
+    full, quick = CAPACITY_FULL, CAPACITY_QUICK
+    windows = (
+        ("duration", "measured seconds per", 1.0, full.duration_s, quick.duration_s),
+        ("warmup", "discarded seconds before each", 0.0, full.warmup_s, quick.warmup_s),
     )
-    tr.add_argument(
-        "--capacity-warmup",
-        type=seconds(0.0),
-        default=None,
-        metavar="S",
-        help=f"discarded seconds before each capacity step (default {CAPACITY_FULL.warmup_s:g}, "
-        f"--quick {CAPACITY_QUICK.warmup_s:g})",
-    )
+    for window, what, low, full_s, quick_s in windows:
+        tr.add_argument(
+            f"--capacity-{window}",
+            type=seconds(low),
+            default=None,
+            metavar="S",
+            help=f"{what} capacity step (default {full_s:g}, --quick {quick_s:g})",
+        )
     tr.set_defaults(handler=part_handler(TRACING_OVERHEAD))
 
 
