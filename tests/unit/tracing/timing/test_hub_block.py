@@ -126,7 +126,13 @@ def test_real_block_is_caught_with_stack_and_label() -> None:
 def test_the_watcher_restarts_in_a_forked_child() -> None:
     """The child waits for the restarted watcher's report itself, however slow the
     machine (a sanitizer build is several times slower): only a watcher that never
-    reports runs into the subprocess's generous timeout."""
+    reports runs into the subprocess's generous timeout.
+
+    The parent forks only once its own watcher has reported: a thread that is still
+    starting may hold the C library's (or ASan's) allocator or thread-registry lock,
+    which a fork copies held into the child, where nothing releases it. The product
+    never forks with a watcher starting (gunicorn workers start theirs after the fork).
+    """
     script = textwrap.dedent(
         """
         import os, sys, threading
@@ -134,7 +140,13 @@ def test_the_watcher_restarts_in_a_forked_child() -> None:
 
         # A heartbeat that never beats: a running watcher reports a block at once.
         detector = HubBlockDetector(lambda: 0, lambda: None, threshold_s=0.05)
+        up = threading.Event()
+        on_up = lambda event: up.set()
+        detector.register(on_up)
         detector.start()
+        if not up.wait(60):
+            sys.exit(3)
+        detector.unregister(on_up)
         pid = os.fork()
         if pid == 0:
             reported = threading.Event()
@@ -143,8 +155,7 @@ def test_the_watcher_restarts_in_a_forked_child() -> None:
             detector.ensure_running()
             if before or not detector.running:
                 os._exit(1)
-            reported.wait()
-            os._exit(0)
+            os._exit(0 if reported.wait(60) else 4)
         _, status = os.waitpid(pid, 0)
         sys.exit(os.waitstatus_to_exitcode(status) or (0 if detector.running else 2))
         """
