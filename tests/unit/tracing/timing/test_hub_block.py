@@ -128,9 +128,9 @@ def test_the_watcher_restarts_in_a_forked_child() -> None:
     machine (a sanitizer build is several times slower): only a watcher that never
     reports runs into the subprocess's generous timeout.
 
-    The parent forks only once its own watcher has reported: a thread that is still
-    starting may hold the C library's (or ASan's) allocator or thread-registry lock,
-    which a fork copies held into the child, where nothing releases it. The product
+    The parent forks only once its own watcher has reported: under ASan a thread that is
+    still starting may hold its allocator's or thread registry's lock, which a fork
+    copies held into the child, where nothing releases it. The product
     never forks with a watcher starting (gunicorn workers start theirs after the fork).
     """
     script = textwrap.dedent(
